@@ -1,0 +1,403 @@
+//! The metadata allocator (HMFS §3.5).
+//!
+//! The pool after the context areas is cut into fixed 256 KiB *segments*. A
+//! segment serves one size class of one shard; its header holds a persistent
+//! bitmap with one bit per object slot. Small classes are allocated from a
+//! segment owned by the calling context (one per thread), so allocation is a
+//! bitmap scan plus one `fetch_or` on memory no other thread allocates from.
+//! Frees may come from any thread (`fetch_and`).
+//!
+//! Free lists are DRAM only and rebuilt lazily: opening a pool scans nothing.
+//! When a context needs a segment it first looks at partial segments it has
+//! already learned of, then examines a few not-yet-examined old segments (a
+//! cursor over those that existed at open), and only then claims a fresh one.
+//!
+//! Objects larger than the largest class (index directories) take a *huge
+//! run* of contiguous segments; those are never freed.
+
+use crate::error::{Error, Result};
+use crate::layout::*;
+use crate::pool::Pool;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+const IDLE: u8 = 0;
+const QUEUED: u8 = 1;
+const OWNED: u8 = 2;
+const TAG_HUGE_BODY: u64 = 0xFFFF_FFFF;
+const NONE: u32 = u32::MAX;
+
+/// Slot geometry of a class: (slots per segment, offset of the first slot).
+pub fn geometry(class: usize) -> (u64, u64) {
+    let s = CLASSES[class] as u64;
+    let mut n = (SEG_SIZE - SG_BITMAP) * 8 / (8 * s + 1);
+    loop {
+        let data = round64(SG_BITMAP + n.div_ceil(8));
+        if data + n * s <= SEG_SIZE {
+            return (n, data);
+        }
+        n -= 1;
+    }
+}
+
+fn round64(v: u64) -> u64 {
+    (v + 63) & !63
+}
+
+/// The class that fits `size` bytes, if any.
+pub fn class_of(size: u32) -> Option<usize> {
+    CLASSES.iter().position(|&c| c >= size)
+}
+
+/// Offset of segment `seg`.
+#[inline]
+pub fn seg_off(seg: u64) -> u64 {
+    SEG_BASE + seg * SEG_SIZE
+}
+
+/// Per-context allocation state (DRAM).
+pub struct AllocCache {
+    cur: Vec<u32>,
+}
+
+/// The allocator's shared DRAM state.
+pub struct Allocator {
+    shards: u32,
+    seg_state: Vec<AtomicU8>,
+    partial: Vec<Mutex<Vec<u32>>>,
+    medium: Vec<Mutex<u32>>,
+    fresh: Mutex<Vec<u32>>,
+    rescan: AtomicU64,
+    rescan_end: u64,
+    claim_lock: Mutex<()>,
+}
+
+impl Allocator {
+    /// DRAM state for a pool whose segment counter is `seg_next` and whose
+    /// address reservation is `reserve` bytes.
+    pub fn new(shards: u32, seg_next: u64, reserve: u64) -> Allocator {
+        let max_segs = (reserve / SEG_SIZE) as usize + 1;
+        Allocator {
+            shards,
+            seg_state: (0..max_segs).map(|_| AtomicU8::new(IDLE)).collect(),
+            partial: (0..shards as usize * CLASSES.len())
+                .map(|_| Mutex::new(Vec::new()))
+                .collect(),
+            medium: (0..CLASSES.len()).map(|_| Mutex::new(NONE)).collect(),
+            fresh: Mutex::new(Vec::new()),
+            rescan: AtomicU64::new(0),
+            rescan_end: seg_next,
+            claim_lock: Mutex::new(()),
+        }
+    }
+
+    /// A fresh per-context cache.
+    pub fn cache(&self) -> AllocCache {
+        AllocCache {
+            cur: vec![NONE; self.shards as usize * SMALL_CLASSES],
+        }
+    }
+
+    /// Allocates a zeroed object of at least `size` bytes for `shard`.
+    pub fn alloc(&self, pool: &Pool, cache: &mut AllocCache, shard: u32, size: u32) -> Result<u64> {
+        let class = class_of(size).ok_or(Error::TooBig)?;
+        let off = if class < SMALL_CLASSES {
+            let i = shard as usize * SMALL_CLASSES + class;
+            loop {
+                let seg = cache.cur[i];
+                if seg != NONE {
+                    if let Some(off) = self.take_slot(pool, seg as u64, class)? {
+                        break off;
+                    }
+                    self.release(pool, seg, shard, class);
+                }
+                cache.cur[i] = self.get_segment(pool, shard, class)?;
+            }
+        } else {
+            let mut cur = self.medium[class].lock();
+            loop {
+                if *cur != NONE {
+                    if let Some(off) = self.take_slot(pool, *cur as u64, class)? {
+                        break off;
+                    }
+                    self.release(pool, *cur, 0, class);
+                }
+                *cur = self.get_segment(pool, 0, class)?;
+            }
+        };
+        pool.zero(off, CLASSES[class] as u64)?;
+        Ok(off)
+    }
+
+    fn take_slot(&self, pool: &Pool, seg: u64, class: usize) -> Result<Option<u64>> {
+        let (n, data) = geometry(class);
+        let base = seg_off(seg);
+        for w in 0..n.div_ceil(64) {
+            let word = pool.u64(base + SG_BITMAP + 8 * w)?;
+            let mut cur = word.load(Ordering::Acquire);
+            loop {
+                let free = !cur;
+                if free == 0 {
+                    break;
+                }
+                let bit = free.trailing_zeros() as u64;
+                let slot = w * 64 + bit;
+                if slot >= n {
+                    break;
+                }
+                crate::crash_point!("alloc.before_bitmap_set");
+                match word.compare_exchange(cur, cur | 1 << bit, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => {
+                        pool.persist(base + SG_BITMAP + 8 * w, 8);
+                        return Ok(Some(base + data + slot * CLASSES[class] as u64));
+                    }
+                    Err(now) => cur = now,
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Gives up ownership of a (full) segment; requeues it if a free raced in.
+    fn release(&self, pool: &Pool, seg: u32, shard: u32, class: usize) {
+        self.seg_state[seg as usize].store(IDLE, Ordering::SeqCst);
+        if self.has_free(pool, seg as u64, class)
+            && self.seg_state[seg as usize]
+                .compare_exchange(IDLE, QUEUED, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            self.partial[shard as usize * CLASSES.len() + class]
+                .lock()
+                .push(seg);
+        }
+    }
+
+    fn has_free(&self, pool: &Pool, seg: u64, class: usize) -> bool {
+        let (n, _) = geometry(class);
+        let base = seg_off(seg);
+        (0..n.div_ceil(64)).any(|w| {
+            let v = pool.ld(base + SG_BITMAP + 8 * w).unwrap_or(u64::MAX);
+            let valid = if (w + 1) * 64 <= n { u64::MAX } else { (1u64 << (n - w * 64)) - 1 };
+            !v & valid != 0
+        })
+    }
+
+    fn get_segment(&self, pool: &Pool, shard: u32, class: usize) -> Result<u32> {
+        let q = shard as usize * CLASSES.len() + class;
+        loop {
+            let popped = self.partial[q].lock().pop();
+            match popped {
+                Some(seg) => {
+                    self.seg_state[seg as usize].store(OWNED, Ordering::SeqCst);
+                    return Ok(seg);
+                }
+                None => break,
+            }
+        }
+        if let Some(seg) = self.rescan_step(pool, shard, class)? {
+            return Ok(seg);
+        }
+        let seg = self.claim(pool, 1)?;
+        self.format(pool, seg, shard, class)?;
+        self.seg_state[seg as usize].store(OWNED, Ordering::SeqCst);
+        Ok(seg as u32)
+    }
+
+    /// Examines up to 64 segments that existed when the pool was opened.
+    fn rescan_step(&self, pool: &Pool, shard: u32, class: usize) -> Result<Option<u32>> {
+        for _ in 0..64 {
+            let seg = self.rescan.fetch_add(1, Ordering::Relaxed);
+            if seg >= self.rescan_end {
+                return Ok(None);
+            }
+            let tag = pool.ld(seg_off(seg) + SG_TAG)?;
+            if tag == 0 {
+                self.fresh.lock().push(seg as u32);
+                continue;
+            }
+            if tag == TAG_HUGE_BODY || (tag as u32) != SEG_MAGIC {
+                continue;
+            }
+            let c = (tag >> 32) as u8;
+            let s = (tag >> 40) as u8 as u32;
+            if c == CLASS_HUGE || c as usize >= CLASSES.len() || s >= self.shards {
+                continue;
+            }
+            if !self.has_free(pool, seg, c as usize) {
+                continue;
+            }
+            if self.seg_state[seg as usize]
+                .compare_exchange(IDLE, QUEUED, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+            {
+                continue;
+            }
+            let owner = if (c as usize) < SMALL_CLASSES { s } else { 0 };
+            if owner == shard && c as usize == class {
+                self.seg_state[seg as usize].store(OWNED, Ordering::SeqCst);
+                return Ok(Some(seg as u32));
+            }
+            self.partial[owner as usize * CLASSES.len() + c as usize]
+                .lock()
+                .push(seg as u32);
+        }
+        Ok(None)
+    }
+
+    /// Claims `n` contiguous never-used segments, growing the pool if needed.
+    fn claim(&self, pool: &Pool, n: u64) -> Result<u64> {
+        if n == 1 {
+            if let Some(seg) = self.fresh.lock().pop() {
+                return Ok(seg as u64);
+            }
+        }
+        let _g = self.claim_lock.lock();
+        let next = pool.u64(H_SEG_NEXT)?;
+        let seg = next.load(Ordering::Acquire);
+        let end = seg_off(seg + n);
+        if end > pool.len() {
+            pool.grow_to(end)?;
+            pool.st(H_POOL_LEN, pool.len())?;
+            pool.persist(H_POOL_LEN, 8);
+        }
+        if seg + n > self.seg_state.len() as u64 {
+            return Err(Error::NoSpace);
+        }
+        crate::crash_point!("alloc.segment_claim");
+        next.store(seg + n, Ordering::Release);
+        pool.persist(H_SEG_NEXT, 8);
+        Ok(seg)
+    }
+
+    fn format(&self, pool: &Pool, seg: u64, shard: u32, class: usize) -> Result<()> {
+        let base = seg_off(seg);
+        let (_, data) = geometry(class);
+        pool.zero(base + 8, data - 8)?;
+        pool.persist(base, data);
+        let tag = SEG_MAGIC as u64 | (class as u64) << 32 | (shard as u64) << 40;
+        pool.st(base + SG_TAG, tag)?;
+        pool.persist(base, 8);
+        Ok(())
+    }
+
+    /// Allocates `size` bytes in a huge run of whole segments (never freed).
+    pub fn alloc_huge(&self, pool: &Pool, size: u64) -> Result<u64> {
+        let n = (size + 64).div_ceil(SEG_SIZE);
+        let seg = self.claim(pool, n)?;
+        let base = seg_off(seg);
+        for i in 1..n {
+            pool.st(seg_off(seg + i) + SG_TAG, TAG_HUGE_BODY)?;
+        }
+        pool.st(base + SG_RUN, n)?;
+        pool.zero(base + 64, n * SEG_SIZE - 64)?;
+        pool.persist(base, n * SEG_SIZE);
+        let tag = SEG_MAGIC as u64 | (CLASS_HUGE as u64) << 32;
+        pool.st(base + SG_TAG, tag)?;
+        pool.persist(base, 8);
+        Ok(base + 64)
+    }
+
+    /// Frees the object at `off`: its state word becomes FREE, then its bit
+    /// is cleared. Freeing a huge run is refused (they are never freed).
+    pub fn free(&self, pool: &Pool, off: u64) -> Result<()> {
+        let (seg, class, slot) = self.locate(pool, off)?;
+        pool.st(off, 0)?;
+        pool.persist(off, 8);
+        let word = pool.u64(seg_off(seg) + SG_BITMAP + 8 * (slot / 64))?;
+        let old = word.fetch_and(!(1u64 << (slot % 64)), Ordering::AcqRel);
+        if old & (1 << (slot % 64)) == 0 {
+            return Err(Error::Corrupt(format!("double free of object {off:#x}")));
+        }
+        pool.persist(seg_off(seg) + SG_BITMAP + 8 * (slot / 64), 8);
+        let st = &self.seg_state[seg as usize];
+        if st
+            .compare_exchange(IDLE, QUEUED, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            let tag = pool.ld(seg_off(seg))?;
+            let owner = if class < SMALL_CLASSES { (tag >> 40) as u8 as usize } else { 0 };
+            self.partial[owner * CLASSES.len() + class].lock().push(seg as u32);
+        }
+        Ok(())
+    }
+
+    /// (segment, class, slot) of a live-or-free object offset; errors if the
+    /// offset is not the start of a slot in a formatted segment.
+    pub fn locate(&self, pool: &Pool, off: u64) -> Result<(u64, usize, u64)> {
+        let bad = || Error::Corrupt(format!("{off:#x} is not an object"));
+        if off < SEG_BASE {
+            return Err(bad());
+        }
+        let seg = (off - SEG_BASE) / SEG_SIZE;
+        let tag = pool.ld(seg_off(seg))?;
+        let class = (tag >> 32) as u8;
+        if tag as u32 != SEG_MAGIC || class as usize >= CLASSES.len() {
+            return Err(bad());
+        }
+        let (n, data) = geometry(class as usize);
+        let rel = off - seg_off(seg);
+        let size = CLASSES[class as usize] as u64;
+        if rel < data || (rel - data) % size != 0 || (rel - data) / size >= n {
+            return Err(bad());
+        }
+        Ok((seg, class as usize, (rel - data) / size))
+    }
+
+    /// True if the slot at `off` is allocated.
+    pub fn is_allocated(&self, pool: &Pool, off: u64) -> bool {
+        match self.locate(pool, off) {
+            Ok((seg, _, slot)) => pool
+                .ld(seg_off(seg) + SG_BITMAP + 8 * (slot / 64))
+                .map(|w| w & (1 << (slot % 64)) != 0)
+                .unwrap_or(false),
+            Err(_) => false,
+        }
+    }
+
+    /// Calls `f(offset, class size)` for every allocated slot (fsck).
+    pub fn for_each_allocated(&self, pool: &Pool, mut f: impl FnMut(u64, u64)) -> Result<()> {
+        let end = pool.ld(H_SEG_NEXT)?;
+        for seg in 0..end {
+            let tag = pool.ld(seg_off(seg))?;
+            if tag as u32 != SEG_MAGIC {
+                continue;
+            }
+            let class = (tag >> 32) as u8 as usize;
+            if class >= CLASSES.len() {
+                continue;
+            }
+            let (n, data) = geometry(class);
+            let size = CLASSES[class] as u64;
+            for slot in 0..n {
+                let w = pool.ld(seg_off(seg) + SG_BITMAP + 8 * (slot / 64))?;
+                if w & (1 << (slot % 64)) != 0 {
+                    f(seg_off(seg) + data + slot * size, size);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Number of segments claimed so far.
+    pub fn segments(&self, pool: &Pool) -> u64 {
+        pool.ld(H_SEG_NEXT).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geometry_fits() {
+        for c in 0..CLASSES.len() {
+            let (n, data) = geometry(c);
+            assert!(n >= 3, "class {c}");
+            assert!(data >= SG_BITMAP + n.div_ceil(8));
+            assert!(data + n * CLASSES[c] as u64 <= SEG_SIZE);
+            assert_eq!(data % 64, 0);
+        }
+        assert_eq!(class_of(112), Some(2));
+        assert_eq!(class_of(65537), None);
+    }
+}

@@ -1,0 +1,70 @@
+//! The server's hybrid logical clock: `now = max(wall_ns, last + 1)`, so
+//! timestamps strictly increase and a ctime works as a version number.
+//!
+//! A lease (`ts_limit` in the pool header) keeps the clock monotonic across
+//! restarts even if the wall clock steps back: no timestamp above the lease is
+//! handed out before the lease, persisted, is raised.
+
+use crate::layout::H_TS_LIMIT;
+use crate::pool::Pool;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+const LEASE_NS: i64 = 2_000_000_000;
+
+/// The hybrid logical clock.
+pub struct Clock {
+    last: AtomicI64,
+    limit: AtomicI64,
+}
+
+/// Wall-clock nanoseconds since the Unix epoch.
+pub fn wall_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+impl Clock {
+    /// Starts the clock above everything handed out before (the lease).
+    pub fn open(pool: &Pool) -> Clock {
+        let lease = pool.ld(H_TS_LIMIT).unwrap_or(0) as i64;
+        Clock {
+            last: AtomicI64::new(lease),
+            limit: AtomicI64::new(lease),
+        }
+    }
+
+    /// A fresh timestamp, greater than every one before.
+    #[inline]
+    pub fn now(&self, pool: &Pool) -> i64 {
+        let wall = wall_ns();
+        let mut last = self.last.load(Ordering::Relaxed);
+        loop {
+            let next = wall.max(last + 1);
+            match self
+                .last
+                .compare_exchange_weak(last, next, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => {
+                    if next >= self.limit.load(Ordering::Acquire) {
+                        self.extend(pool, next);
+                    }
+                    return next;
+                }
+                Err(cur) => last = cur,
+            }
+        }
+    }
+
+    #[cold]
+    fn extend(&self, pool: &Pool, t: i64) {
+        let new = t + LEASE_NS;
+        if self.limit.fetch_max(new, Ordering::AcqRel) < new {
+            if let Ok(w) = pool.u64(H_TS_LIMIT) {
+                w.fetch_max(new as u64, Ordering::AcqRel);
+                pool.persist(H_TS_LIMIT, 8);
+            }
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! Readers (lookup, getattr, readlink, readdir, statfs, access) and setattr.
+
+use super::journal::Op;
+use super::{Engine, Obj};
+use crate::error::{Error, Result};
+use crate::hash;
+use crate::layout::*;
+use crate::list;
+use crate::locks::Mode;
+use crate::perm::{self, Owner, R, W, X};
+use crate::types::*;
+
+impl Engine {
+    pub(crate) fn file_attr(&self, f: u64) -> Result<Attr> {
+        let p = &self.pool;
+        self.stable(f, || {
+            let mw = p.ld(f + F_MODE)?;
+            let ow = p.ld(f + F_OWNER)?;
+            let mode = mw as u16 as u32;
+            let v = p.ld(f + F_SIZE)?;
+            let dev = matches!(mode & S_IFMT, S_IFCHR | S_IFBLK);
+            Ok(Attr {
+                ino: p.ld(f + E_INO)?,
+                mode,
+                nlink: (mw >> 32) as u32,
+                uid: ow as u32,
+                gid: (ow >> 32) as u32,
+                size: if dev { 0 } else { v },
+                rdev: if dev { v } else { 0 },
+                atime: p.ld(f + F_ATIME)? as i64,
+                mtime: p.ld(f + F_MTIME)? as i64,
+                ctime: p.ld(f + F_CTIME)? as i64,
+                btime: p.ld(f + E_BDTIME)? as i64,
+            })
+        })
+    }
+
+    pub(crate) fn dir_attr(&self, access: u64, content: u64) -> Result<Attr> {
+        let o = self.dir_owner(access)?;
+        let p = &self.pool;
+        loop {
+            let c1 = p.ld(content + C_CTIME)?;
+            let a = Attr {
+                ino: p.ld(content + C_INO)?,
+                mode: o.mode,
+                nlink: 2 + p.ld(content + C_NSUBDIRS)? as u32,
+                uid: o.uid,
+                gid: o.gid,
+                size: p.ld(content + C_NDENTS)?,
+                rdev: 0,
+                atime: p.ld(content + C_ATIME)? as i64,
+                mtime: p.ld(content + C_MTIME)? as i64,
+                ctime: c1 as i64,
+                btime: p.ld(content + C_BDTIME)? as i64,
+            };
+            if p.ld(content + C_CTIME)? == c1 {
+                return Ok(a);
+            }
+        }
+    }
+
+    pub(crate) fn attr_of(&self, o: Obj) -> Result<Attr> {
+        match o {
+            Obj::File(f) => self.file_attr(f),
+            Obj::Dir { access, content } => self.dir_attr(access, content),
+            Obj::Link(l) => self.getattr(self.pool.ld(l + E_INO)?),
+        }
+    }
+
+    /// Attributes of inode `ino`.
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Read)]);
+        let o = self.inode(ino)?;
+        self.attr_of(o)
+    }
+
+    /// Looks `name` up in directory `parent` (search permission needed).
+    pub fn lookup(&self, cred: &Cred, parent: u64, name: &[u8]) -> Result<Attr> {
+        let (access, content) = self.open_dir(parent)?;
+        perm::check(cred, self.dir_owner(access)?, X)?;
+        match name {
+            b"." => return self.dir_attr(access, content),
+            b".." => return self.getattr(self.pool.ld(content + C_PARENT)?),
+            _ => {}
+        }
+        if name.len() > NAME_MAX {
+            return Err(Error::NameTooLong);
+        }
+        let link_target = {
+            let _g = self.locks.lock(&[(hash::name_key(parent, name), Mode::Read)]);
+            let e = self.find_name(parent, name)?.ok_or(Error::NotFound)?;
+            match self.obj(e)? {
+                Obj::Link(l) => self.pool.ld(l + E_INO)?,
+                o => return self.attr_of(o),
+            }
+        };
+        self.getattr(link_target)
+    }
+
+    /// Target of symlink `ino`.
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+        let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Read)]);
+        match self.inode(ino)? {
+            Obj::File(f) => {
+                let mw = self.pool.ld(f + F_MODE)?;
+                if mw as u16 as u32 & S_IFMT != S_IFLNK {
+                    return Err(Error::Invalid("not a symlink"));
+                }
+                let name_len = (mw >> 16) as u8 as u64;
+                let len = self.pool.ld(f + F_SIZE)? as usize;
+                if len > SYMLINK_MAX {
+                    return Err(Error::Corrupt(format!("symlink target length {len}")));
+                }
+                let mut v = vec![0u8; len];
+                self.pool.read_bytes(f + F_NAME + pad8(name_len), &mut v)?;
+                Ok(v)
+            }
+            _ => Err(Error::Invalid("not a symlink")),
+        }
+    }
+
+    /// Checks `mask` (R=4, W=2, X=1) on `ino` for `cred`.
+    pub fn access(&self, cred: &Cred, ino: u64, mask: u32) -> Result<()> {
+        let o = self.inode(ino)?;
+        perm::check(cred, self.owner_of(o)?, mask & 7)
+    }
+
+    /// Lists directory `ino` from `cookie` (0 = start), at most `max`
+    /// entries ("." and ".." are not included; callers add them).
+    pub fn readdir(&self, cred: &Cred, ino: u64, cookie: u64, max: usize) -> Result<Vec<DirEntry>> {
+        Ok(self.readdir_inner(cred, ino, cookie, max, false)?.into_iter().map(|(d, _)| d).collect())
+    }
+
+    /// Like `readdir`, with each entry's attributes.
+    pub fn readdir_plus(&self, cred: &Cred, ino: u64, cookie: u64, max: usize) -> Result<Vec<(DirEntry, Attr)>> {
+        self.readdir_inner(cred, ino, cookie, max, true)?
+            .into_iter()
+            .filter_map(|(d, a)| a.map(|a| Ok((d, a))))
+            .collect()
+    }
+
+    fn readdir_inner(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        cookie: u64,
+        max: usize,
+        plus: bool,
+    ) -> Result<Vec<(DirEntry, Option<Attr>)>> {
+        let (access, content) = self.open_dir(ino)?;
+        perm::check(cred, self.dir_owner(access)?, R)?;
+        let mut out = Vec::new();
+        let mut links = Vec::new();
+        {
+            let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Read)]);
+            let end = self.pool.ld(content + C_NEXT_POS)?;
+            let p = &self.pool;
+            list::scan(p, content + C_LIST, cookie, end, &mut |pos, o| {
+                if out.len() >= max {
+                    return Ok(false);
+                }
+                let got = self.stable(o, || {
+                    let s = p.ld(o)?;
+                    let k = st_kind(s);
+                    if st_status(s) != S_NORMAL
+                        || !(k == K_FILE || k == K_DIR || k == K_LINK)
+                        || p.ld(o + E_PARENT)? != ino
+                        || p.ld(o + E_POS)? != pos
+                    {
+                        return Ok(None);
+                    }
+                    let mode = match k {
+                        K_FILE => p.ld(o + F_MODE)? as u16 as u32,
+                        K_DIR => S_IFDIR,
+                        _ => p.ld(o + L_MODE)? as u16 as u32,
+                    };
+                    Ok(Some((k, p.ld(o + E_INO)?, mode, self.entry_name(o)?)))
+                })?;
+                if let Some((k, child, mode, name)) = got {
+                    let kind = FileType::from_mode(mode).unwrap_or(FileType::Regular);
+                    let attr = if plus && k != K_LINK { Some(self.attr_of(self.obj(o)?)?) } else { None };
+                    if plus && k == K_LINK {
+                        links.push(out.len());
+                    }
+                    out.push((DirEntry { name, ino: child, kind, cookie: pos + 1 }, attr));
+                }
+                Ok(true)
+            })?;
+        }
+        for i in links {
+            out[i].1 = self.getattr(out[i].0.ino).ok();
+        }
+        Ok(out)
+    }
+
+    /// File-system statistics.
+    pub fn statfs(&self) -> Result<StatFs> {
+        let mut inodes: i64 = 0;
+        for id in 0..MAX_CTX as usize {
+            inodes += self.pool.ld(ctx_area(id) + C_INODES)? as i64;
+        }
+        Ok(StatFs {
+            pool_bytes: self.pool.len(),
+            pool_capacity: self.alloc_capacity(),
+            used_bytes: SEG_BASE + self.alloc.segments(&self.pool) * SEG_SIZE,
+            inodes: inodes.max(0) as u64 + 1,
+            name_max: NAME_MAX as u32,
+        })
+    }
+
+    fn alloc_capacity(&self) -> u64 {
+        (1u64 << 40).max(self.pool.len())
+    }
+
+    /// Changes attributes of `ino` (chmod, chown, truncate, utimens).
+    pub fn setattr(&self, cred: &Cred, ino: u64, sa: &SetAttr) -> Result<Attr> {
+        self.check_writable()?;
+        self.with_ctx(|ctx| {
+            let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Write)]);
+            let obj = self.inode(ino)?;
+            let cur = self.attr_of(obj)?;
+            let own = Owner { mode: cur.mode, uid: cur.uid, gid: cur.gid };
+            let mut mode = cur.mode;
+            let (mut uid, mut gid) = (cur.uid, cur.gid);
+            if let Some(m) = sa.mode {
+                perm::owner_or_root(cred, own)?;
+                mode = (mode & S_IFMT) | (m & 0o7777);
+                if !cred.is_root() && !cred.in_group(cur.gid) {
+                    mode &= !S_ISGID;
+                }
+            }
+            if sa.uid.is_some() || sa.gid.is_some() {
+                let nu = sa.uid.unwrap_or(cur.uid);
+                let ng = sa.gid.unwrap_or(cur.gid);
+                if !cred.is_root() {
+                    if nu != cur.uid || cred.uid != cur.uid {
+                        return Err(Error::Perm);
+                    }
+                    if ng != cur.gid && !cred.in_group(ng) {
+                        return Err(Error::Perm);
+                    }
+                }
+                if mode & S_IFMT != S_IFDIR {
+                    mode &= !S_ISUID;
+                    if mode & 0o010 != 0 {
+                        mode &= !S_ISGID;
+                    }
+                }
+                uid = nu;
+                gid = ng;
+            }
+            if let Some(_sz) = sa.size {
+                match mode & S_IFMT {
+                    S_IFREG => {}
+                    S_IFDIR => return Err(Error::IsDir),
+                    _ => return Err(Error::Invalid("size of a non-regular file")),
+                }
+                perm::check(cred, own, W)?;
+            }
+            let explicit = matches!(sa.atime, TimeSet::At(_)) || matches!(sa.mtime, TimeSet::At(_));
+            let any_time = sa.atime != TimeSet::Omit || sa.mtime != TimeSet::Omit;
+            if explicit {
+                perm::owner_or_root(cred, own)?;
+            } else if any_time && !(cred.is_root() || cred.uid == cur.uid) {
+                perm::check(cred, own, W)?;
+            }
+            if sa.mode.is_none() && sa.uid.is_none() && sa.gid.is_none() && sa.size.is_none() && !any_time {
+                return Ok(cur);
+            }
+            let t = self.clock.now(&self.pool);
+            let pick = |ts: TimeSet, old: i64| match ts {
+                TimeSet::Omit => old,
+                TimeSet::Now => t,
+                TimeSet::At(v) => v,
+            };
+            let atime = pick(sa.atime, cur.atime);
+            let mut mtime = pick(sa.mtime, cur.mtime);
+            if sa.size.is_some() && sa.mtime == TimeSet::Omit {
+                mtime = t;
+            }
+            let j = self.journal(ctx);
+            let mut ops = Vec::new();
+            match obj {
+                Obj::File(f) => {
+                    let mw = self.pool.ld(f + F_MODE)?;
+                    let set = |field, val| Op::Set { obj: f, field, val };
+                    ops.push(set(F_MODE, (mw & !0xFFFF) | mode as u64));
+                    ops.push(set(F_OWNER, uid as u64 | (gid as u64) << 32));
+                    if let Some(sz) = sa.size {
+                        ops.push(set(F_SIZE, sz));
+                    }
+                    ops.push(set(F_ATIME, atime as u64));
+                    ops.push(set(F_MTIME, mtime as u64));
+                    ops.push(set(F_CTIME, t as u64));
+                }
+                Obj::Dir { access, content } => {
+                    let mw = self.pool.ld(access + D_MODE)?;
+                    ops.push(Op::Set { obj: access, field: D_MODE, val: (mw & !0xFFFF) | mode as u64 });
+                    ops.push(Op::Set { obj: access, field: D_OWNER, val: uid as u64 | (gid as u64) << 32 });
+                    ops.push(Op::Set { obj: content, field: C_ATIME, val: atime as u64 });
+                    ops.push(Op::Set { obj: content, field: C_MTIME, val: mtime as u64 });
+                    ops.push(Op::Raise { content, t, ctime_only: true });
+                }
+                Obj::Link(_) => return Err(Error::Corrupt("ino index points at a link entry".into())),
+            }
+            self.j_commit(ctx, j, ops)?;
+            crate::crash_point!("setattr.after_apply");
+            self.attr_of(obj)
+        })
+    }
+}
+
+/// Bytes a name occupies, padded to 8.
+pub(crate) fn pad8(n: u64) -> u64 {
+    (n + 7) & !7
+}

@@ -1,0 +1,346 @@
+//! The small redo journal for multi-object operations (rename, link, unlink
+//! of a hard link, setattr and xattr changes that are not one atomic word).
+//!
+//! Each context owns a record in its pool area, so journaling takes no shared
+//! lock. A record is a list of *logical, idempotent* operations ("make the
+//! name index map this object's key to it", "set list slot p of directory d",
+//! "store v at offset o", ...). Protocol:
+//!
+//! 1. objects allocated for the operation are listed as `New` while the
+//!    record is PREPARED (so a crash before commit frees them);
+//! 2. all operations are written, then the state word becomes COMMITTED —
+//!    the commit point;
+//! 3. operations other than frees are applied, the state becomes FREEING;
+//! 4. frees are applied (each only if the object still carries the "dead"
+//!    state word the record gave it), and the record is cleared.
+//!
+//! Recovery at open (O(contexts), no scan): PREPARED → free the `New`
+//! objects; COMMITTED → redo everything; FREEING → redo the frees.
+
+use super::{Ctx, Engine};
+use crate::error::{Error, Result};
+use crate::hash;
+use crate::layout::*;
+use crate::list;
+
+const PREPARED: u64 = 1;
+const COMMITTED: u64 = 2;
+const FREEING: u64 = 3;
+const SEQ_MASK: u64 = 0xFFFF << 16;
+
+/// One logical operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// An object allocated for this operation, with the state it was given.
+    New { obj: u64, state: u64 },
+    /// Store a word of an object under its write sequence.
+    Set { obj: u64, field: u64, val: u64 },
+    /// Name index: map the key stored in `obj` to `obj`.
+    NamePut(u64),
+    /// Name index: remove the entry pointing to `obj`.
+    NameDel(u64),
+    /// Ino index: map the inode number stored in `obj` to `obj`.
+    InoPut(u64),
+    /// Ino index: remove the entry pointing to `obj`.
+    InoDel(u64),
+    /// Set position `pos` of directory `content`'s list to `val`.
+    ListSet { content: u64, pos: u64, val: u64 },
+    /// Retire position `pos` of directory `content`'s list.
+    ListRetire { content: u64, pos: u64 },
+    /// Raise the directory's {ctime, mtime} (or ctime only) to `t`.
+    Raise { content: u64, t: i64, ctime_only: bool },
+    /// Free every page of the directory's list.
+    DestroyList(u64),
+    /// Free `obj` if its state word (sequence ignored) is `dead`.
+    Free { obj: u64, dead: u64 },
+}
+
+impl Op {
+    fn encode(self) -> [u64; 3] {
+        match self {
+            Op::New { obj, state } => [1, obj, state],
+            Op::Set { obj, field, val } => [2 | field << 8, obj, val],
+            Op::NamePut(o) => [3, o, 0],
+            Op::NameDel(o) => [4, o, 0],
+            Op::InoPut(o) => [5, o, 0],
+            Op::InoDel(o) => [6, o, 0],
+            Op::ListSet { content, pos, val } => [7 | pos << 8, content, val],
+            Op::ListRetire { content, pos } => [8 | pos << 8, content, 0],
+            Op::Raise { content, t, ctime_only } => [9 | (ctime_only as u64) << 8, content, t as u64],
+            Op::DestroyList(c) => [10, c, 0],
+            Op::Free { obj, dead } => [11, obj, dead],
+        }
+    }
+
+    fn decode(w: [u64; 3]) -> Result<Op> {
+        let aux = w[0] >> 8;
+        Ok(match w[0] as u8 {
+            1 => Op::New { obj: w[1], state: w[2] },
+            2 => Op::Set { obj: w[1], field: aux, val: w[2] },
+            3 => Op::NamePut(w[1]),
+            4 => Op::NameDel(w[1]),
+            5 => Op::InoPut(w[1]),
+            6 => Op::InoDel(w[1]),
+            7 => Op::ListSet { content: w[1], pos: aux, val: w[2] },
+            8 => Op::ListRetire { content: w[1], pos: aux },
+            9 => Op::Raise { content: w[1], t: w[2] as i64, ctime_only: aux != 0 },
+            10 => Op::DestroyList(w[1]),
+            11 => Op::Free { obj: w[1], dead: w[2] },
+            c => return Err(Error::Corrupt(format!("journal op code {c}"))),
+        })
+    }
+}
+
+/// A record being built by one operation.
+pub(crate) struct Journal {
+    area: u64,
+    ops: Vec<Op>,
+    written: usize,
+}
+
+/// The "dead" state word an object gets before a journaled free.
+pub(crate) fn dead(kind: u8, epoch: u32) -> u64 {
+    state(kind, S_DEAD, epoch)
+}
+
+impl Engine {
+    pub(crate) fn journal(&self, ctx: &Ctx) -> Journal {
+        Journal { area: ctx_area(ctx.id) + C_JOURNAL, ops: Vec::new(), written: 0 }
+    }
+
+    fn write_ops(&self, j: &mut Journal) -> Result<()> {
+        if j.ops.len() > JOURNAL_MAX_OPS {
+            return Err(Error::NoSpace);
+        }
+        let base = j.area - C_JOURNAL + C_JOURNAL_OPS;
+        for (i, op) in j.ops.iter().enumerate().skip(j.written) {
+            for (k, w) in op.encode().iter().enumerate() {
+                self.pool.st(base + 24 * i as u64 + 8 * k as u64, *w)?;
+            }
+        }
+        self.pool.persist(base + 24 * j.written as u64, 24 * (j.ops.len() - j.written) as u64);
+        j.written = j.ops.len();
+        Ok(())
+    }
+
+    fn set_jstate(&self, j: &Journal, st: u64) -> Result<()> {
+        let w = st | (j.ops.len() as u64) << 8 | (self.epoch as u64) << 32;
+        self.pool.st(j.area, w)?;
+        self.pool.persist(j.area, 8);
+        Ok(())
+    }
+
+    /// Records an object allocated for the operation (freed if it aborts).
+    pub(crate) fn j_new(&self, j: &mut Journal, obj: u64, state_word: u64) -> Result<()> {
+        j.ops.push(Op::New { obj, state: state_word });
+        self.write_ops(j)?;
+        self.set_jstate(j, PREPARED)
+    }
+
+    /// Forgets an unfinished record, freeing its new objects (error path).
+    pub(crate) fn j_abort(&self, j: Journal) -> Result<()> {
+        for op in &j.ops {
+            if let Op::New { obj, .. } = *op {
+                self.alloc.free(&self.pool, obj)?;
+            }
+        }
+        self.pool.st(j.area, 0)?;
+        self.pool.persist(j.area, 8);
+        Ok(())
+    }
+
+    /// Commits and applies the record.
+    pub(crate) fn j_commit(&self, ctx: &mut Ctx, mut j: Journal, ops: Vec<Op>) -> Result<()> {
+        j.ops.extend(ops);
+        self.write_ops(&mut j)?;
+        self.set_jstate(&j, COMMITTED)?;
+        crate::crash_point!("journal.after_commit");
+        self.j_apply(ctx, &j.ops, true)
+            .map_err(|e| self.poison(format!("applying a committed journal record failed: {e}")))?;
+        self.set_jstate(&j, FREEING)?;
+        crate::crash_point!("journal.after_apply");
+        self.j_frees(&j.ops)?;
+        self.pool.st(j.area, 0)?;
+        self.pool.persist(j.area, 8);
+        Ok(())
+    }
+
+    fn j_apply(&self, ctx: &mut Ctx, ops: &[Op], live: bool) -> Result<()> {
+        let mut objs: Vec<u64> = ops
+            .iter()
+            .filter_map(|o| match o {
+                Op::Set { obj, .. } => Some(*obj),
+                _ => None,
+            })
+            .collect();
+        objs.sort_unstable();
+        objs.dedup();
+        if live {
+            for &o in &objs {
+                self.bump_seq(o)?;
+            }
+        }
+        for op in ops {
+            self.j_exec(ctx, *op)?;
+        }
+        for &o in &objs {
+            if (self.pool.ld(o)? >> 16) & 1 == 1 {
+                self.bump_seq(o)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Executes one logical operation outside any record (lazy repair).
+    pub(crate) fn j_exec_pub(&self, ctx: &mut Ctx, op: Op) -> Result<()> {
+        self.j_exec(ctx, op)
+    }
+
+    fn j_exec(&self, ctx: &mut Ctx, op: Op) -> Result<()> {
+        let p = &self.pool;
+        match op {
+            Op::New { .. } | Op::Free { .. } => {}
+            Op::Set { obj, field, val } => {
+                if field == 0 {
+                    // The state word keeps its live write sequence.
+                    let cur = p.ld(obj)?;
+                    p.st(obj, (val & !SEQ_MASK) | (cur & SEQ_MASK))?;
+                } else {
+                    p.st(obj + field, val)?;
+                }
+                p.persist(obj + field, 8);
+            }
+            Op::NamePut(o) => {
+                let parent = p.ld(o + E_PARENT)?;
+                let name = self.entry_name(o)?;
+                let h = hash::name_key(parent, &name);
+                let shard = self.shard_of(parent);
+                let ix = &self.shards[shard as usize].name;
+                let found = ix.lookup(p, h, &mut |c| self.entry_key_is(c, parent, &name))?;
+                let mut m = self.ixmem(ctx, shard);
+                match found {
+                    Some(f) if f.obj == o => {}
+                    Some(f) => {
+                        ix.replace(p, h, f.obj, o, &mut m)?;
+                    }
+                    None => {
+                        ix.insert(p, h, o, &mut m)?;
+                    }
+                }
+            }
+            Op::NameDel(o) => {
+                let parent = p.ld(o + E_PARENT)?;
+                let name = self.entry_name(o)?;
+                let shard = self.shard_of(parent);
+                let mut m = self.ixmem(ctx, shard);
+                self.shards[shard as usize].name.remove(p, hash::name_key(parent, &name), o, &mut m)?;
+            }
+            Op::InoPut(o) => {
+                let ino = self.ino_of_obj(o)?;
+                let h = hash::ino_key(ino);
+                let shard = self.shard_of(ino);
+                let ix = &self.shards[shard as usize].ino;
+                let found = ix.lookup(p, h, &mut |c| Ok(c == o || self.ino_of_obj(c).ok() == Some(ino)))?;
+                let mut m = self.ixmem(ctx, shard);
+                match found {
+                    Some(f) if f.obj == o => {}
+                    Some(f) => {
+                        ix.replace(p, h, f.obj, o, &mut m)?;
+                    }
+                    None => {
+                        ix.insert(p, h, o, &mut m)?;
+                    }
+                }
+            }
+            Op::InoDel(o) => {
+                let ino = self.ino_of_obj(o)?;
+                let shard = self.shard_of(ino);
+                let mut m = self.ixmem(ctx, shard);
+                self.shards[shard as usize].ino.remove(p, hash::ino_key(ino), o, &mut m)?;
+            }
+            Op::ListSet { content, pos, val } => {
+                let shard = self.shard_of(p.ld(content + C_INO)?);
+                list::set(&mut self.mem(ctx, shard), content + C_LIST, pos, val)?;
+            }
+            Op::ListRetire { content, pos } => {
+                let shard = self.shard_of(p.ld(content + C_INO)?);
+                list::retire(&mut self.mem(ctx, shard), content + C_LIST, pos)?;
+            }
+            Op::Raise { content, t, ctime_only } => self.raise_times(content, t, ctime_only)?,
+            Op::DestroyList(content) => {
+                let shard = self.shard_of(p.ld(content + C_INO)?);
+                list::destroy(&mut self.mem(ctx, shard), content + C_LIST)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn j_frees(&self, ops: &[Op]) -> Result<()> {
+        for op in ops {
+            if let Op::Free { obj, dead } = *op {
+                let cur = self.pool.ld(obj)?;
+                if cur & !SEQ_MASK == dead & !SEQ_MASK && self.alloc.is_allocated(&self.pool, obj) {
+                    self.alloc.free(&self.pool, obj)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Inode number recorded in a FILE or DIRC object.
+    pub(crate) fn ino_of_obj(&self, o: u64) -> Result<u64> {
+        match st_kind(self.pool.ld(o)?) {
+            K_DIRC => self.pool.ld(o + C_INO),
+            _ => self.pool.ld(o + E_INO),
+        }
+    }
+
+    /// Key equality regardless of status (for index maintenance).
+    pub(crate) fn entry_key_is(&self, o: u64, parent: u64, name: &[u8]) -> Result<bool> {
+        let k = st_kind(self.pool.ld(o)?);
+        if !(k == K_FILE || k == K_DIR || k == K_LINK) || self.pool.ld(o + E_PARENT)? != parent {
+            return Ok(false);
+        }
+        Ok(self.entry_name(o)? == name)
+    }
+
+    /// Redoes or aborts the journal record of context area `id` (at open).
+    pub(crate) fn journal_recover(&self, ctx: &mut Ctx, id: usize) -> Result<bool> {
+        let area = ctx_area(id) + C_JOURNAL;
+        let w = self.pool.ld(area)?;
+        if w == 0 {
+            return Ok(false);
+        }
+        let n = ((w >> 8) & 0xFF_FFFF) as usize;
+        if n > JOURNAL_MAX_OPS {
+            return Err(Error::Corrupt(format!("journal record of context {id} has {n} ops")));
+        }
+        let base = ctx_area(id) + C_JOURNAL_OPS;
+        let mut ops = Vec::with_capacity(n);
+        for i in 0..n as u64 {
+            let b = base + 24 * i;
+            ops.push(Op::decode([self.pool.ld(b)?, self.pool.ld(b + 8)?, self.pool.ld(b + 16)?])?);
+        }
+        match w & 0xFF {
+            PREPARED => {
+                for op in &ops {
+                    if let Op::New { obj, state } = *op {
+                        let cur = self.pool.ld(obj)?;
+                        if cur & !SEQ_MASK == state & !SEQ_MASK && self.alloc.is_allocated(&self.pool, obj) {
+                            self.alloc.free(&self.pool, obj)?;
+                        }
+                    }
+                }
+            }
+            COMMITTED => {
+                self.j_apply(ctx, &ops, false)?;
+                self.j_frees(&ops)?;
+            }
+            FREEING => self.j_frees(&ops)?,
+            s => return Err(Error::Corrupt(format!("journal state {s}"))),
+        }
+        self.pool.st(area, 0)?;
+        self.pool.persist(area, 8);
+        Ok(true)
+    }
+}

@@ -1,0 +1,601 @@
+//! The engine: an open pool plus its DRAM state (allocator free lists, index
+//! handles, lock table, clock, per-thread contexts), and every operation.
+
+mod attr;
+mod ctx;
+mod journal;
+mod mutate;
+mod path;
+mod recover;
+mod rename;
+mod xattr;
+
+pub use recover::RepairStats;
+
+use crate::alloc::{AllocCache, Allocator};
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+use crate::hash;
+use crate::index::{self, HashIndex, IxMem};
+use crate::layout::*;
+use crate::list::Mem;
+use crate::locks::LockTable;
+use crate::pool::{Durability, Pool};
+use crate::types::*;
+use ctx::{Ctx, CtxPool};
+use parking_lot::Mutex;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Options for formatting a new pool.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Number of shards (metadata-group partitions), 1..=64.
+    pub shards: u32,
+    /// Durability mode.
+    pub durability: Durability,
+    /// Address space reserved for growth, in bytes.
+    pub reserve: u64,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            shards: 4,
+            durability: Durability::Process,
+            reserve: 1 << 40,
+        }
+    }
+}
+
+/// One shard: its part of the name index and of the ino index.
+pub(crate) struct Shard {
+    pub name: HashIndex,
+    pub ino: HashIndex,
+}
+
+static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// An open metadata engine.
+pub struct Engine {
+    pub(crate) pool: Pool,
+    pub(crate) alloc: Allocator,
+    pub(crate) shards: Vec<Shard>,
+    pub(crate) locks: LockTable,
+    pub(crate) clock: Clock,
+    pub(crate) epoch: u32,
+    nshards: u32,
+    ctxs: Arc<CtxPool>,
+    id: u64,
+    pub(crate) rename_lock: Mutex<()>,
+    poison: Mutex<Option<String>>,
+    path: PathBuf,
+    pub(crate) root_access: u64,
+    pub(crate) open_stats: OpenStats,
+}
+
+/// What opening the pool found and did.
+#[derive(Clone, Debug, Default)]
+pub struct OpenStats {
+    /// The previous run did not close the pool cleanly.
+    pub was_unclean: bool,
+    /// Committed journal records redone at open.
+    pub journals_redone: u64,
+    /// Interrupted creates/deletes resolved at open.
+    pub intents_resolved: u64,
+}
+
+/// Offset-based views of one pool object; `Engine::obj` builds them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Obj {
+    /// Inline file (any non-directory).
+    File(u64),
+    /// Directory: access object and content object.
+    Dir { access: u64, content: u64 },
+    /// A further name of a hard-linked file.
+    Link(u64),
+}
+
+
+impl Engine {
+    /// Formats a new pool file at `path` and opens it.
+    pub fn format(path: &Path, cfg: &Config) -> Result<Engine> {
+        if cfg.shards == 0 || cfg.shards > MAX_SHARDS {
+            return Err(Error::Invalid("shard count must be 1..=64"));
+        }
+        let pool = Pool::create(path, SEG_BASE + 16 * SEG_SIZE, cfg.reserve, cfg.durability)?;
+        pool.write_bytes(H_MAGIC, &MAGIC)?;
+        pool.st(H_VERSION, VERSION as u64 | HEADER_SIZE << 32)?;
+        pool.write_bytes(H_VOLID, &volume_id())?;
+        pool.st(H_ROOT, ROOT_INO)?;
+        pool.st(H_EPOCH, 1)?;
+        pool.st(H_CLEAN, 0)?;
+        pool.st(H_CONFIG, cfg.durability.code() as u64 | (cfg.shards as u64) << 32)?;
+        pool.st(H_POOL_LEN, pool.len())?;
+        pool.st(H_SEG_NEXT, 0)?;
+        pool.st(H_NEXT_INO, ROOT_INO + 1)?;
+        pool.st(H_SEG_SIZE, SEG_SIZE)?;
+        pool.st(H_CHECKSUM, header_checksum(&pool)?)?;
+        pool.persist(0, HEADER_SIZE);
+        let alloc = Allocator::new(cfg.shards, 0, pool_reserve(&pool, cfg.reserve));
+        let mut cache = alloc.cache();
+        for s in 0..cfg.shards {
+            let mut m = IxMem { pool: &pool, alloc: &alloc, cache: &mut cache, shard: s };
+            let n = index::format(&mut m)?;
+            let i = index::format(&mut m)?;
+            let (a, b) = shard_roots(s);
+            pool.st(a, n)?;
+            pool.st(b, i)?;
+        }
+        // The root directory: a content object and an access object that is
+        // in no list (its key is (0, "")).
+        let t = crate::clock::wall_ns();
+        let rs = hash::jump(hash::ino_key(ROOT_INO), cfg.shards);
+        let c = alloc.alloc(&pool, &mut cache, rs, DIRC_SIZE)?;
+        let a = alloc.alloc(&pool, &mut cache, rs, 64)?;
+        pool.st(c + C_INO, ROOT_INO)?;
+        for f in [C_CTIME, C_MTIME, C_ATIME, C_BDTIME] {
+            pool.st(c + f, t as u64)?;
+        }
+        pool.st(c + C_PARENT, ROOT_INO)?;
+        pool.st(c + C_ACCESS, a)?;
+        pool.st(c + C_MOD_EPOCH, 1)?;
+        pool.st(c, state(K_DIRC, S_NORMAL, 1))?;
+        pool.st(a + E_INO, ROOT_INO)?;
+        pool.st(a + E_BDTIME, t as u64)?;
+        pool.st(a + D_MODE, (S_IFDIR | 0o755) as u64)?;
+        pool.st(a + D_CONTENT, c)?;
+        pool.st(a, state(K_DIR, S_NORMAL, 1))?;
+        pool.persist(c, DIRC_SIZE as u64);
+        pool.persist(a, 64);
+        pool.st(H_ROOT_ACCESS, a)?;
+        pool.st(H_TS_LIMIT, t as u64)?;
+        pool.persist(0, HEADER_SIZE);
+        let ino_root = pool.ld(shard_roots(rs).1)?;
+        let ix = HashIndex::open(ino_root, 1);
+        let mut m = IxMem { pool: &pool, alloc: &alloc, cache: &mut cache, shard: rs };
+        ix.insert(&pool, hash::ino_key(ROOT_INO), c, &mut m)?;
+        drop(ix);
+        pool.sync_all()?;
+        drop(alloc);
+        drop(pool);
+        Engine::open_with(path, cfg.reserve)
+    }
+
+    /// Opens an existing pool file (the common path: no scan of any size).
+    pub fn open(path: &Path) -> Result<Engine> {
+        Engine::open_with(path, Config::default().reserve)
+    }
+
+    /// Opens `path` reserving `reserve` bytes of address space for growth.
+    pub fn open_with(path: &Path, reserve: u64) -> Result<Engine> {
+        crate::crash::arm_from_env();
+        let mut magic = [0u8; 8];
+        let (pool, file_len) = Pool::open(path, reserve, Durability::Process)?;
+        pool.read_bytes(H_MAGIC, &mut magic)?;
+        if magic != MAGIC {
+            return Err(Error::Corrupt(format!("{} is not a SoloFS pool (bad magic)", path.display())));
+        }
+        let v = pool.ld(H_VERSION)?;
+        if v as u32 != VERSION {
+            return Err(Error::Version { found: v as u32, expected: VERSION });
+        }
+        if v >> 32 != HEADER_SIZE || pool.ld(H_CHECKSUM)? != header_checksum(&pool)? {
+            return Err(Error::Corrupt("header checksum mismatch".into()));
+        }
+        let cfg = pool.ld(H_CONFIG)?;
+        let durability = Durability::from_code(cfg as u32)
+            .ok_or_else(|| Error::Corrupt("unknown durability mode".into()))?;
+        let nshards = (cfg >> 32) as u32;
+        if nshards == 0 || nshards > MAX_SHARDS {
+            return Err(Error::Corrupt(format!("shard count {nshards}")));
+        }
+        let pool_len = pool.ld(H_POOL_LEN)?;
+        if pool_len > file_len || pool_len % 4096 != 0 {
+            return Err(Error::Corrupt(format!(
+                "pool file is {file_len} bytes but its header records {pool_len}: truncated"
+            )));
+        }
+        let seg_next = pool.ld(H_SEG_NEXT)?;
+        if SEG_BASE + seg_next.saturating_mul(SEG_SIZE) > pool_len || pool.ld(H_SEG_SIZE)? != SEG_SIZE {
+            return Err(Error::Corrupt("segment count exceeds the pool".into()));
+        }
+        let pool = if durability != Durability::Process {
+            drop(pool);
+            Pool::open(path, reserve, durability)?.0
+        } else {
+            pool
+        };
+        let was_unclean = pool.ld(H_CLEAN)? == 0;
+        let mut epoch = pool.ld(H_EPOCH)?;
+        if was_unclean {
+            epoch += 1;
+            pool.st(H_EPOCH, epoch)?;
+        }
+        pool.st(H_CLEAN, 0)?;
+        pool.persist(H_EPOCH, 16);
+        let epoch = epoch as u32;
+        let mut shards = Vec::new();
+        for s in 0..nshards {
+            let (a, b) = shard_roots(s);
+            let (n, i) = (pool.ld(a)?, pool.ld(b)?);
+            for r in [n, i] {
+                if r < SEG_BASE || r >= pool_len || pool.ld(r).map(st_kind)? != K_IROOT {
+                    return Err(Error::Corrupt(format!("shard {s} index root {r:#x}")));
+                }
+            }
+            shards.push(Shard { name: HashIndex::open(n, epoch), ino: HashIndex::open(i, epoch) });
+        }
+        let root_access = pool.ld(H_ROOT_ACCESS)?;
+        if root_access < SEG_BASE || root_access >= pool_len {
+            return Err(Error::Corrupt("root directory offset".into()));
+        }
+        let alloc = Allocator::new(nshards, seg_next, pool_reserve(&pool, reserve));
+        let clock = Clock::open(&pool);
+        let mut e = Engine {
+            pool,
+            alloc,
+            shards,
+            locks: LockTable::new(16),
+            clock,
+            epoch,
+            nshards,
+            ctxs: Arc::new(CtxPool::new(MAX_CTX as usize)),
+            id: NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed),
+            rename_lock: Mutex::new(()),
+            poison: Mutex::new(None),
+            path: path.to_path_buf(),
+            root_access,
+            open_stats: OpenStats { was_unclean, ..Default::default() },
+        };
+        e.recover_at_open()?;
+        Ok(e)
+    }
+
+    /// Marks the pool cleanly closed and flushes it. Dropping an engine
+    /// without `close` leaves it as a crash would (the next open bumps the
+    /// epoch and repairs lazily).
+    pub fn close(self) -> Result<()> {
+        self.pool.sync_all()?;
+        self.pool.st(H_CLEAN, 1)?;
+        self.pool.persist(H_CLEAN, 8);
+        self.pool.sync_all()
+    }
+
+    /// The pool file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The current epoch (bumped by every open after an unclean stop).
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// What opening found.
+    pub fn open_stats(&self) -> &OpenStats {
+        &self.open_stats
+    }
+
+    /// Number of shards.
+    pub fn shard_count(&self) -> u32 {
+        self.nshards
+    }
+
+    /// Durability mode of the pool.
+    pub fn durability(&self) -> Durability {
+        self.pool.durability()
+    }
+
+    // ----- internals shared by the operation modules -----
+
+    pub(crate) fn shard_of(&self, dir_ino: u64) -> u32 {
+        hash::jump(hash::ino_key(dir_ino), self.nshards)
+    }
+
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        match &*self.poison.lock() {
+            Some(why) => Err(Error::Poisoned(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops accepting writes after an impossible state.
+    pub(crate) fn poison(&self, why: String) -> Error {
+        let mut p = self.poison.lock();
+        if p.is_none() {
+            *p = Some(why.clone());
+        }
+        Error::Poisoned(why)
+    }
+
+    /// Runs `f` with this thread's context.
+    pub(crate) fn with_ctx<T>(&self, f: impl FnOnce(&mut Ctx) -> Result<T>) -> Result<T> {
+        ctx::with_ctx(self.id, &self.ctxs, &self.alloc, f)
+    }
+
+    pub(crate) fn mem<'a>(&'a self, ctx: &'a mut Ctx, shard: u32) -> EMem<'a> {
+        EMem { e: self, cache: &mut ctx.cache, shard }
+    }
+
+    pub(crate) fn ixmem<'a>(&'a self, ctx: &'a mut Ctx, shard: u32) -> IxMem<'a> {
+        IxMem { pool: &self.pool, alloc: &self.alloc, cache: &mut ctx.cache, shard }
+    }
+
+    pub(crate) fn next_ino(&self, ctx: &mut Ctx) -> Result<u64> {
+        if ctx.ino_next == ctx.ino_end {
+            let start = self.pool.u64(H_NEXT_INO)?.fetch_add(1024, Ordering::AcqRel);
+            self.pool.persist(H_NEXT_INO, 8);
+            ctx.ino_next = start;
+            ctx.ino_end = start + 1024;
+        }
+        ctx.ino_next += 1;
+        Ok(ctx.ino_next - 1)
+    }
+
+    /// Does the entry object `o` have key (parent, name) and is it live?
+    pub(crate) fn entry_matches(&self, o: u64, parent: u64, name: &[u8]) -> Result<bool> {
+        let p = &self.pool;
+        let s = p.ld(o)?;
+        let (k, st) = (st_kind(s), st_status(s));
+        if !(k == K_FILE || k == K_DIR || k == K_LINK) || st == S_FREE || st == S_DETACHED {
+            return Ok(false);
+        }
+        if p.ld(o + E_PARENT)? != parent {
+            return Ok(false);
+        }
+        let (len_off, name_off) = entry_name_offsets(k);
+        let len = (p.ld(o + len_off)? >> 16) as u8 as usize;
+        if len != name.len() {
+            return Ok(false);
+        }
+        let mut buf = [0u8; NAME_MAX + 8];
+        p.read_bytes(o + name_off, &mut buf[..len])?;
+        Ok(&buf[..len] == name)
+    }
+
+    /// The name of entry object `o`.
+    pub(crate) fn entry_name(&self, o: u64) -> Result<Vec<u8>> {
+        let k = st_kind(self.pool.ld(o)?);
+        let (len_off, name_off) = entry_name_offsets(k);
+        let len = (self.pool.ld(o + len_off)? >> 16) as u8 as usize;
+        let mut v = vec![0u8; len];
+        self.pool.read_bytes(o + name_off, &mut v)?;
+        Ok(v)
+    }
+
+    /// Finds the entry (parent, name) in the name index.
+    pub(crate) fn find_name(&self, parent: u64, name: &[u8]) -> Result<Option<u64>> {
+        let h = hash::name_key(parent, name);
+        let sh = &self.shards[self.shard_of(parent) as usize];
+        Ok(sh
+            .name
+            .lookup(&self.pool, h, &mut |o| self.entry_matches(o, parent, name))?
+            .map(|f| f.obj))
+    }
+
+    /// Finds the object of inode `ino` (a FILE or a DIRC) in the ino index.
+    pub(crate) fn find_ino(&self, ino: u64) -> Result<Option<u64>> {
+        let h = hash::ino_key(ino);
+        let sh = &self.shards[self.shard_of(ino) as usize];
+        Ok(sh
+            .ino
+            .lookup(&self.pool, h, &mut |o| self.ino_matches(o, ino))?
+            .map(|f| f.obj))
+    }
+
+    fn ino_matches(&self, o: u64, ino: u64) -> Result<bool> {
+        let s = self.pool.ld(o)?;
+        Ok(match st_kind(s) {
+            K_FILE => st_status(s) != S_FREE && self.pool.ld(o + E_INO)? == ino,
+            K_DIRC => st_status(s) != S_FREE && self.pool.ld(o + C_INO)? == ino,
+            _ => false,
+        })
+    }
+
+    /// Classifies the entry object `o`.
+    pub(crate) fn obj(&self, o: u64) -> Result<Obj> {
+        let s = self.pool.ld(o)?;
+        match st_kind(s) {
+            K_FILE => Ok(Obj::File(o)),
+            K_LINK => Ok(Obj::Link(o)),
+            K_DIR => Ok(Obj::Dir { access: o, content: self.pool.ld(o + D_CONTENT)? }),
+            k => Err(Error::Corrupt(format!("object {o:#x} has kind {k} where an entry was expected"))),
+        }
+    }
+
+    /// Resolves an inode number to its object: FILE, or DIR via content.
+    pub(crate) fn inode(&self, ino: u64) -> Result<Obj> {
+        let o = self.find_ino(ino)?.ok_or(Error::NotFound)?;
+        if st_kind(self.pool.ld(o)?) == K_DIRC {
+            Ok(Obj::Dir { access: self.pool.ld(o + C_ACCESS)?, content: o })
+        } else {
+            Ok(Obj::File(o))
+        }
+    }
+
+    /// The content object of directory `ino` (ENOTDIR for other inodes).
+    pub(crate) fn dir_content(&self, ino: u64) -> Result<u64> {
+        match self.inode(ino)? {
+            Obj::Dir { content, .. } => Ok(content),
+            _ => Err(Error::NotDir),
+        }
+    }
+
+    /// Bumps the sequence counter in a state word (odd while writing).
+    pub(crate) fn bump_seq(&self, o: u64) -> Result<()> {
+        let w = self.pool.u64(o)?;
+        let mut cur = w.load(Ordering::Acquire);
+        loop {
+            let seq = (cur >> 16) as u16;
+            let new = (cur & !(0xFFFF << 16)) | (seq.wrapping_add(1) as u64) << 16;
+            match w.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(()),
+                Err(c) => cur = c,
+            }
+        }
+    }
+
+    /// Reads consistently: retries `f` until the object's state word (and
+    /// so its write sequence) is unchanged around it.
+    pub(crate) fn stable<T>(&self, o: u64, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+        loop {
+            let s1 = self.pool.ld(o)?;
+            if (s1 >> 16) & 1 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let v = f()?;
+            if self.pool.ld(o)? == s1 {
+                return Ok(v);
+            }
+        }
+    }
+
+    /// Raises a directory's {ctime, mtime} to `t` with one 16-byte CAS (an
+    /// *updater*, SingularFS Algorithm 1). With `ctime_only`, mtime stays.
+    pub(crate) fn raise_times(&self, content: u64, t: i64, ctime_only: bool) -> Result<()> {
+        let pair = self.pool.u128(content + C_CTIME)?;
+        let mut cur = pair.load(Ordering::Acquire);
+        loop {
+            let (c, m) = (cur as u64 as i64, (cur >> 64) as u64 as i64);
+            if c >= t {
+                return Ok(());
+            }
+            let nm = if ctime_only { m } else { t };
+            let new = t as u64 as u128 | (nm as u64 as u128) << 64;
+            match pair.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    self.pool.persist(content + C_CTIME, 16);
+                    return Ok(());
+                }
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Records in `content` that the current epoch modifies it.
+    pub(crate) fn touch_epoch(&self, content: u64) -> Result<()> {
+        let w = self.pool.u64(content + C_MOD_EPOCH)?;
+        if w.load(Ordering::Acquire) != self.epoch as u64 {
+            w.store(self.epoch as u64, Ordering::Release);
+            self.pool.persist(content + C_MOD_EPOCH, 8);
+        }
+        Ok(())
+    }
+
+    /// Access words of a directory: (mode, uid, gid).
+    pub(crate) fn dir_owner(&self, access: u64) -> Result<crate::perm::Owner> {
+        self.stable(access, || {
+            let m = self.pool.ld(access + D_MODE)?;
+            let o = self.pool.ld(access + D_OWNER)?;
+            Ok(crate::perm::Owner { mode: m as u16 as u32, uid: o as u32, gid: (o >> 32) as u32 })
+        })
+    }
+
+    /// Owner of any inode object.
+    pub(crate) fn owner_of(&self, obj: Obj) -> Result<crate::perm::Owner> {
+        match obj {
+            Obj::Dir { access, .. } => self.dir_owner(access),
+            Obj::File(f) => self.stable(f, || {
+                let m = self.pool.ld(f + F_MODE)?;
+                let o = self.pool.ld(f + F_OWNER)?;
+                Ok(crate::perm::Owner { mode: m as u16 as u32, uid: o as u32, gid: (o >> 32) as u32 })
+            }),
+            Obj::Link(l) => {
+                let ino = self.pool.ld(l + E_INO)?;
+                let t = self.inode(ino)?;
+                self.owner_of(t)
+            }
+        }
+    }
+
+    /// The directory `ino` for an operation in it: its content object, after
+    /// lazy repair if a crashed epoch modified it.
+    pub(crate) fn open_dir(&self, ino: u64) -> Result<(u64, u64)> {
+        loop {
+            let (access, content) = match self.inode(ino)? {
+                Obj::Dir { access, content } => (access, content),
+                _ => return Err(Error::NotDir),
+            };
+            if self.pool.ld(content + C_MOD_EPOCH)? < self.epoch as u64 {
+                self.repair_dir(ino)?;
+                continue;
+            }
+            return Ok((access, content));
+        }
+    }
+}
+
+/// List maintenance memory for one shard.
+pub(crate) struct EMem<'a> {
+    e: &'a Engine,
+    cache: &'a mut AllocCache,
+    shard: u32,
+}
+
+impl Mem for EMem<'_> {
+    fn pool(&self) -> &Pool {
+        &self.e.pool
+    }
+    fn alloc(&mut self, size: u32) -> Result<u64> {
+        self.e.alloc.alloc(&self.e.pool, self.cache, self.shard, size)
+    }
+    fn free(&mut self, off: u64) -> Result<()> {
+        self.e.alloc.free(&self.e.pool, off)
+    }
+}
+
+/// (offset of the word whose bits 16..24 hold the name length, name offset).
+pub(crate) fn entry_name_offsets(kind: u8) -> (u64, u64) {
+    match kind {
+        K_FILE => (F_MODE, F_NAME),
+        K_DIR => (D_MODE, D_NAME),
+        _ => (L_MODE, L_NAME),
+    }
+}
+
+fn pool_reserve(pool: &Pool, reserve: u64) -> u64 {
+    reserve.max(pool.len())
+}
+
+fn volume_id() -> [u8; 16] {
+    let mut id = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut id);
+    }
+    if id == [0u8; 16] {
+        id[..8].copy_from_slice(&(crate::clock::wall_ns() as u64).to_le_bytes());
+        id[8..].copy_from_slice(&(std::process::id() as u64).to_le_bytes());
+    }
+    id
+}
+
+fn header_checksum(pool: &Pool) -> Result<u64> {
+    let mut b = [0u8; 40];
+    pool.read_bytes(H_MAGIC, &mut b[..24])?;
+    b[24..32].copy_from_slice(&pool.ld(H_ROOT)?.to_le_bytes());
+    b[32..40].copy_from_slice(&pool.ld(H_CONFIG)?.to_le_bytes());
+    Ok(hash::name_key(pool.ld(H_SEG_SIZE)?, &b))
+}
+
+/// Checks a name for create-like operations.
+pub(crate) fn check_name(name: &[u8]) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::NotFound);
+    }
+    if name.len() > NAME_MAX {
+        return Err(Error::NameTooLong);
+    }
+    if name.contains(&b'/') || name.contains(&0) {
+        return Err(Error::Invalid("name contains '/' or NUL"));
+    }
+    Ok(())
+}
+
+/// True for "." and "..".
+pub(crate) fn is_dot(name: &[u8]) -> bool {
+    name == b"." || name == b".."
+}

@@ -1,0 +1,557 @@
+//! Namespace mutations: create, mknod, symlink, mkdir (log-free ordered
+//! updates), unlink, rmdir (log-free), link and unlink of hard links
+//! (journaled).
+//!
+//! Create order (docs/format.md §Operations): write the object with status
+//! CREATING and `bdtime = t0`; put it in the parent's list; publish it in the
+//! name index (the commit point); publish its inode number; raise the
+//! parent's {ctime, mtime} to t0 (16-byte CAS) and bump `num_dents`; mark it
+//! NORMAL. Delete order: mark DELETING with `bdtime = t0`; raise the parent's
+//! times to t0 (the commit point); unpublish and free. A crash between steps
+//! leaves a state that lazy repair recognises from status, epoch and times.
+
+use super::ctx::Ctx;
+use super::journal::{dead, Op};
+use super::{attr::pad8, check_name, is_dot, Engine, Obj};
+use crate::error::{Error, Result};
+use crate::hash;
+use crate::layout::*;
+use crate::list;
+use crate::locks::Mode;
+use crate::perm::{self, W, X};
+use crate::types::*;
+use std::sync::atomic::Ordering;
+
+impl Engine {
+    /// Creates a regular file (exclusive: EEXIST if the name exists).
+    pub fn create(&self, cred: &Cred, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
+        self.make_file(cred, parent, name, S_IFREG | (mode & 0o7777), 0, b"")
+    }
+
+    /// Creates a FIFO, socket, device or regular file.
+    pub fn mknod(&self, cred: &Cred, parent: u64, name: &[u8], mode: u32, rdev: u64) -> Result<Attr> {
+        let t = match mode & S_IFMT {
+            0 => S_IFREG,
+            t @ (S_IFREG | S_IFIFO | S_IFSOCK) => t,
+            t @ (S_IFCHR | S_IFBLK) => {
+                if !cred.is_root() {
+                    return Err(Error::Perm);
+                }
+                t
+            }
+            _ => return Err(Error::Invalid("mknod of this file type")),
+        };
+        self.make_file(cred, parent, name, t | (mode & 0o7777), rdev, b"")
+    }
+
+    /// Creates a symbolic link to `target`.
+    pub fn symlink(&self, cred: &Cred, parent: u64, name: &[u8], target: &[u8]) -> Result<Attr> {
+        if target.is_empty() {
+            return Err(Error::NotFound);
+        }
+        if target.len() > SYMLINK_MAX {
+            return Err(Error::NameTooLong);
+        }
+        if target.contains(&0) {
+            return Err(Error::Invalid("symlink target contains NUL"));
+        }
+        self.make_file(cred, parent, name, S_IFLNK | 0o777, target.len() as u64, target)
+    }
+
+    fn set_intent(&self, ctx: &Ctx, obj: u64) -> Result<()> {
+        let a = ctx_area(ctx.id);
+        self.pool.st(a + C_INTENT_EPOCH, self.epoch as u64)?;
+        self.pool.st(a + C_INTENT, obj)?;
+        self.pool.persist(a, 16);
+        Ok(())
+    }
+
+    fn clear_intent(&self, ctx: &Ctx, inodes: i64) -> Result<()> {
+        let a = ctx_area(ctx.id);
+        self.pool.st(a + C_INTENT, 0)?;
+        self.pool.persist(a, 8);
+        if inodes != 0 {
+            let w = self.pool.u64(a + C_INODES)?;
+            w.store(w.load(Ordering::Relaxed).wrapping_add(inodes as u64), Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Locks for a new entry in `parent`, after which the directory is
+    /// current (repaired) and still exists. Returns (access, content, guard).
+    fn enter_dir_for_create(
+        &self,
+        parent: u64,
+        name: &[u8],
+    ) -> Result<(u64, u64, crate::locks::Guard<'_>)> {
+        loop {
+            let (access, content) = self.open_dir(parent)?;
+            let g = self.locks.lock(&[
+                (hash::ino_key(parent), Mode::Read),
+                (hash::name_key(parent, name), Mode::Write),
+            ]);
+            if self.find_ino(parent)? != Some(content) {
+                return Err(Error::NotFound);
+            }
+            if self.pool.ld(content + C_MOD_EPOCH)? < self.epoch as u64 {
+                continue; // a repair is due; open_dir does it outside the lock
+            }
+            return Ok((access, content, g));
+        }
+    }
+
+    fn make_file(&self, cred: &Cred, parent: u64, name: &[u8], mode: u32, size: u64, target: &[u8]) -> Result<Attr> {
+        self.check_writable()?;
+        if is_dot(name) {
+            return Err(Error::Exists);
+        }
+        check_name(name)?;
+        self.with_ctx(|ctx| {
+            let (access, content, _g) = self.enter_dir_for_create(parent, name)?;
+            let downer = self.dir_owner(access)?;
+            perm::check(cred, downer, W | X)?;
+            if self.find_name(parent, name)?.is_some() {
+                return Err(Error::Exists);
+            }
+            let gid = if downer.mode & S_ISGID != 0 { downer.gid } else { cred.gid };
+            let t = self.clock.now(&self.pool);
+            let ino = self.next_ino(ctx)?;
+            let shard = self.shard_of(parent);
+            let nl = name.len() as u64;
+            let bytes = F_NAME + pad8(nl) + pad8(target.len() as u64);
+            let f = self.alloc.alloc(&self.pool, &mut ctx.cache, shard, bytes as u32)?;
+            self.set_intent(ctx, f)?;
+            self.touch_epoch(content)?;
+            let pos = self.pool.u64(content + C_NEXT_POS)?.fetch_add(1, Ordering::AcqRel);
+            let p = &self.pool;
+            p.st(f + E_INO, ino)?;
+            p.st(f + E_PARENT, parent)?;
+            p.st(f + E_POS, pos)?;
+            for fld in [E_BDTIME, F_ATIME, F_MTIME, F_CTIME] {
+                p.st(f + fld, t as u64)?;
+            }
+            p.st(f + F_SIZE, size)?;
+            p.st(f + F_MODE, mode as u64 | nl << 16 | 1 << 32)?;
+            p.st(f + F_OWNER, cred.uid as u64 | (gid as u64) << 32)?;
+            p.write_bytes(f + F_NAME, name)?;
+            if !target.is_empty() {
+                p.write_bytes(f + F_NAME + pad8(nl), target)?;
+            }
+            p.st(f, state(K_FILE, S_CREATING, self.epoch))?;
+            p.persist(f, bytes);
+            crate::crash_point!("create.after_write");
+            self.publish_new(ctx, parent, content, name, pos, f, ino, f, t, false)?;
+            self.clear_intent(ctx, 1)?;
+            self.file_attr(f)
+        })
+    }
+
+    /// Steps 2..5 of a create: list, name index (commit), ino index, parent
+    /// times and counters, NORMAL. `inode_obj` is what the ino index maps to.
+    #[allow(clippy::too_many_arguments)]
+    fn publish_new(
+        &self,
+        ctx: &mut Ctx,
+        parent: u64,
+        content: u64,
+        name: &[u8],
+        pos: u64,
+        entry: u64,
+        ino: u64,
+        inode_obj: u64,
+        t: i64,
+        is_dir: bool,
+    ) -> Result<()> {
+        let pshard = self.shard_of(parent);
+        let undo = |e: &Engine, ctx: &mut Ctx, err: Error, listed: bool| -> Error {
+            let mut m = e.mem(ctx, pshard);
+            let r = if listed {
+                list::retire(&mut m, content + C_LIST, pos)
+            } else {
+                list::skip(&mut m, content + C_LIST, pos)
+            };
+            let r = r.and_then(|_| e.alloc.free(&e.pool, entry));
+            let r = if inode_obj != entry { r.and_then(|_| e.alloc.free(&e.pool, inode_obj)) } else { r };
+            let _ = e.clear_intent(ctx, 0);
+            match r {
+                Ok(()) => err,
+                Err(e2) => e.poison(format!("undoing a failed create: {e2}")),
+            }
+        };
+        if let Err(err) = list::set(&mut self.mem(ctx, pshard), content + C_LIST, pos, entry) {
+            return Err(undo(self, ctx, err, false));
+        }
+        crate::crash_point!("create.after_list");
+        let mut m = self.ixmem(ctx, pshard);
+        if let Err(err) = self.shards[pshard as usize].name.insert(&self.pool, hash::name_key(parent, name), entry, &mut m) {
+            return Err(undo(self, ctx, err, true));
+        }
+        crate::crash_point!("create.after_publish");
+        let ishard = self.shard_of(ino);
+        let mut m = self.ixmem(ctx, ishard);
+        self.shards[ishard as usize]
+            .ino
+            .insert(&self.pool, hash::ino_key(ino), inode_obj, &mut m)
+            .map_err(|e| self.poison(format!("publishing inode {ino} after commit: {e}")))?;
+        crate::crash_point!("create.after_ino_publish");
+        self.raise_times(content, t, false)?;
+        self.pool.u64(content + C_NDENTS)?.fetch_add(1, Ordering::AcqRel);
+        if is_dir {
+            self.pool.u64(content + C_NSUBDIRS)?.fetch_add(1, Ordering::AcqRel);
+        }
+        crate::crash_point!("create.after_parent");
+        for o in [inode_obj, entry] {
+            let cur = self.pool.ld(o)?;
+            self.pool.st(o, state(st_kind(cur), S_NORMAL, self.epoch))?;
+            self.pool.persist(o, 8);
+        }
+        Ok(())
+    }
+
+    /// Creates a directory.
+    pub fn mkdir(&self, cred: &Cred, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
+        self.check_writable()?;
+        if is_dot(name) {
+            return Err(Error::Exists);
+        }
+        check_name(name)?;
+        self.with_ctx(|ctx| {
+            let (access, content, _g) = self.enter_dir_for_create(parent, name)?;
+            let downer = self.dir_owner(access)?;
+            perm::check(cred, downer, W | X)?;
+            if self.find_name(parent, name)?.is_some() {
+                return Err(Error::Exists);
+            }
+            let (gid, sgid) = if downer.mode & S_ISGID != 0 { (downer.gid, S_ISGID) } else { (cred.gid, 0) };
+            let t = self.clock.now(&self.pool);
+            let ino = self.next_ino(ctx)?;
+            let nl = name.len() as u64;
+            let a_bytes = D_NAME + pad8(nl);
+            let a = self.alloc.alloc(&self.pool, &mut ctx.cache, self.shard_of(parent), a_bytes as u32)?;
+            let c = match self.alloc.alloc(&self.pool, &mut ctx.cache, self.shard_of(ino), DIRC_SIZE) {
+                Ok(c) => c,
+                Err(e) => {
+                    self.alloc.free(&self.pool, a)?;
+                    return Err(e);
+                }
+            };
+            self.set_intent(ctx, a)?;
+            self.touch_epoch(content)?;
+            let pos = self.pool.u64(content + C_NEXT_POS)?.fetch_add(1, Ordering::AcqRel);
+            let p = &self.pool;
+            p.st(c + C_INO, ino)?;
+            for fld in [C_CTIME, C_MTIME, C_ATIME, C_BDTIME] {
+                p.st(c + fld, t as u64)?;
+            }
+            p.st(c + C_PARENT, parent)?;
+            p.st(c + C_ACCESS, a)?;
+            p.st(c + C_MOD_EPOCH, self.epoch as u64)?;
+            p.st(c, state(K_DIRC, S_CREATING, self.epoch))?;
+            p.st(a + E_INO, ino)?;
+            p.st(a + E_PARENT, parent)?;
+            p.st(a + E_POS, pos)?;
+            p.st(a + E_BDTIME, t as u64)?;
+            p.st(a + D_MODE, (S_IFDIR | sgid | (mode & 0o7777)) as u64 | nl << 16)?;
+            p.st(a + D_OWNER, cred.uid as u64 | (gid as u64) << 32)?;
+            p.st(a + D_CONTENT, c)?;
+            p.write_bytes(a + D_NAME, name)?;
+            p.st(a, state(K_DIR, S_CREATING, self.epoch))?;
+            p.persist(c, DIRC_SIZE as u64);
+            p.persist(a, a_bytes);
+            crate::crash_point!("mkdir.after_write");
+            self.publish_new(ctx, parent, content, name, pos, a, ino, c, t, true)?;
+            self.clear_intent(ctx, 1)?;
+            self.dir_attr(a, c)
+        })
+    }
+
+    /// Pre-locks lookup of an entry to remove: (entry object, its inode).
+    fn probe_entry(&self, parent: u64, name: &[u8]) -> Result<(u64, Obj, u64)> {
+        let e = self.find_name(parent, name)?.ok_or(Error::NotFound)?;
+        let o = self.obj(e)?;
+        Ok((e, o, self.pool.ld(e + E_INO)?))
+    }
+
+    /// Removes a non-directory entry.
+    pub fn unlink(&self, cred: &Cred, parent: u64, name: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        if is_dot(name) {
+            return Err(Error::IsDir);
+        }
+        check_name(name)?;
+        self.with_ctx(|ctx| loop {
+            let (access, content) = self.open_dir(parent)?;
+            perm::check(cred, self.dir_owner(access)?, X)?;
+            let (e, o, ino) = self.probe_entry(parent, name)?;
+            if matches!(o, Obj::Dir { .. }) {
+                return Err(Error::IsDir);
+            }
+            let _g = self.locks.lock(&[
+                (hash::ino_key(parent), Mode::Read),
+                (hash::name_key(parent, name), Mode::Write),
+                (hash::ino_key(ino), Mode::Write),
+            ]);
+            if self.find_ino(parent)? != Some(content)
+                || self.find_name(parent, name)? != Some(e)
+                || self.pool.ld(content + C_MOD_EPOCH)? < self.epoch as u64
+            {
+                continue;
+            }
+            let target = self.inode(ino)?;
+            let towner = self.owner_of(target)?;
+            perm::may_delete(cred, self.dir_owner(access)?, towner.uid)?;
+            let t = self.clock.now(&self.pool);
+            self.touch_epoch(content)?;
+            match o {
+                Obj::File(f) if self.nlink(f)? <= 1 => self.delete_file(ctx, parent, content, name, f, t)?,
+                Obj::File(f) => {
+                    let nl = self.nlink(f)? - 1;
+                    let mw = self.pool.ld(f + F_MODE)?;
+                    let j = self.journal(ctx);
+                    let ops = vec![
+                        Op::NameDel(f),
+                        Op::ListRetire { content, pos: self.pool.ld(f + E_POS)? },
+                        Op::Set { obj: f, field: 0, val: state(K_FILE, S_DETACHED, self.epoch) },
+                        Op::Set { obj: f, field: F_MODE, val: (mw & 0xFFFF_FFFF) | (nl as u64) << 32 },
+                        Op::Set { obj: f, field: F_CTIME, val: t as u64 },
+                        Op::Raise { content, t, ctime_only: false },
+                    ];
+                    self.j_commit(ctx, j, ops)?;
+                    self.pool.u64(content + C_NDENTS)?.fetch_sub(1, Ordering::AcqRel);
+                }
+                Obj::Link(l) => {
+                    let Obj::File(f) = target else {
+                        return Err(Error::Corrupt("link entry to a directory".into()));
+                    };
+                    let nl = self.nlink(f)?.saturating_sub(1);
+                    let j = self.journal(ctx);
+                    let mut ops = vec![
+                        Op::NameDel(l),
+                        Op::ListRetire { content, pos: self.pool.ld(l + E_POS)? },
+                        Op::Set { obj: l, field: 0, val: dead(K_LINK, self.epoch) },
+                        Op::Raise { content, t, ctime_only: false },
+                        Op::Free { obj: l, dead: dead(K_LINK, self.epoch) },
+                    ];
+                    if nl == 0 {
+                        ops.extend(self.free_file_ops(f)?);
+                    } else {
+                        let mw = self.pool.ld(f + F_MODE)?;
+                        ops.push(Op::Set { obj: f, field: F_MODE, val: (mw & 0xFFFF_FFFF) | (nl as u64) << 32 });
+                        ops.push(Op::Set { obj: f, field: F_CTIME, val: t as u64 });
+                    }
+                    self.j_commit(ctx, j, ops)?;
+                    self.pool.u64(content + C_NDENTS)?.fetch_sub(1, Ordering::AcqRel);
+                    if nl == 0 {
+                        self.clear_intent(ctx, -1)?;
+                    }
+                }
+                Obj::Dir { .. } => unreachable!("checked above"),
+            }
+            return Ok(());
+        })
+    }
+
+    pub(crate) fn nlink(&self, f: u64) -> Result<u32> {
+        Ok((self.pool.ld(f + F_MODE)? >> 32) as u32)
+    }
+
+    /// Journal operations that free a file object that has no name left.
+    pub(crate) fn free_file_ops(&self, f: u64) -> Result<Vec<Op>> {
+        let mut ops = vec![
+            Op::InoDel(f),
+            Op::Set { obj: f, field: 0, val: dead(K_FILE, self.epoch) },
+            Op::Free { obj: f, dead: dead(K_FILE, self.epoch) },
+        ];
+        let x = self.pool.ld(f + F_XATTR)?;
+        if x != 0 {
+            ops.push(Op::Set { obj: x, field: 0, val: dead(K_XATTR, self.epoch) });
+            ops.push(Op::Free { obj: x, dead: dead(K_XATTR, self.epoch) });
+        }
+        Ok(ops)
+    }
+
+    /// Log-free removal of a file with one link.
+    fn delete_file(&self, ctx: &mut Ctx, parent: u64, content: u64, name: &[u8], f: u64, t: i64) -> Result<()> {
+        self.set_intent(ctx, f)?;
+        self.mark_deleting(f, K_FILE, t)?;
+        crate::crash_point!("unlink.after_mark");
+        self.raise_times(content, t, false)?;
+        crate::crash_point!("unlink.after_parent");
+        self.unpublish(ctx, parent, content, name, f, Some(f))?;
+        self.pool.u64(content + C_NDENTS)?.fetch_sub(1, Ordering::AcqRel);
+        crate::crash_point!("unlink.after_unpublish");
+        let x = self.pool.ld(f + F_XATTR)?;
+        if x != 0 {
+            self.alloc.free(&self.pool, x)?;
+        }
+        self.alloc.free(&self.pool, f)?;
+        self.clear_intent(ctx, -1)
+    }
+
+    pub(crate) fn mark_deleting(&self, o: u64, kind: u8, t: i64) -> Result<()> {
+        self.bump_seq(o)?;
+        self.pool.st(o + E_BDTIME, t as u64)?;
+        let cur = self.pool.ld(o)?;
+        self.pool.st(o, (cur & (0xFFFF << 16)) | state(kind, S_DELETING, self.epoch))?;
+        self.bump_seq(o)?;
+        self.pool.persist(o, 64);
+        Ok(())
+    }
+
+    /// Removes an entry from the name index, its list and (if given) its
+    /// inode object from the ino index.
+    pub(crate) fn unpublish(
+        &self,
+        ctx: &mut Ctx,
+        parent: u64,
+        content: u64,
+        name: &[u8],
+        entry: u64,
+        inode_obj: Option<u64>,
+    ) -> Result<()> {
+        let pshard = self.shard_of(parent);
+        let mut m = self.ixmem(ctx, pshard);
+        self.shards[pshard as usize].name.remove(&self.pool, hash::name_key(parent, name), entry, &mut m)?;
+        if let Some(io) = inode_obj {
+            let ino = self.ino_of_obj(io)?;
+            let s = self.shard_of(ino);
+            let mut m = self.ixmem(ctx, s);
+            self.shards[s as usize].ino.remove(&self.pool, hash::ino_key(ino), io, &mut m)?;
+        }
+        let pos = self.pool.ld(entry + E_POS)?;
+        list::retire(&mut self.mem(ctx, pshard), content + C_LIST, pos)
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, cred: &Cred, parent: u64, name: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        match name {
+            b"." => return Err(Error::Invalid("rmdir of '.'")),
+            b".." => return Err(Error::NotEmpty),
+            _ => {}
+        }
+        check_name(name)?;
+        self.with_ctx(|ctx| loop {
+            let (access, content) = self.open_dir(parent)?;
+            perm::check(cred, self.dir_owner(access)?, X)?;
+            let (e, o, ino) = self.probe_entry(parent, name)?;
+            let Obj::Dir { access: da, content: dc } = o else {
+                return Err(Error::NotDir);
+            };
+            if self.pool.ld(dc + C_MOD_EPOCH)? < self.epoch as u64 {
+                self.repair_dir(ino)?;
+                continue;
+            }
+            let _g = self.locks.lock(&[
+                (hash::ino_key(parent), Mode::Read),
+                (hash::name_key(parent, name), Mode::Write),
+                (hash::ino_key(ino), Mode::Write),
+            ]);
+            if self.find_ino(parent)? != Some(content)
+                || self.find_name(parent, name)? != Some(e)
+                || self.pool.ld(content + C_MOD_EPOCH)? < self.epoch as u64
+            {
+                continue;
+            }
+            perm::may_delete(cred, self.dir_owner(access)?, self.dir_owner(da)?.uid)?;
+            if self.pool.ld(dc + C_NDENTS)? != 0 {
+                return Err(Error::NotEmpty);
+            }
+            let t = self.clock.now(&self.pool);
+            self.set_intent(ctx, da)?;
+            self.touch_epoch(content)?;
+            self.mark_deleting(da, K_DIR, t)?;
+            let cs = self.pool.ld(dc)?;
+            self.pool.st(dc, (cs & (0xFFFF << 16)) | state(K_DIRC, S_DELETING, self.epoch))?;
+            self.pool.persist(dc, 8);
+            crate::crash_point!("rmdir.after_mark");
+            self.raise_times(content, t, false)?;
+            crate::crash_point!("rmdir.after_parent");
+            self.unpublish(ctx, parent, content, name, da, Some(dc))?;
+            self.pool.u64(content + C_NDENTS)?.fetch_sub(1, Ordering::AcqRel);
+            self.pool.u64(content + C_NSUBDIRS)?.fetch_sub(1, Ordering::AcqRel);
+            crate::crash_point!("rmdir.after_unpublish");
+            self.free_dir_objects(ctx, da, dc)?;
+            self.clear_intent(ctx, -1)?;
+            return Ok(());
+        })
+    }
+
+    /// Frees a removed directory's list, xattrs, content and access object.
+    pub(crate) fn free_dir_objects(&self, ctx: &mut Ctx, access: u64, content: u64) -> Result<()> {
+        let ino = self.pool.ld(content + C_INO)?;
+        list::destroy(&mut self.mem(ctx, self.shard_of(ino)), content + C_LIST)?;
+        let x = self.pool.ld(content + C_XATTR)?;
+        if x != 0 {
+            self.alloc.free(&self.pool, x)?;
+        }
+        self.alloc.free(&self.pool, content)?;
+        self.alloc.free(&self.pool, access)
+    }
+
+    /// Adds the name (newparent, newname) for file `ino` (a hard link).
+    pub fn link(&self, cred: &Cred, ino: u64, newparent: u64, newname: &[u8]) -> Result<Attr> {
+        self.check_writable()?;
+        if is_dot(newname) {
+            return Err(Error::Exists);
+        }
+        check_name(newname)?;
+        self.with_ctx(|ctx| loop {
+            let f = match self.inode(ino)? {
+                Obj::Dir { .. } => return Err(Error::Perm),
+                Obj::File(f) => f,
+                Obj::Link(_) => return Err(Error::Corrupt("ino index points at a link entry".into())),
+            };
+            let (access, content) = self.open_dir(newparent)?;
+            let _g = self.locks.lock(&[
+                (hash::ino_key(ino), Mode::Write),
+                (hash::ino_key(newparent), Mode::Read),
+                (hash::name_key(newparent, newname), Mode::Write),
+            ]);
+            if self.find_ino(ino)? != Some(f)
+                || self.find_ino(newparent)? != Some(content)
+                || self.pool.ld(content + C_MOD_EPOCH)? < self.epoch as u64
+            {
+                continue;
+            }
+            perm::check(cred, self.dir_owner(access)?, W | X)?;
+            if self.find_name(newparent, newname)?.is_some() {
+                return Err(Error::Exists);
+            }
+            let nl = self.nlink(f)?;
+            if nl >= LINK_MAX {
+                return Err(Error::TooManyLinks);
+            }
+            let t = self.clock.now(&self.pool);
+            let n = newname.len() as u64;
+            let bytes = L_NAME + pad8(n);
+            let l = self.alloc.alloc(&self.pool, &mut ctx.cache, self.shard_of(newparent), bytes as u32)?;
+            let creating = state(K_LINK, S_CREATING, self.epoch);
+            let mut j = self.journal(ctx);
+            self.j_new(&mut j, l, creating)?;
+            self.touch_epoch(content)?;
+            let pos = self.pool.u64(content + C_NEXT_POS)?.fetch_add(1, Ordering::AcqRel);
+            let p = &self.pool;
+            let mw = p.ld(f + F_MODE)?;
+            p.st(l + E_INO, ino)?;
+            p.st(l + E_PARENT, newparent)?;
+            p.st(l + E_POS, pos)?;
+            p.st(l + E_BDTIME, t as u64)?;
+            p.st(l + L_MODE, (mw & S_IFMT as u64) | n << 16)?;
+            p.write_bytes(l + L_NAME, newname)?;
+            p.st(l, creating)?;
+            p.persist(l, bytes);
+            let ops = vec![
+                Op::ListSet { content, pos, val: l },
+                Op::NamePut(l),
+                Op::Set { obj: f, field: F_MODE, val: (mw & 0xFFFF_FFFF) | ((nl + 1) as u64) << 32 },
+                Op::Set { obj: f, field: F_CTIME, val: t as u64 },
+                Op::Raise { content, t, ctime_only: false },
+                Op::Set { obj: l, field: 0, val: state(K_LINK, S_NORMAL, self.epoch) },
+            ];
+            self.j_commit(ctx, j, ops)?;
+            self.pool.u64(content + C_NDENTS)?.fetch_add(1, Ordering::AcqRel);
+            return self.file_attr(f);
+        })
+    }
+}

@@ -1,0 +1,235 @@
+//! Lazy recovery (DESIGN §3.5, SingularFS Algorithm 2, HMFS §3.3.2).
+//!
+//! Open does O(contexts) work, never O(files): committed journal records are
+//! redone and each context's intent word (the one object a create or delete
+//! was working on) is resolved if that object is unreachable by name. A
+//! directory whose `mod_epoch` is older than the current epoch was modified
+//! in a run that crashed; the first operation that uses it repairs it here:
+//! interrupted creates are redone (published) or undone (not published),
+//! interrupted deletes are redone (parent times already raised) or undone,
+//! `num_dents` and the subdirectory count are recounted, and the directory's
+//! times are raised to cover every child's birth/death time.
+
+use super::ctx::Ctx;
+use super::journal::Op;
+use super::{Engine, Obj};
+use crate::error::{Error, Result};
+use crate::hash;
+use crate::layout::*;
+use crate::list;
+use crate::locks::Mode;
+
+/// What a directory repair did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RepairStats {
+    /// Interrupted creates completed.
+    pub creates_redone: u64,
+    /// Interrupted creates rolled back.
+    pub creates_undone: u64,
+    /// Interrupted deletes completed.
+    pub deletes_redone: u64,
+    /// Interrupted deletes rolled back.
+    pub deletes_undone: u64,
+    /// List slots that held no valid child.
+    pub bad_slots: u64,
+}
+
+impl Engine {
+    pub(crate) fn recover_at_open(&mut self) -> Result<()> {
+        let mut stats = self.open_stats.clone();
+        self.with_ctx(|ctx| {
+            for id in 0..MAX_CTX as usize {
+                if self.journal_recover(ctx, id)? {
+                    stats.journals_redone += 1;
+                }
+            }
+            for id in 0..MAX_CTX as usize {
+                let a = ctx_area(id);
+                let obj = self.pool.ld(a + C_INTENT)?;
+                if obj != 0 {
+                    self.resolve_intent(ctx, obj)?;
+                    self.pool.st(a + C_INTENT, 0)?;
+                    self.pool.persist(a, 8);
+                    stats.intents_resolved += 1;
+                }
+            }
+            Ok(())
+        })?;
+        self.open_stats = stats;
+        Ok(())
+    }
+
+    fn in_name_index(&self, o: u64) -> Result<bool> {
+        let parent = self.pool.ld(o + E_PARENT)?;
+        let name = self.entry_name(o)?;
+        let sh = &self.shards[self.shard_of(parent) as usize];
+        Ok(sh
+            .name
+            .lookup(&self.pool, hash::name_key(parent, &name), &mut |c| Ok(c == o))?
+            .is_some())
+    }
+
+    /// An object a create or delete was working on when the process died,
+    /// if it is not reachable by name (repair of its directory handles the
+    /// reachable ones).
+    fn resolve_intent(&self, ctx: &mut Ctx, o: u64) -> Result<()> {
+        if !self.alloc.is_allocated(&self.pool, o) {
+            return Ok(());
+        }
+        let s = self.pool.ld(o)?;
+        let (kind, status) = (st_kind(s), st_status(s));
+        if !(kind == K_FILE || kind == K_DIR) || st_epoch(s) >= self.epoch {
+            return Ok(());
+        }
+        if !(status == S_CREATING || status == S_DELETING) || self.in_name_index(o)? {
+            return Ok(());
+        }
+        let parent = self.pool.ld(o + E_PARENT)?;
+        let pos = self.pool.ld(o + E_POS)?;
+        let content = self.find_ino(parent)?.filter(|c| st_kind(self.pool.ld(*c).unwrap_or(0)) == K_DIRC);
+        if status == S_CREATING {
+            // Not committed. If it is in its list, the directory repair
+            // removes it; otherwise nothing refers to it.
+            if let Some(c) = content {
+                if list::get(&self.pool, c + C_LIST, pos)? == o {
+                    return Ok(());
+                }
+            }
+            return self.free_entry_objects(ctx, o);
+        }
+        // DELETING and no longer named: committed; finish it.
+        if let Some(c) = content {
+            if list::get(&self.pool, c + C_LIST, pos)? == o {
+                list::retire(&mut self.mem(ctx, self.shard_of(parent)), c + C_LIST, pos)?;
+            }
+        }
+        self.unpublish_inode(ctx, o)?;
+        self.free_entry_objects(ctx, o)
+    }
+
+    fn unpublish_inode(&self, ctx: &mut Ctx, o: u64) -> Result<()> {
+        let io = match st_kind(self.pool.ld(o)?) {
+            K_DIR => self.pool.ld(o + D_CONTENT)?,
+            _ => o,
+        };
+        self.j_exec_pub(ctx, Op::InoDel(io))
+    }
+
+    fn free_entry_objects(&self, ctx: &mut Ctx, o: u64) -> Result<()> {
+        match st_kind(self.pool.ld(o)?) {
+            K_DIR => {
+                let c = self.pool.ld(o + D_CONTENT)?;
+                if self.alloc.is_allocated(&self.pool, c) && st_kind(self.pool.ld(c)?) == K_DIRC {
+                    self.free_dir_objects(ctx, o, c)
+                } else {
+                    self.alloc.free(&self.pool, o)
+                }
+            }
+            _ => {
+                let x = self.pool.ld(o + F_XATTR)?;
+                if x != 0 && self.alloc.is_allocated(&self.pool, x) {
+                    self.alloc.free(&self.pool, x)?;
+                }
+                self.alloc.free(&self.pool, o)
+            }
+        }
+    }
+
+    /// Repairs directory `ino` if a crashed epoch modified it (no-op if it
+    /// is current). Public so tools and tests can force it.
+    pub fn repair_dir(&self, ino: u64) -> Result<RepairStats> {
+        self.with_ctx(|ctx| {
+            let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Write)]);
+            let content = match self.inode(ino)? {
+                Obj::Dir { content, .. } => content,
+                _ => return Err(Error::NotDir),
+            };
+            let mut st = RepairStats::default();
+            if self.pool.ld(content + C_MOD_EPOCH)? >= self.epoch as u64 {
+                return Ok(st);
+            }
+            let shard = self.shard_of(ino);
+            let end = self.pool.ld(content + C_NEXT_POS)?;
+            let mut slots = Vec::new();
+            list::scan(&self.pool, content + C_LIST, 0, end, &mut |pos, o| {
+                slots.push((pos, o));
+                Ok(true)
+            })?;
+            let ctime = self.pool.ld(content + C_CTIME)? as i64;
+            let (mut count, mut subdirs, mut maxt) = (0u64, 0u64, i64::MIN);
+            for (pos, o) in slots {
+                let valid = self.alloc.is_allocated(&self.pool, o) && {
+                    let k = st_kind(self.pool.ld(o)?);
+                    (k == K_FILE || k == K_DIR || k == K_LINK)
+                        && self.pool.ld(o + E_PARENT)? == ino
+                        && self.pool.ld(o + E_POS)? == pos
+                };
+                if !valid {
+                    list::retire(&mut self.mem(ctx, shard), content + C_LIST, pos)?;
+                    st.bad_slots += 1;
+                    continue;
+                }
+                let s = self.pool.ld(o)?;
+                let kind = st_kind(s);
+                let bd = self.pool.ld(o + E_BDTIME)? as i64;
+                let keep = match st_status(s) {
+                    S_CREATING if self.in_name_index(o)? => {
+                        let io = if kind == K_DIR { self.pool.ld(o + D_CONTENT)? } else { o };
+                        if kind != K_LINK {
+                            self.j_exec_pub(ctx, Op::InoPut(io))?;
+                        }
+                        for x in [io, o] {
+                            let c = self.pool.ld(x)?;
+                            self.pool.st(x, state(st_kind(c), S_NORMAL, self.epoch))?;
+                            self.pool.persist(x, 8);
+                        }
+                        st.creates_redone += 1;
+                        true
+                    }
+                    S_CREATING => {
+                        list::retire(&mut self.mem(ctx, shard), content + C_LIST, pos)?;
+                        self.free_entry_objects(ctx, o)?;
+                        st.creates_undone += 1;
+                        false
+                    }
+                    S_DELETING if bd <= ctime => {
+                        self.j_exec_pub(ctx, Op::NameDel(o))?;
+                        self.unpublish_inode(ctx, o)?;
+                        list::retire(&mut self.mem(ctx, shard), content + C_LIST, pos)?;
+                        self.free_entry_objects(ctx, o)?;
+                        st.deletes_redone += 1;
+                        false
+                    }
+                    S_DELETING => {
+                        self.pool.st(o, state(kind, S_NORMAL, self.epoch))?;
+                        self.pool.persist(o, 8);
+                        if kind == K_DIR {
+                            let c = self.pool.ld(o + D_CONTENT)?;
+                            self.pool.st(c, state(K_DIRC, S_NORMAL, self.epoch))?;
+                            self.pool.persist(c, 8);
+                        }
+                        st.deletes_undone += 1;
+                        true
+                    }
+                    _ => true,
+                };
+                if keep {
+                    count += 1;
+                    if kind == K_DIR {
+                        subdirs += 1;
+                    }
+                    maxt = maxt.max(bd);
+                }
+            }
+            self.pool.st(content + C_NDENTS, count)?;
+            self.pool.st(content + C_NSUBDIRS, subdirs)?;
+            if maxt > ctime {
+                self.raise_times(content, maxt, false)?;
+            }
+            self.pool.persist(content, DIRC_SIZE as u64);
+            self.pool.st(content + C_MOD_EPOCH, self.epoch as u64)?;
+            self.pool.persist(content + C_MOD_EPOCH, 8);
+            Ok(st)
+        })
+    }
+}

@@ -1,0 +1,396 @@
+//! rename, with RENAME_NOREPLACE and RENAME_EXCHANGE.
+//!
+//! A rename copies each moved entry object to its new key (copy-on-write; the
+//! inode number stays) and swaps every reference in one journal record. Locks
+//! are taken all at once in the lock table's global order (strict two-phase
+//! locking): both parents shared (they are only *updated*: times by CAS,
+//! counts by fetch-add), both names and both inodes exclusive. Moving a
+//! directory to another parent also takes the volume's rename lock, under
+//! which the loop check ("is the destination inside the source?") is exact,
+//! because only such renames change a directory's parent. Renaming within one
+//! directory (the common case) needs neither and keeps the entry's list
+//! position.
+
+use super::attr::pad8;
+use super::ctx::Ctx;
+use super::journal::{dead, Journal, Op};
+use super::{check_name, is_dot, Engine, Obj};
+use crate::error::{Error, Result};
+use crate::hash;
+use crate::layout::*;
+use crate::locks::Mode;
+use crate::perm::{self, W, X};
+use crate::types::*;
+use std::sync::atomic::Ordering;
+
+struct Side {
+    parent: u64,
+    content: u64,
+    entry: u64,
+    obj: Obj,
+    ino: u64,
+}
+
+impl Engine {
+    /// Renames (parent, name) to (newparent, newname).
+    pub fn rename(
+        &self,
+        cred: &Cred,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        flags: u32,
+    ) -> Result<()> {
+        self.check_writable()?;
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
+            || flags == RENAME_NOREPLACE | RENAME_EXCHANGE
+        {
+            return Err(Error::Invalid("rename flags"));
+        }
+        if is_dot(name) || is_dot(newname) {
+            return Err(Error::Busy);
+        }
+        check_name(name)?;
+        check_name(newname)?;
+        let exchange = flags & RENAME_EXCHANGE != 0;
+        self.with_ctx(|ctx| loop {
+            let (a1, c1) = self.open_dir(parent)?;
+            let (a2, c2) = self.open_dir(newparent)?;
+            perm::check(cred, self.dir_owner(a1)?, X)?;
+            perm::check(cred, self.dir_owner(a2)?, X)?;
+            let s = self.find_name(parent, name)?.ok_or(Error::NotFound)?;
+            let t = self.find_name(newparent, newname)?;
+            let so = self.obj(s)?;
+            let sino = self.pool.ld(s + E_INO)?;
+            let (to, tino) = match t {
+                Some(t) => (Some(self.obj(t)?), self.pool.ld(t + E_INO)?),
+                None => (None, 0),
+            };
+            if exchange && t.is_none() {
+                return Err(Error::NotFound);
+            }
+            if t.is_some() && flags & RENAME_NOREPLACE != 0 {
+                return Err(Error::Exists);
+            }
+            if t == Some(s) || (t.is_some() && tino == sino) {
+                return Ok(()); // both names refer to the same file
+            }
+            let s_dir = matches!(so, Obj::Dir { .. });
+            let t_dir = matches!(to, Some(Obj::Dir { .. }));
+            if !exchange {
+                if let Some(_t) = t {
+                    if s_dir && !t_dir {
+                        return Err(Error::NotDir);
+                    }
+                    if !s_dir && t_dir {
+                        return Err(Error::IsDir);
+                    }
+                }
+            }
+            if t_dir {
+                if let Some(Obj::Dir { content, .. }) = to {
+                    if self.pool.ld(content + C_MOD_EPOCH)? < self.epoch as u64 {
+                        self.repair_dir(tino)?;
+                        continue;
+                    }
+                }
+            }
+            let moves_dir = parent != newparent && (s_dir || (exchange && t_dir));
+            let _rl = if moves_dir { Some(self.rename_lock.lock()) } else { None };
+            if moves_dir {
+                if s_dir && (sino == newparent || self.is_ancestor(sino, newparent)?) {
+                    return Err(Error::Invalid("cannot move a directory into itself"));
+                }
+                if exchange && t_dir && (tino == parent || self.is_ancestor(tino, parent)?) {
+                    return Err(Error::Invalid("cannot move a directory into itself"));
+                }
+            }
+            let mut keys = vec![
+                (hash::ino_key(parent), Mode::Read),
+                (hash::ino_key(newparent), Mode::Read),
+                (hash::name_key(parent, name), Mode::Write),
+                (hash::name_key(newparent, newname), Mode::Write),
+                (hash::ino_key(sino), Mode::Write),
+            ];
+            if t.is_some() {
+                keys.push((hash::ino_key(tino), Mode::Write));
+            }
+            let _g = self.locks.lock(&keys);
+            if self.find_ino(parent)? != Some(c1)
+                || self.find_ino(newparent)? != Some(c2)
+                || self.find_name(parent, name)? != Some(s)
+                || self.find_name(newparent, newname)? != t
+                || self.pool.ld(c1 + C_MOD_EPOCH)? < self.epoch as u64
+                || self.pool.ld(c2 + C_MOD_EPOCH)? < self.epoch as u64
+            {
+                continue;
+            }
+            let sown = self.owner_of(so)?;
+            perm::may_delete(cred, self.dir_owner(a1)?, sown.uid)?;
+            perm::check(cred, self.dir_owner(a2)?, W | X)?;
+            if s_dir && parent != newparent {
+                perm::check(cred, sown, W)?;
+            }
+            if let Some(to) = to {
+                let town = self.owner_of(to)?;
+                perm::may_delete(cred, self.dir_owner(a2)?, town.uid)?;
+                if exchange && t_dir && parent != newparent {
+                    perm::check(cred, town, W)?;
+                }
+                if !exchange {
+                    if let Obj::Dir { content, .. } = to {
+                        if self.pool.ld(content + C_NDENTS)? != 0 {
+                            return Err(Error::NotEmpty);
+                        }
+                    }
+                }
+            }
+            let src = Side { parent, content: c1, entry: s, obj: so, ino: sino };
+            let dst = t.map(|t| Side {
+                parent: newparent,
+                content: c2,
+                entry: t,
+                obj: to.unwrap_or(Obj::Link(t)),
+                ino: tino,
+            });
+            let t0 = self.clock.now(&self.pool);
+            self.touch_epoch(c1)?;
+            self.touch_epoch(c2)?;
+            if exchange {
+                self.do_exchange(ctx, &src, dst.as_ref().ok_or(Error::NotFound)?, name, newname, t0)?;
+            } else {
+                self.do_move(ctx, &src, dst.as_ref(), newparent, c2, newname, t0)?;
+            }
+            return Ok(());
+        })
+    }
+
+    /// True if directory `anc` is a proper ancestor of directory `d`.
+    fn is_ancestor(&self, anc: u64, d: u64) -> Result<bool> {
+        let mut cur = d;
+        for _ in 0..1_000_000 {
+            if cur == ROOT_INO {
+                return Ok(false);
+            }
+            let c = self.dir_content(cur)?;
+            let p = self.pool.ld(c + C_PARENT)?;
+            if p == anc {
+                return Ok(true);
+            }
+            cur = p;
+        }
+        Err(Error::Corrupt("directory parent chain does not reach the root".into()))
+    }
+
+    /// Copies entry `e` to key (parent, name) at `pos` with ctime `t0`;
+    /// returns the new (CREATING) object, recorded in the journal.
+    fn copy_entry(&self, ctx: &mut Ctx, j: &mut Journal, e: u64, parent: u64, name: &[u8], pos: u64, t0: i64) -> Result<u64> {
+        let p = &self.pool;
+        let kind = st_kind(p.ld(e)?);
+        let n = name.len() as u64;
+        let (name_word, name_off) = super::entry_name_offsets(kind);
+        let extra = if kind == K_FILE && p.ld(e + F_MODE)? as u16 as u32 & S_IFMT == S_IFLNK {
+            p.ld(e + F_SIZE)?
+        } else {
+            0
+        };
+        let bytes = name_off + pad8(n) + pad8(extra);
+        let new = self.alloc.alloc(p, &mut ctx.cache, self.shard_of(parent), bytes as u32)?;
+        let creating = state(kind, S_CREATING, self.epoch);
+        self.j_new(j, new, creating)?;
+        let mut f = 8;
+        while f < name_off {
+            p.st(new + f, p.ld(e + f)?)?;
+            f += 8;
+        }
+        p.st(new + E_PARENT, parent)?;
+        p.st(new + E_POS, pos)?;
+        let w = p.ld(e + name_word)?;
+        p.st(new + name_word, (w & !(0xFF << 16)) | n << 16)?;
+        p.write_bytes(new + name_off, name)?;
+        if extra > 0 {
+            let old_n = (w >> 16) as u8 as u64;
+            let mut target = vec![0u8; extra as usize];
+            p.read_bytes(e + name_off + pad8(old_n), &mut target)?;
+            p.write_bytes(new + name_off + pad8(n), &target)?;
+        }
+        if kind == K_FILE {
+            p.st(new + F_CTIME, t0 as u64)?;
+        }
+        p.st(new, creating)?;
+        p.persist(new, bytes);
+        Ok(new)
+    }
+
+    /// Journal ops that repoint everything from entry `old` to its copy.
+    fn repoint(&self, ops: &mut Vec<Op>, old: u64, obj: Obj, new: u64, new_parent: u64, t0: i64) -> Result<()> {
+        let kind = st_kind(self.pool.ld(old)?);
+        match obj {
+            Obj::File(_) => ops.push(Op::InoPut(new)),
+            Obj::Dir { content, .. } => {
+                ops.push(Op::Set { obj: content, field: C_ACCESS, val: new });
+                ops.push(Op::Set { obj: content, field: C_PARENT, val: new_parent });
+                ops.push(Op::Raise { content, t: t0, ctime_only: true });
+            }
+            Obj::Link(_) => {}
+        }
+        ops.push(Op::Set { obj: new, field: 0, val: state(kind, S_NORMAL, self.epoch) });
+        ops.push(Op::Set { obj: old, field: 0, val: dead(kind, self.epoch) });
+        ops.push(Op::Free { obj: old, dead: dead(kind, self.epoch) });
+        Ok(())
+    }
+
+    /// Journal ops removing the replaced target `t` (its slot and key are
+    /// taken over by the moved entry).
+    fn drop_target(&self, ops: &mut Vec<Op>, t: &Side, t0: i64) -> Result<()> {
+        let kind = st_kind(self.pool.ld(t.entry)?);
+        match t.obj {
+            Obj::File(f) => {
+                let nl = self.nlink(f)?;
+                if nl <= 1 {
+                    ops.extend(self.free_file_ops(f)?);
+                    return Ok(());
+                }
+                let mw = self.pool.ld(f + F_MODE)?;
+                ops.push(Op::Set { obj: f, field: 0, val: state(K_FILE, S_DETACHED, self.epoch) });
+                ops.push(Op::Set { obj: f, field: F_MODE, val: (mw & 0xFFFF_FFFF) | ((nl - 1) as u64) << 32 });
+                ops.push(Op::Set { obj: f, field: F_CTIME, val: t0 as u64 });
+                return Ok(());
+            }
+            Obj::Link(_) => {
+                if let Obj::File(f) = self.inode(t.ino)? {
+                    let nl = self.nlink(f)?.saturating_sub(1);
+                    if nl == 0 {
+                        ops.extend(self.free_file_ops(f)?);
+                    } else {
+                        let mw = self.pool.ld(f + F_MODE)?;
+                        ops.push(Op::Set { obj: f, field: F_MODE, val: (mw & 0xFFFF_FFFF) | (nl as u64) << 32 });
+                        ops.push(Op::Set { obj: f, field: F_CTIME, val: t0 as u64 });
+                    }
+                }
+            }
+            Obj::Dir { content, .. } => {
+                ops.push(Op::InoDel(content));
+                ops.push(Op::Set { obj: content, field: 0, val: dead(K_DIRC, self.epoch) });
+                ops.push(Op::DestroyList(content));
+                let x = self.pool.ld(content + C_XATTR)?;
+                if x != 0 {
+                    ops.push(Op::Set { obj: x, field: 0, val: dead(K_XATTR, self.epoch) });
+                    ops.push(Op::Free { obj: x, dead: dead(K_XATTR, self.epoch) });
+                }
+                ops.push(Op::Free { obj: content, dead: dead(K_DIRC, self.epoch) });
+            }
+        }
+        ops.push(Op::Set { obj: t.entry, field: 0, val: dead(kind, self.epoch) });
+        ops.push(Op::Free { obj: t.entry, dead: dead(kind, self.epoch) });
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn do_move(&self, ctx: &mut Ctx, s: &Side, t: Option<&Side>, p2: u64, c2: u64, n2: &[u8], t0: i64) -> Result<()> {
+        let spos = self.pool.ld(s.entry + E_POS)?;
+        let pos = match t {
+            Some(t) => self.pool.ld(t.entry + E_POS)?,
+            None if s.parent == p2 => spos,
+            None => self.pool.u64(c2 + C_NEXT_POS)?.fetch_add(1, Ordering::AcqRel),
+        };
+        let mut j = self.journal(ctx);
+        let new = match self.copy_entry(ctx, &mut j, s.entry, p2, n2, pos, t0) {
+            Ok(n) => n,
+            Err(e) => {
+                self.j_abort(j)?;
+                return Err(e);
+            }
+        };
+        let mut ops = vec![Op::ListSet { content: c2, pos, val: new }, Op::NamePut(new)];
+        if !(s.parent == p2 && pos == spos) {
+            ops.push(Op::ListRetire { content: s.content, pos: spos });
+        }
+        ops.push(Op::NameDel(s.entry));
+        self.repoint(&mut ops, s.entry, s.obj, new, p2, t0)?;
+        if let Some(t) = t {
+            self.drop_target(&mut ops, t, t0)?;
+        }
+        ops.push(Op::Raise { content: s.content, t: t0, ctime_only: false });
+        ops.push(Op::Raise { content: c2, t: t0, ctime_only: false });
+        let frees_inode = match t.map(|t| (t.obj, t.ino)) {
+            None => false,
+            Some((Obj::Dir { .. }, _)) => true,
+            Some((Obj::File(f), _)) => self.nlink(f)? <= 1,
+            Some((Obj::Link(_), ino)) => match self.inode(ino)? {
+                Obj::File(f) => self.nlink(f)? <= 1,
+                _ => false,
+            },
+        };
+        self.j_commit(ctx, j, ops)?;
+        let s_dir = matches!(s.obj, Obj::Dir { .. });
+        let t_dir = matches!(t.map(|t| t.obj), Some(Obj::Dir { .. }));
+        let add = |c: u64, f: u64, d: i64| -> Result<()> {
+            if d != 0 {
+                self.pool.u64(c + f)?.fetch_add(d as u64, Ordering::AcqRel);
+            }
+            Ok(())
+        };
+        if s.parent != p2 {
+            add(s.content, C_NDENTS, -1)?;
+            add(c2, C_NDENTS, if t.is_some() { 0 } else { 1 })?;
+            if s_dir {
+                add(s.content, C_NSUBDIRS, -1)?;
+                add(c2, C_NSUBDIRS, 1)?;
+            }
+        } else if t.is_some() {
+            add(c2, C_NDENTS, -1)?;
+        }
+        if t_dir {
+            add(c2, C_NSUBDIRS, -1)?;
+        }
+        if frees_inode {
+            self.inodes_delta(ctx, -1)?;
+        }
+        Ok(())
+    }
+
+    fn do_exchange(&self, ctx: &mut Ctx, s: &Side, t: &Side, n1: &[u8], n2: &[u8], t0: i64) -> Result<()> {
+        let spos = self.pool.ld(s.entry + E_POS)?;
+        let tpos = self.pool.ld(t.entry + E_POS)?;
+        let mut j = self.journal(ctx);
+        let made = self
+            .copy_entry(ctx, &mut j, s.entry, t.parent, n2, tpos, t0)
+            .and_then(|a| Ok((a, self.copy_entry(ctx, &mut j, t.entry, s.parent, n1, spos, t0)?)));
+        let (ns, nt) = match made {
+            Ok(x) => x,
+            Err(e) => {
+                self.j_abort(j)?;
+                return Err(e);
+            }
+        };
+        let mut ops = vec![
+            Op::ListSet { content: t.content, pos: tpos, val: ns },
+            Op::ListSet { content: s.content, pos: spos, val: nt },
+            Op::NamePut(ns),
+            Op::NamePut(nt),
+        ];
+        self.repoint(&mut ops, s.entry, s.obj, ns, t.parent, t0)?;
+        self.repoint(&mut ops, t.entry, t.obj, nt, s.parent, t0)?;
+        ops.push(Op::Raise { content: s.content, t: t0, ctime_only: false });
+        ops.push(Op::Raise { content: t.content, t: t0, ctime_only: false });
+        self.j_commit(ctx, j, ops)?;
+        if s.parent != t.parent {
+            let sd = matches!(s.obj, Obj::Dir { .. }) as i64;
+            let td = matches!(t.obj, Obj::Dir { .. }) as i64;
+            let d = sd - td;
+            if d != 0 {
+                self.pool.u64(s.content + C_NSUBDIRS)?.fetch_add((-d) as u64, Ordering::AcqRel);
+                self.pool.u64(t.content + C_NSUBDIRS)?.fetch_add(d as u64, Ordering::AcqRel);
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn inodes_delta(&self, ctx: &Ctx, d: i64) -> Result<()> {
+        let w = self.pool.u64(ctx_area(ctx.id) + C_INODES)?;
+        w.store(w.load(Ordering::Relaxed).wrapping_add(d as u64), Ordering::Relaxed);
+        Ok(())
+    }
+}

@@ -1,0 +1,209 @@
+//! Extended attributes. All attributes of an inode live in one blob object
+//! (`[u16 name len][u32 value len][name][value]...`) that every change
+//! replaces copy-on-write; the blob pointer, the inode's ctime and the free of
+//! the old blob commit together in one journal record.
+
+use super::journal::{dead, Op};
+use super::{Engine, Obj};
+use crate::error::{Error, Result};
+use crate::hash;
+use crate::layout::*;
+use crate::locks::Mode;
+use crate::perm::{self, Owner, R, W};
+use crate::types::*;
+
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+#[derive(PartialEq)]
+enum Ns {
+    User,
+    Trusted,
+    Security,
+}
+
+fn namespace(name: &[u8]) -> Result<Ns> {
+    if name.is_empty() || name.len() > XATTR_NAME_MAX {
+        return Err(Error::Range);
+    }
+    let ns = if name.starts_with(b"user.") {
+        Ns::User
+    } else if name.starts_with(b"trusted.") {
+        Ns::Trusted
+    } else if name.starts_with(b"security.") {
+        Ns::Security
+    } else {
+        return Err(Error::NotSupported);
+    };
+    if name.iter().position(|&b| b == b'.').map(|i| i + 1) == Some(name.len()) {
+        return Err(Error::Invalid("empty attribute name after namespace"));
+    }
+    Ok(ns)
+}
+
+impl Engine {
+    fn xattr_slot(&self, o: Obj) -> Result<(u64, u64)> {
+        match o {
+            Obj::File(f) => Ok((f, F_XATTR)),
+            Obj::Dir { content, .. } => Ok((content, C_XATTR)),
+            Obj::Link(_) => Err(Error::Corrupt("xattr on a link entry".into())),
+        }
+    }
+
+    fn read_pairs(&self, blob: u64) -> Result<Pairs> {
+        if blob == 0 {
+            return Ok(Vec::new());
+        }
+        let lw = self.pool.ld(blob + X_LEN)?;
+        let (len, count) = (lw as u32 as usize, (lw >> 32) as usize);
+        if len > XATTR_TOTAL_MAX + 6 * 1024 {
+            return Err(Error::Corrupt(format!("xattr blob of {len} bytes")));
+        }
+        let mut b = vec![0u8; len];
+        self.pool.read_bytes(blob + X_DATA, &mut b)?;
+        let mut out = Vec::with_capacity(count);
+        let mut i = 0;
+        while i < len {
+            if i + 6 > len {
+                return Err(Error::Corrupt("truncated xattr blob".into()));
+            }
+            let nl = u16::from_le_bytes([b[i], b[i + 1]]) as usize;
+            let vl = u32::from_le_bytes([b[i + 2], b[i + 3], b[i + 4], b[i + 5]]) as usize;
+            i += 6;
+            if i + nl + vl > len {
+                return Err(Error::Corrupt("truncated xattr blob".into()));
+            }
+            out.push((b[i..i + nl].to_vec(), b[i + nl..i + nl + vl].to_vec()));
+            i += nl + vl;
+        }
+        Ok(out)
+    }
+
+    /// Permission to read (`write=false`) or change an attribute.
+    fn xattr_perm(&self, cred: &Cred, o: Obj, ns: &Ns, write: bool) -> Result<()> {
+        let own: Owner = self.owner_of(o)?;
+        match ns {
+            Ns::Trusted if !cred.is_root() => Err(if write { Error::Perm } else { Error::NoData }),
+            Ns::Security if write && !cred.is_root() && cred.uid != own.uid => Err(Error::Perm),
+            Ns::User => {
+                let t = own.mode & S_IFMT;
+                if t != S_IFREG && t != S_IFDIR {
+                    return Err(if write { Error::Perm } else { Error::NoData });
+                }
+                if write && t == S_IFDIR && own.mode & S_ISVTX != 0 && !cred.is_root() && cred.uid != own.uid {
+                    return Err(Error::Perm);
+                }
+                perm::check(cred, own, if write { W } else { R })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Value of attribute `name` of `ino`.
+    pub fn getxattr(&self, cred: &Cred, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
+        let ns = namespace(name)?;
+        let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Read)]);
+        let o = self.inode(ino)?;
+        self.xattr_perm(cred, o, &ns, false)?;
+        let (obj, field) = self.xattr_slot(o)?;
+        let pairs = self.read_pairs(self.pool.ld(obj + field)?)?;
+        pairs.into_iter().find(|(n, _)| n == name).map(|(_, v)| v).ok_or(Error::NoData)
+    }
+
+    /// Names of the attributes of `ino` the caller may see.
+    pub fn listxattr(&self, cred: &Cred, ino: u64) -> Result<Vec<Vec<u8>>> {
+        let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Read)]);
+        let o = self.inode(ino)?;
+        let (obj, field) = self.xattr_slot(o)?;
+        let pairs = self.read_pairs(self.pool.ld(obj + field)?)?;
+        Ok(pairs
+            .into_iter()
+            .map(|(n, _)| n)
+            .filter(|n| cred.is_root() || !n.starts_with(b"trusted."))
+            .collect())
+    }
+
+    /// Sets attribute `name` (flags: XATTR_CREATE, XATTR_REPLACE).
+    pub fn setxattr(&self, cred: &Cred, ino: u64, name: &[u8], value: &[u8], flags: u32) -> Result<()> {
+        let ns = namespace(name)?;
+        if value.len() > XATTR_SIZE_MAX {
+            return Err(Error::TooBig);
+        }
+        if flags & !(XATTR_CREATE | XATTR_REPLACE) != 0 {
+            return Err(Error::Invalid("xattr flags"));
+        }
+        self.change_xattrs(cred, ino, &ns, |pairs| {
+            let at = pairs.iter().position(|(n, _)| n == name);
+            match (at, flags) {
+                (Some(_), f) if f & XATTR_CREATE != 0 => Err(Error::Exists),
+                (None, f) if f & XATTR_REPLACE != 0 => Err(Error::NoData),
+                (Some(i), _) => {
+                    pairs[i].1 = value.to_vec();
+                    Ok(())
+                }
+                (None, _) => {
+                    pairs.push((name.to_vec(), value.to_vec()));
+                    Ok(())
+                }
+            }
+        })
+    }
+
+    /// Removes attribute `name`.
+    pub fn removexattr(&self, cred: &Cred, ino: u64, name: &[u8]) -> Result<()> {
+        let ns = namespace(name)?;
+        self.change_xattrs(cred, ino, &ns, |pairs| {
+            let i = pairs.iter().position(|(n, _)| n == name).ok_or(Error::NoData)?;
+            pairs.remove(i);
+            Ok(())
+        })
+    }
+
+    fn change_xattrs(&self, cred: &Cred, ino: u64, ns: &Ns, f: impl FnOnce(&mut Pairs) -> Result<()>) -> Result<()> {
+        self.check_writable()?;
+        self.with_ctx(|ctx| {
+            let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Write)]);
+            let o = self.inode(ino)?;
+            self.xattr_perm(cred, o, ns, true)?;
+            let (obj, field) = self.xattr_slot(o)?;
+            let old = self.pool.ld(obj + field)?;
+            let mut pairs = self.read_pairs(old)?;
+            f(&mut pairs)?;
+            let mut data = Vec::new();
+            for (n, v) in &pairs {
+                data.extend_from_slice(&(n.len() as u16).to_le_bytes());
+                data.extend_from_slice(&(v.len() as u32).to_le_bytes());
+                data.extend_from_slice(n);
+                data.extend_from_slice(v);
+            }
+            if data.len() > XATTR_TOTAL_MAX {
+                return Err(Error::NoSpace);
+            }
+            let t = self.clock.now(&self.pool);
+            let mut j = self.journal(ctx);
+            let new = if pairs.is_empty() {
+                0
+            } else {
+                let b = self.alloc.alloc(&self.pool, &mut ctx.cache, self.shard_of(ino), (X_DATA + data.len() as u64) as u32)?;
+                let st = state(K_XATTR, S_NORMAL, self.epoch);
+                self.j_new(&mut j, b, st)?;
+                self.pool.st(b + X_OWNER, ino)?;
+                self.pool.st(b + X_LEN, data.len() as u64 | (pairs.len() as u64) << 32)?;
+                self.pool.write_bytes(b + X_DATA, &data)?;
+                self.pool.st(b, st)?;
+                self.pool.persist(b, X_DATA + data.len() as u64);
+                b
+            };
+            let mut ops = vec![Op::Set { obj, field, val: new }];
+            match o {
+                Obj::File(fo) => ops.push(Op::Set { obj: fo, field: F_CTIME, val: t as u64 }),
+                Obj::Dir { content, .. } => ops.push(Op::Raise { content, t, ctime_only: true }),
+                Obj::Link(_) => {}
+            }
+            if old != 0 {
+                ops.push(Op::Set { obj: old, field: 0, val: dead(K_XATTR, self.epoch) });
+                ops.push(Op::Free { obj: old, dead: dead(K_XATTR, self.epoch) });
+            }
+            self.j_commit(ctx, j, ops)
+        })
+    }
+}

@@ -1,0 +1,299 @@
+//! Whole-pool consistency check and repair (docs/format.md §Invariants).
+//!
+//! fsck walks the namespace from the root and cross-checks every directory
+//! list, both indexes and the allocator bitmaps. It needs the engine to itself
+//! (no concurrent writers). With `repair`, it first runs the lazy repair of
+//! every directory a crashed epoch modified, then fixes counters and frees
+//! objects that nothing refers to.
+
+use crate::engine::{Engine, Obj};
+use crate::error::Result;
+use crate::hash;
+use crate::layout::*;
+use crate::list;
+use std::collections::{HashMap, HashSet};
+
+/// One inconsistency (fields name the directory inode, object offset,
+/// list position or inode number concerned).
+#[allow(missing_docs)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// A directory list slot that does not hold a valid child.
+    BadListSlot { dir: u64, pos: u64 },
+    /// A live entry that the name index does not find.
+    NotIndexed { dir: u64, name: Vec<u8> },
+    /// An inode the ino index does not map to its object.
+    InoNotIndexed { ino: u64 },
+    /// A name-index entry that points at nothing reachable.
+    StrayNameEntry { obj: u64 },
+    /// An ino-index entry that points at nothing reachable.
+    StrayInoEntry { obj: u64 },
+    /// An index entry outside the buckets its hash routes to.
+    Misrouted { obj: u64 },
+    /// Stored child count differs from the list.
+    WrongCount { dir: u64, stored: u64, actual: u64 },
+    /// Stored subdirectory count differs from the list.
+    WrongSubdirs { dir: u64, stored: u64, actual: u64 },
+    /// A file's link count differs from its names.
+    WrongNlink { ino: u64, stored: u32, actual: u32 },
+    /// A directory's ctime is below a child's birth time.
+    TimeOrder { dir: u64 },
+    /// A child directory that names another parent.
+    WrongParent { dir: u64 },
+    /// An entry still marked in progress (creating/deleting).
+    InProgress { obj: u64 },
+    /// A directory modified by a crashed run and not yet repaired.
+    PendingRepair { dir: u64 },
+    /// An allocated object nothing refers to.
+    Leaked { obj: u64 },
+    /// A referenced object whose allocation bit is clear.
+    NotAllocated { obj: u64 },
+}
+
+/// Result of a check.
+#[derive(Clone, Debug, Default)]
+pub struct FsckReport {
+    /// Directories walked.
+    pub dirs: u64,
+    /// Non-directory inodes found.
+    pub files: u64,
+    /// Hard-link entries found.
+    pub links: u64,
+    /// Allocated objects.
+    pub objects: u64,
+    /// What is wrong (after repair, if repair was asked for).
+    pub problems: Vec<Problem>,
+    /// Problems fixed by repair.
+    pub repaired: u64,
+}
+
+impl FsckReport {
+    /// True if nothing is wrong.
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+impl Engine {
+    /// Checks the whole pool; with `repair`, fixes what it can first.
+    pub fn fsck(&self, repair: bool) -> Result<FsckReport> {
+        if !repair {
+            return self.check();
+        }
+        let before = self.check()?;
+        let mut fixed = 0u64;
+        for p in &before.problems {
+            if let Problem::PendingRepair { dir } = p {
+                self.repair_dir(*dir)?;
+                fixed += 1;
+            }
+        }
+        let mid = self.check()?;
+        for p in &mid.problems {
+            fixed += self.fix(p)? as u64;
+        }
+        let mut after = self.check()?;
+        after.repaired = fixed;
+        Ok(after)
+    }
+
+    fn fix(&self, p: &Problem) -> Result<bool> {
+        let pool = &self.pool;
+        match *p {
+            Problem::WrongCount { dir, actual, .. } => {
+                let c = self.dir_content(dir)?;
+                pool.st(c + C_NDENTS, actual)?;
+            }
+            Problem::WrongSubdirs { dir, actual, .. } => {
+                let c = self.dir_content(dir)?;
+                pool.st(c + C_NSUBDIRS, actual)?;
+            }
+            Problem::WrongNlink { ino, actual, .. } => {
+                if let Obj::File(f) = self.inode(ino)? {
+                    let mw = pool.ld(f + F_MODE)?;
+                    pool.st(f + F_MODE, (mw & 0xFFFF_FFFF) | (actual as u64) << 32)?;
+                }
+            }
+            Problem::Leaked { obj } => self.alloc.free(pool, obj)?,
+            _ => return Ok(false),
+        }
+        pool.persist(0, 0);
+        Ok(true)
+    }
+
+    fn check(&self) -> Result<FsckReport> {
+        let pool = &self.pool;
+        let mut r = FsckReport::default();
+        let mut reach: HashSet<u64> = HashSet::new();
+        let mut entries: HashSet<u64> = HashSet::new();
+        let mut inode_objs: HashMap<u64, u64> = HashMap::new(); // ino -> object
+        let mut names_of: HashMap<u64, u32> = HashMap::new(); // ino -> names seen
+        let mut nlink_of: HashMap<u64, u32> = HashMap::new();
+        reach.insert(self.root_access);
+        let mut stack = vec![(ROOT_INO_, ROOT_INO_)];
+        while let Some((dir, parent)) = stack.pop() {
+            let Some(c) = self.find_ino(dir)? else {
+                r.problems.push(Problem::InoNotIndexed { ino: dir });
+                continue;
+            };
+            r.dirs += 1;
+            reach.insert(c);
+            inode_objs.insert(dir, c);
+            let x = pool.ld(c + C_XATTR)?;
+            if x != 0 {
+                reach.insert(x);
+            }
+            list::for_each_node(pool, c + C_LIST, &mut |n, _| {
+                reach.insert(n);
+                Ok(())
+            })?;
+            if pool.ld(c + C_PARENT)? != parent {
+                r.problems.push(Problem::WrongParent { dir });
+            }
+            if pool.ld(c + C_MOD_EPOCH)? < self.epoch as u64 {
+                r.problems.push(Problem::PendingRepair { dir });
+            }
+            let ctime = pool.ld(c + C_CTIME)? as i64;
+            let end = pool.ld(c + C_NEXT_POS)?;
+            let (mut count, mut subdirs, mut late) = (0u64, 0u64, false);
+            let mut slots = Vec::new();
+            list::scan(pool, c + C_LIST, 0, end, &mut |pos, o| {
+                slots.push((pos, o));
+                Ok(true)
+            })?;
+            for (pos, o) in slots {
+                let s = pool.ld(o).unwrap_or(0);
+                let k = st_kind(s);
+                let ok = self.alloc.is_allocated(pool, o)
+                    && (k == K_FILE || k == K_DIR || k == K_LINK)
+                    && pool.ld(o + E_PARENT)? == dir
+                    && pool.ld(o + E_POS)? == pos;
+                if !ok {
+                    r.problems.push(Problem::BadListSlot { dir, pos });
+                    continue;
+                }
+                reach.insert(o);
+                entries.insert(o);
+                if st_status(s) != S_NORMAL {
+                    r.problems.push(Problem::InProgress { obj: o });
+                }
+                count += 1;
+                if pool.ld(o + E_BDTIME)? as i64 > ctime {
+                    late = true;
+                }
+                let name = self.entry_name(o)?;
+                if self.find_name(dir, &name)? != Some(o) {
+                    r.problems.push(Problem::NotIndexed { dir, name: name.clone() });
+                }
+                let ino = pool.ld(o + E_INO)?;
+                match k {
+                    K_DIR => {
+                        subdirs += 1;
+                        let dc = pool.ld(o + D_CONTENT)?;
+                        if pool.ld(dc + C_ACCESS)? != o {
+                            r.problems.push(Problem::WrongParent { dir: ino });
+                        }
+                        stack.push((ino, dir));
+                    }
+                    K_FILE => {
+                        r.files += 1;
+                        inode_objs.insert(ino, o);
+                        *names_of.entry(ino).or_default() += 1;
+                        nlink_of.insert(ino, (pool.ld(o + F_MODE)? >> 32) as u32);
+                        if pool.ld(o + F_XATTR)? != 0 {
+                            reach.insert(pool.ld(o + F_XATTR)?);
+                        }
+                    }
+                    _ => {
+                        r.links += 1;
+                        *names_of.entry(ino).or_default() += 1;
+                    }
+                }
+            }
+            let stored = pool.ld(c + C_NDENTS)?;
+            if stored != count {
+                r.problems.push(Problem::WrongCount { dir, stored, actual: count });
+            }
+            let stored = pool.ld(c + C_NSUBDIRS)?;
+            if stored != subdirs {
+                r.problems.push(Problem::WrongSubdirs { dir, stored, actual: subdirs });
+            }
+            if late {
+                r.problems.push(Problem::TimeOrder { dir });
+            }
+        }
+        // Files reachable only through link entries (detached).
+        for (&ino, &n) in &names_of {
+            let obj = match inode_objs.get(&ino) {
+                Some(&o) => o,
+                None => match self.find_ino(ino)? {
+                    Some(o) if st_status(pool.ld(o)?) == S_DETACHED => {
+                        r.files += 1;
+                        reach.insert(o);
+                        let x = pool.ld(o + F_XATTR)?;
+                        if x != 0 {
+                            reach.insert(x);
+                        }
+                        inode_objs.insert(ino, o);
+                        nlink_of.insert(ino, (pool.ld(o + F_MODE)? >> 32) as u32);
+                        o
+                    }
+                    _ => {
+                        r.problems.push(Problem::InoNotIndexed { ino });
+                        continue;
+                    }
+                },
+            };
+            if self.find_ino(ino)? != Some(obj) {
+                r.problems.push(Problem::InoNotIndexed { ino });
+            }
+            let stored = nlink_of.get(&ino).copied().unwrap_or(0);
+            if stored != n {
+                r.problems.push(Problem::WrongNlink { ino, stored, actual: n });
+            }
+        }
+        // Index entries and structure.
+        let inode_set: HashSet<u64> = inode_objs.values().copied().collect();
+        for sh in &self.shards {
+            for ix in [&sh.name, &sh.ino] {
+                for o in ix.structure(pool)? {
+                    reach.insert(o);
+                }
+            }
+            sh.name.for_each(pool, &mut |slot, o| {
+                if !entries.contains(&o) {
+                    r.problems.push(Problem::StrayNameEntry { obj: o });
+                } else {
+                    let parent = pool.ld(o + E_PARENT)?;
+                    let h = hash::name_key(parent, &self.entry_name(o)?);
+                    if !sh.name.routed_here(pool, h, slot)? {
+                        r.problems.push(Problem::Misrouted { obj: o });
+                    }
+                }
+                Ok(())
+            })?;
+            sh.ino.for_each(pool, &mut |slot, o| {
+                if !inode_set.contains(&o) {
+                    r.problems.push(Problem::StrayInoEntry { obj: o });
+                } else if !sh.ino.routed_here(pool, hash::ino_key(self.ino_of_obj(o)?), slot)? {
+                    r.problems.push(Problem::Misrouted { obj: o });
+                }
+                Ok(())
+            })?;
+        }
+        for &o in &reach {
+            if !self.alloc.is_allocated(pool, o) {
+                r.problems.push(Problem::NotAllocated { obj: o });
+            }
+        }
+        self.alloc.for_each_allocated(pool, |o, _| {
+            r.objects += 1;
+            if !reach.contains(&o) {
+                r.problems.push(Problem::Leaked { obj: o });
+            }
+        })?;
+        Ok(r)
+    }
+}
+
+const ROOT_INO_: u64 = crate::types::ROOT_INO;

@@ -1,0 +1,546 @@
+//! Persistent concurrent hash index (extendible hashing, HMFS §3.2).
+//!
+//! An index maps a 64-bit key hash to object offsets; the key itself lives in
+//! the object, so a lookup compares candidates through a caller-supplied
+//! matcher. Layout (docs/format.md §Index): a root word points to a
+//! *directory* of `2^G` segment offsets (G = global depth, the top G bits of
+//! the hash pick the entry); a *segment* (16 KiB) has local depth L and 255
+//! buckets of 8 slots. A slot is one word: the top 24 bits of the hash (tag)
+//! and the object offset / 16. A key may sit in either of two buckets chosen
+//! from the low hash bits; inserts take the emptier one. Publishing or
+//! removing an entry is one 8-byte atomic store.
+//!
+//! A full segment splits in place: the entries whose next hash bit is 1 are
+//! copied to a new segment *at the same bucket and slot* (so no hash needs
+//! recomputing), the directory entries of that half are redirected, then the
+//! copies are cleared from the old segment. The split is recorded in the old
+//! segment's header first, so a crash anywhere in it is finished by the first
+//! operation that touches the segment after restart (lazy recovery).
+//!
+//! Concurrency: lookups take no lock; they validate against per-stripe
+//! sequence counters that only splits and directory doubling bump. Inserts and
+//! removals take their segment's stripe lock shared (they publish with CAS);
+//! a split takes it exclusive. Key-level exclusion is the caller's job (the
+//! engine's lock table), so two inserts of one key never race here.
+
+use crate::alloc::{class_of, Allocator, AllocCache};
+use crate::error::{Error, Result};
+use crate::layout::*;
+use crate::pool::Pool;
+use parking_lot::{Mutex, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const STRIPES: usize = 1024;
+const SPLITTING: u64 = 1;
+/// Deepest local depth: the tag holds 24 hash bits.
+pub const MAX_DEPTH: u64 = 24;
+
+#[repr(align(64))]
+struct Stripe {
+    lock: RwLock<()>,
+    ver: AtomicU64,
+}
+
+/// Allocation context for index maintenance.
+pub struct IxMem<'a> {
+    /// The pool.
+    pub pool: &'a Pool,
+    /// The allocator.
+    pub alloc: &'a Allocator,
+    /// The calling context's cache.
+    pub cache: &'a mut AllocCache,
+    /// Shard to allocate in.
+    pub shard: u32,
+}
+
+impl IxMem<'_> {
+    fn alloc(&mut self, size: u64) -> Result<u64> {
+        if class_of(size as u32).is_some() && size <= u32::MAX as u64 {
+            self.alloc.alloc(self.pool, self.cache, self.shard, size as u32)
+        } else {
+            self.alloc.alloc_huge(self.pool, size)
+        }
+    }
+}
+
+/// One hash index (DRAM handle over its pool structures).
+pub struct HashIndex {
+    root: u64,
+    stripes: Box<[Stripe]>,
+    dir_ver: AtomicU64,
+    dir_lock: Mutex<()>,
+    epoch: u32,
+}
+
+#[inline]
+fn tag(h: u64) -> u64 {
+    h >> 40
+}
+
+#[inline]
+fn slot_value(h: u64, off: u64) -> u64 {
+    tag(h) << 40 | off >> 4
+}
+
+/// Object offset stored in a slot word.
+#[inline]
+pub fn slot_obj(v: u64) -> u64 {
+    (v & ((1 << 40) - 1)) << 4
+}
+
+#[inline]
+fn buckets(h: u64) -> (u64, u64) {
+    let b1 = 1 + (h & 0xFFFFF) % ISEG_BUCKETS;
+    let mut b2 = 1 + ((h >> 20) & 0xFFFFF) % ISEG_BUCKETS;
+    if b2 == b1 {
+        b2 = b1 % ISEG_BUCKETS + 1;
+    }
+    (b1, b2)
+}
+
+#[inline]
+fn dir_index(h: u64, g: u64) -> u64 {
+    if g == 0 {
+        0
+    } else {
+        h >> (64 - g)
+    }
+}
+
+fn dir_size(g: u64) -> u64 {
+    ID_ENTRIES + (8u64 << g)
+}
+
+/// Creates an empty index (root, directory of depth 0, one segment) and
+/// returns the root's offset.
+pub fn format(m: &mut IxMem) -> Result<u64> {
+    let pool = m.pool;
+    let seg = m.alloc(ISEG_SIZE as u64)?;
+    pool.st(seg, state(K_ISEG, S_NORMAL, 0))?;
+    pool.persist(seg, ISEG_SIZE as u64);
+    let dir = m.alloc(dir_size(0))?;
+    pool.st(dir, state(K_IDIR, S_NORMAL, 0))?;
+    pool.st(dir + ID_ENTRIES, seg)?;
+    pool.persist(dir, dir_size(0));
+    let root = m.alloc(64)?;
+    pool.st(root, state(K_IROOT, S_NORMAL, 0))?;
+    pool.st(root + IR_DIR, dir)?;
+    pool.persist(root, 64);
+    Ok(root)
+}
+
+/// A located entry: the slot word's offset and the object it points to.
+#[derive(Clone, Copy, Debug)]
+pub struct Found {
+    /// Offset of the slot word.
+    #[allow(dead_code)]
+    pub slot: u64,
+    /// Offset of the object.
+    pub obj: u64,
+}
+
+impl HashIndex {
+    /// Opens the index whose root object is at `root`.
+    pub fn open(root: u64, epoch: u32) -> HashIndex {
+        HashIndex {
+            root,
+            stripes: (0..STRIPES)
+                .map(|_| Stripe {
+                    lock: RwLock::new(()),
+                    ver: AtomicU64::new(0),
+                })
+                .collect(),
+            dir_ver: AtomicU64::new(0),
+            dir_lock: Mutex::new(()),
+            epoch,
+        }
+    }
+
+    #[inline]
+    fn stripe(&self, seg: u64) -> &Stripe {
+        &self.stripes[((seg >> 14).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as usize % STRIPES]
+    }
+
+    /// (directory offset, global depth, segment for `h`).
+    #[inline]
+    fn route(&self, pool: &Pool, h: u64) -> Result<(u64, u64, u64)> {
+        let dir = pool.ld(self.root + IR_DIR)?;
+        let g = pool.ld(dir + ID_DEPTH)?;
+        if g > MAX_DEPTH {
+            return Err(Error::Corrupt(format!("index directory depth {g}")));
+        }
+        let seg = pool.ld(dir + ID_ENTRIES + 8 * dir_index(h, g))?;
+        Ok((dir, g, seg))
+    }
+
+    fn wait_dir(&self) -> u64 {
+        loop {
+            let v = self.dir_ver.load(Ordering::Acquire);
+            if v & 1 == 0 {
+                return v;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Finds the entry for hash `h` whose object satisfies `matches`.
+    pub fn lookup(
+        &self,
+        pool: &Pool,
+        h: u64,
+        matches: &mut dyn FnMut(u64) -> Result<bool>,
+    ) -> Result<Option<Found>> {
+        loop {
+            let dv = self.wait_dir();
+            let (_, _, seg) = self.route(pool, h)?;
+            let st = self.stripe(seg);
+            let sv = st.ver.load(Ordering::Acquire);
+            if sv & 1 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            if pool.ld(seg + IS_SPLIT)? & SPLITTING != 0 {
+                if self.dir_ver.load(Ordering::Acquire) == dv && self.route(pool, h)?.2 == seg {
+                    self.finish_crashed_split(pool, seg)?;
+                }
+                continue;
+            }
+            let found = self.probe(pool, seg, h, matches)?;
+            if st.ver.load(Ordering::Acquire) == sv && self.dir_ver.load(Ordering::Acquire) == dv {
+                return Ok(found);
+            }
+        }
+    }
+
+    fn probe(
+        &self,
+        pool: &Pool,
+        seg: u64,
+        h: u64,
+        matches: &mut dyn FnMut(u64) -> Result<bool>,
+    ) -> Result<Option<Found>> {
+        let (b1, b2) = buckets(h);
+        let t = tag(h);
+        for b in [b1, b2] {
+            let base = seg + 64 * b;
+            for i in 0..BUCKET_SLOTS {
+                let v = pool.ld(base + 8 * i)?;
+                if v != 0 && v >> 40 == t {
+                    let obj = slot_obj(v);
+                    if matches(obj)? {
+                        return Ok(Some(Found { slot: base + 8 * i, obj }));
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Runs `f(segment)` with the segment for `h` locked shared and current.
+    fn with_segment<T>(
+        &self,
+        pool: &Pool,
+        h: u64,
+        f: &mut dyn FnMut(u64) -> Result<Option<T>>,
+        m: &mut IxMem,
+    ) -> Result<T> {
+        loop {
+            self.wait_dir();
+            let (_, _, seg) = self.route(pool, h)?;
+            let st = self.stripe(seg);
+            let g = st.lock.read();
+            if self.route(pool, h)?.2 != seg {
+                continue;
+            }
+            if pool.ld(seg + IS_SPLIT)? & SPLITTING != 0 {
+                drop(g);
+                self.finish_crashed_split(pool, seg)?;
+                continue;
+            }
+            if let Some(r) = f(seg)? {
+                return Ok(r);
+            }
+            drop(g);
+            self.split(pool, h, seg, m)?;
+        }
+    }
+
+    /// Publishes `obj` under hash `h` (the caller guarantees the key is absent).
+    pub fn insert(&self, pool: &Pool, h: u64, obj: u64, m: &mut IxMem) -> Result<u64> {
+        if obj >> 44 != 0 || obj & 15 != 0 {
+            return Err(Error::Corrupt(format!("unindexable offset {obj:#x}")));
+        }
+        let v = slot_value(h, obj);
+        let (b1, b2) = buckets(h);
+        self.with_segment(
+            pool,
+            h,
+            &mut |seg| {
+                let free = |b: u64| -> Result<u64> {
+                    let mut n = 0;
+                    for i in 0..BUCKET_SLOTS {
+                        if pool.ld(seg + 64 * b + 8 * i)? == 0 {
+                            n += 1;
+                        }
+                    }
+                    Ok(n)
+                };
+                let order = if free(b2)? > free(b1)? { [b2, b1] } else { [b1, b2] };
+                for b in order {
+                    for i in 0..BUCKET_SLOTS {
+                        let at = seg + 64 * b + 8 * i;
+                        let w = pool.u64(at)?;
+                        if w.load(Ordering::Acquire) == 0
+                            && w.compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire).is_ok()
+                        {
+                            pool.persist(at, 8);
+                            return Ok(Some(at));
+                        }
+                    }
+                }
+                Ok(None)
+            },
+            m,
+        )
+    }
+
+    /// Removes the entry (hash `h`) pointing at `obj`; false if absent.
+    pub fn remove(&self, pool: &Pool, h: u64, obj: u64, m: &mut IxMem) -> Result<bool> {
+        self.swap(pool, h, obj, 0, m)
+    }
+
+    /// Repoints the entry (hash `h`) from `old` to `new` (same key).
+    pub fn replace(&self, pool: &Pool, h: u64, old: u64, new: u64, m: &mut IxMem) -> Result<bool> {
+        self.swap(pool, h, old, slot_value(h, new), m)
+    }
+
+    fn swap(&self, pool: &Pool, h: u64, old: u64, new_word: u64, m: &mut IxMem) -> Result<bool> {
+        let want = slot_value(h, old);
+        let (b1, b2) = buckets(h);
+        self.with_segment(
+            pool,
+            h,
+            &mut |seg| {
+                for b in [b1, b2] {
+                    for i in 0..BUCKET_SLOTS {
+                        let at = seg + 64 * b + 8 * i;
+                        let w = pool.u64(at)?;
+                        if w.load(Ordering::Acquire) == want
+                            && w.compare_exchange(want, new_word, Ordering::AcqRel, Ordering::Acquire).is_ok()
+                        {
+                            pool.persist(at, 8);
+                            return Ok(Some(true));
+                        }
+                    }
+                }
+                Ok(Some(false))
+            },
+            m,
+        )
+    }
+
+    /// Splits segment `seg` (reached through hash `h`).
+    fn split(&self, pool: &Pool, h: u64, seg: u64, m: &mut IxMem) -> Result<()> {
+        let st = self.stripe(seg);
+        let _w = st.lock.write();
+        let (dir, g, cur) = self.route(pool, h)?;
+        if cur != seg {
+            return Ok(()); // someone else split it
+        }
+        let l = pool.ld(seg + IS_DEPTH)?;
+        if l >= MAX_DEPTH {
+            return Err(Error::NoSpace);
+        }
+        if l == g {
+            self.double(pool, dir, g, m)?;
+        }
+        let new = m.alloc(ISEG_SIZE as u64)?;
+        st.ver.fetch_add(1, Ordering::AcqRel);
+        let prefix = pool.ld(seg + IS_PREFIX)?;
+        pool.st(new, state(K_ISEG, S_NORMAL, 0))?;
+        pool.st(new + IS_DEPTH, l + 1)?;
+        pool.st(new + IS_PREFIX, prefix << 1 | 1)?;
+        for b in 1..=ISEG_BUCKETS {
+            for i in 0..BUCKET_SLOTS {
+                let v = pool.ld(seg + 64 * b + 8 * i)?;
+                if v != 0 && upper(v, l) {
+                    pool.st(new + 64 * b + 8 * i, v)?;
+                }
+            }
+        }
+        pool.persist(new, ISEG_SIZE as u64);
+        crate::crash_point!("index.split.after_copy");
+        pool.st(seg + IS_SPLIT_EPOCH, self.epoch as u64)?;
+        pool.st(seg + IS_SPLIT, new | SPLITTING)?;
+        pool.persist(seg, 64);
+        crate::crash_point!("index.split.after_mark");
+        self.complete_split(pool, seg, new)?;
+        st.ver.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Steps of a split after it was recorded; idempotent (crash redo).
+    fn complete_split(&self, pool: &Pool, seg: u64, new: u64) -> Result<()> {
+        let l = pool.ld(new + IS_DEPTH)? - 1;
+        let prefix = pool.ld(new + IS_PREFIX)? >> 1;
+        let dir = pool.ld(self.root + IR_DIR)?;
+        let g = pool.ld(dir + ID_DEPTH)?;
+        if g <= l {
+            return Err(Error::Corrupt("index split deeper than its directory".into()));
+        }
+        let span = 1u64 << (g - l);
+        let first = prefix << (g - l);
+        for i in first + span / 2..first + span {
+            pool.st(dir + ID_ENTRIES + 8 * i, new)?;
+        }
+        pool.persist(dir + ID_ENTRIES + 8 * first, 8 * span);
+        crate::crash_point!("index.split.after_redirect");
+        pool.st(seg + IS_DEPTH, l + 1)?;
+        pool.st(seg + IS_PREFIX, prefix << 1)?;
+        for b in 1..=ISEG_BUCKETS {
+            for i in 0..BUCKET_SLOTS {
+                let at = seg + 64 * b + 8 * i;
+                let v = pool.ld(at)?;
+                if v != 0 && upper(v, l) {
+                    pool.st(at, 0)?;
+                }
+            }
+        }
+        pool.persist(seg, ISEG_SIZE as u64);
+        pool.st(seg + IS_SPLIT, 0)?;
+        pool.persist(seg + IS_SPLIT, 8);
+        Ok(())
+    }
+
+    /// Finishes a split that a crash interrupted (first touch after restart).
+    fn finish_crashed_split(&self, pool: &Pool, seg: u64) -> Result<()> {
+        let st = self.stripe(seg);
+        let _w = st.lock.write();
+        let sp = pool.ld(seg + IS_SPLIT)?;
+        if sp & SPLITTING == 0 {
+            return Ok(());
+        }
+        let target = sp & !SPLITTING;
+        if st_kind(pool.ld(seg)?) != K_ISEG
+            || st_kind(pool.ld(target)?) != K_ISEG
+            || pool.ld(target + IS_DEPTH)? != pool.ld(seg + IS_DEPTH)? + 1
+        {
+            return Err(Error::Corrupt(format!("index segment {seg:#x} has a bad split record")));
+        }
+        if pool.ld(seg + IS_SPLIT_EPOCH)? as u32 == self.epoch {
+            // A split of this run holds the lock while marked; cannot happen.
+            return Err(Error::Corrupt("index split marked but not running".into()));
+        }
+        st.ver.fetch_add(1, Ordering::AcqRel);
+        let r = self.complete_split(pool, seg, sp & !SPLITTING);
+        st.ver.fetch_add(1, Ordering::AcqRel);
+        r
+    }
+
+    /// Doubles the directory (called with the splitting segment locked).
+    fn double(&self, pool: &Pool, dir: u64, g: u64, m: &mut IxMem) -> Result<()> {
+        let _d = self.dir_lock.lock();
+        if pool.ld(self.root + IR_DIR)? != dir {
+            return Ok(());
+        }
+        let nd = m.alloc(dir_size(g + 1))?;
+        pool.st(nd, state(K_IDIR, S_NORMAL, 0))?;
+        pool.st(nd + ID_DEPTH, g + 1)?;
+        for i in 0..1u64 << (g + 1) {
+            pool.st(nd + ID_ENTRIES + 8 * i, pool.ld(dir + ID_ENTRIES + 8 * (i >> 1))?)?;
+        }
+        pool.persist(nd, dir_size(g + 1));
+        self.dir_ver.fetch_add(1, Ordering::AcqRel);
+        crate::crash_point!("index.double.before_swap");
+        pool.st(self.root + IR_DIR, nd)?;
+        pool.persist(self.root + IR_DIR, 8);
+        self.dir_ver.fetch_add(1, Ordering::AcqRel);
+        // A lock-free reader still in the old directory re-validates against
+        // `dir_ver` and retries, so the old one can go now (huge runs, used
+        // for directories above 64 KiB, are never freed).
+        if m.alloc.is_allocated(pool, dir) {
+            m.alloc.free(pool, dir)?;
+        }
+        Ok(())
+    }
+
+    /// Calls `f(slot offset, object offset)` for every entry (fsck; the
+    /// caller must exclude writers).
+    pub fn for_each(&self, pool: &Pool, f: &mut dyn FnMut(u64, u64) -> Result<()>) -> Result<()> {
+        let dir = pool.ld(self.root + IR_DIR)?;
+        let g = pool.ld(dir + ID_DEPTH)?;
+        let mut last = u64::MAX;
+        for i in 0..1u64 << g {
+            let seg = pool.ld(dir + ID_ENTRIES + 8 * i)?;
+            if seg == last {
+                continue;
+            }
+            last = seg;
+            for b in 1..=ISEG_BUCKETS {
+                for s in 0..BUCKET_SLOTS {
+                    let at = seg + 64 * b + 8 * s;
+                    let v = pool.ld(at)?;
+                    if v != 0 {
+                        f(at, slot_obj(v))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Structural objects of the index: root, directory, segments (fsck).
+    pub fn structure(&self, pool: &Pool) -> Result<Vec<u64>> {
+        let dir = pool.ld(self.root + IR_DIR)?;
+        let g = pool.ld(dir + ID_DEPTH)?;
+        let mut v = vec![self.root, dir];
+        let mut last = u64::MAX;
+        for i in 0..1u64 << g {
+            let seg = pool.ld(dir + ID_ENTRIES + 8 * i)?;
+            if seg != last {
+                v.push(seg);
+                last = seg;
+            }
+        }
+        Ok(v)
+    }
+
+    /// Checks that the entry at `slot` is where hash `h` routes (fsck).
+    pub fn routed_here(&self, pool: &Pool, h: u64, slot: u64) -> Result<bool> {
+        let (_, _, seg) = self.route(pool, h)?;
+        let (b1, b2) = buckets(h);
+        let in_b = |b: u64| slot >= seg + 64 * b && slot < seg + 64 * (b + 1);
+        Ok((in_b(b1) || in_b(b2)) && pool.ld(slot)? >> 40 == tag(h))
+    }
+}
+
+/// True if the entry `v` of a segment at depth `l` belongs to its upper half.
+#[inline]
+fn upper(v: u64, l: u64) -> bool {
+    (v >> 40) >> (23 - l) & 1 == 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_roundtrip() {
+        let h = 0xABCD_EF01_2345_6789u64;
+        let off = 0x1234_5670u64;
+        let v = slot_value(h, off);
+        assert_eq!(slot_obj(v), off);
+        assert_eq!(v >> 40, h >> 40);
+        let (b1, b2) = buckets(h);
+        assert!(b1 != b2 && (1..=ISEG_BUCKETS).contains(&b1) && (1..=ISEG_BUCKETS).contains(&b2));
+    }
+
+    #[test]
+    fn upper_bit_matches_routing() {
+        for l in 0..MAX_DEPTH {
+            let h = 1u64 << (63 - l);
+            assert!(upper(slot_value(h, 16), l));
+            assert!(!upper(slot_value(0, 16), l));
+        }
+    }
+}

@@ -1,0 +1,283 @@
+//! Per-directory child lists.
+//!
+//! Every child of a directory gets a *position* from the directory's
+//! monotonically increasing `next_pos` counter at create time and keeps it for
+//! life (it is stored in the child). The list maps positions to child objects
+//! in a radix tree of 512-byte leaf pages (56 slots) under 4 KiB interior
+//! nodes (512 children), grown by adding a root level.
+//!
+//! Why positions and not a linked list of siblings: an unlink clears one slot
+//! in O(1) (the child knows its position), a listing never follows a pointer
+//! into freed memory, and a readdir cookie is simply "the next position": a
+//! listing resumed across concurrent creates and deletes returns every entry
+//! that existed throughout exactly once, and positions are never reused, so a
+//! removed-then-recreated name can never make the cursor go back. A leaf whose
+//! every position has been used and cleared is freed.
+
+use crate::error::{Error, Result};
+use crate::layout::*;
+use crate::pool::Pool;
+use std::sync::atomic::Ordering;
+
+/// Allocation context for list maintenance.
+pub trait Mem {
+    /// The pool.
+    fn pool(&self) -> &Pool;
+    /// Allocates a zeroed object.
+    fn alloc(&mut self, size: u32) -> Result<u64>;
+    /// Frees an object.
+    fn free(&mut self, off: u64) -> Result<()>;
+}
+
+fn capacity(depth: u64) -> u64 {
+    PAGE_SLOTS.saturating_mul(NODE_FANOUT.saturating_pow(depth as u32))
+}
+
+fn split_root(w: u64) -> (u64, u64) {
+    (w & !15, w & 15)
+}
+
+/// Offset of the slot word for `pos`, or None if its page does not exist.
+pub fn slot(pool: &Pool, root: u64, pos: u64) -> Result<Option<u64>> {
+    let (mut node, depth) = split_root(pool.ld(root)?);
+    if node == 0 || pos >= capacity(depth) {
+        return Ok(None);
+    }
+    let leaf = pos / PAGE_SLOTS;
+    for level in (0..depth).rev() {
+        let idx = (leaf / NODE_FANOUT.pow(level as u32)) % NODE_FANOUT;
+        node = pool.ld(node + 8 * idx)?;
+        if node == 0 {
+            return Ok(None);
+        }
+    }
+    Ok(Some(node + P_SLOTS + 8 * (pos % PAGE_SLOTS)))
+}
+
+/// The value at `pos` (0 if empty).
+pub fn get(pool: &Pool, root: u64, pos: u64) -> Result<u64> {
+    match slot(pool, root, pos)? {
+        Some(s) => pool.ld(s),
+        None => Ok(0),
+    }
+}
+
+fn new_page<M: Mem>(m: &mut M) -> Result<u64> {
+    let p = m.alloc(PAGE_SIZE)?;
+    m.pool().st(p, state(K_PAGE, S_NORMAL, 0))?;
+    m.pool().persist(p, PAGE_SIZE as u64);
+    Ok(p)
+}
+
+fn new_node<M: Mem>(m: &mut M) -> Result<u64> {
+    let p = m.alloc(NODE_SIZE)?;
+    m.pool().persist(p, NODE_SIZE as u64);
+    Ok(p)
+}
+
+/// Installs `child` in the word at `at` if it is 0; frees `child` if another
+/// thread won. Returns the word's final value.
+fn install<M: Mem>(m: &mut M, at: u64, child: u64) -> Result<u64> {
+    let w = m.pool().u64(at)?;
+    match w.compare_exchange(0, child, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {
+            m.pool().persist(at, 8);
+            Ok(child)
+        }
+        Err(cur) => {
+            m.free(child)?;
+            Ok(cur)
+        }
+    }
+}
+
+/// Offset of the slot word for `pos`, creating pages and levels as needed.
+pub fn slot_mut<M: Mem>(m: &mut M, root: u64, pos: u64) -> Result<u64> {
+    loop {
+        let rw = m.pool().ld(root)?;
+        let (node, depth) = split_root(rw);
+        if node == 0 {
+            let p = new_page(m)?;
+            let w = m.pool().u64(root)?;
+            if w.compare_exchange(0, p, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                m.free(p)?;
+            } else {
+                m.pool().persist(root, 8);
+            }
+            continue;
+        }
+        if pos >= capacity(depth) {
+            if depth >= 6 {
+                return Err(Error::NoSpace);
+            }
+            let n = new_node(m)?;
+            m.pool().st(n, node)?;
+            m.pool().persist(n, 8);
+            let w = m.pool().u64(root)?;
+            if w.compare_exchange(rw, n | (depth + 1), Ordering::AcqRel, Ordering::Acquire).is_err() {
+                m.free(n)?;
+            } else {
+                m.pool().persist(root, 8);
+            }
+            continue;
+        }
+        let leaf = pos / PAGE_SLOTS;
+        let mut cur = node;
+        for level in (0..depth).rev() {
+            let idx = (leaf / NODE_FANOUT.pow(level as u32)) % NODE_FANOUT;
+            let at = cur + 8 * idx;
+            let mut child = m.pool().ld(at)?;
+            if child == 0 {
+                let c = if level == 0 { new_page(m)? } else { new_node(m)? };
+                child = install(m, at, c)?;
+            }
+            cur = child;
+        }
+        return Ok(cur + P_SLOTS + 8 * (pos % PAGE_SLOTS));
+    }
+}
+
+/// Stores `v` at `pos` (creating its page).
+pub fn set<M: Mem>(m: &mut M, root: u64, pos: u64, v: u64) -> Result<()> {
+    let s = slot_mut(m, root, pos)?;
+    m.pool().st(s, v)?;
+    m.pool().persist(s, 8);
+    Ok(())
+}
+
+/// Empties `pos` for good (the position is never used again) and frees its
+/// page once every position of the page has been used and emptied.
+pub fn retire<M: Mem>(m: &mut M, root: u64, pos: u64) -> Result<()> {
+    let Some(s) = slot(m.pool(), root, pos)? else {
+        return Ok(());
+    };
+    m.pool().st(s, 0)?;
+    m.pool().persist(s, 8);
+    let page = s - P_SLOTS - 8 * (pos % PAGE_SLOTS);
+    let dead = m.pool().u64(page + P_DEAD)?.fetch_add(1, Ordering::AcqRel) + 1;
+    if dead == PAGE_SLOTS {
+        unlink_page(m, root, pos / PAGE_SLOTS, page)?;
+    }
+    Ok(())
+}
+
+/// Counts a position that was handed out but will never be filled.
+pub fn skip<M: Mem>(m: &mut M, root: u64, pos: u64) -> Result<()> {
+    let s = slot_mut(m, root, pos)?;
+    if m.pool().ld(s)? != 0 {
+        return Err(Error::Corrupt("skipping a filled list position".into()));
+    }
+    let page = s - P_SLOTS - 8 * (pos % PAGE_SLOTS);
+    let dead = m.pool().u64(page + P_DEAD)?.fetch_add(1, Ordering::AcqRel) + 1;
+    if dead == PAGE_SLOTS {
+        unlink_page(m, root, pos / PAGE_SLOTS, page)?;
+    }
+    Ok(())
+}
+
+fn unlink_page<M: Mem>(m: &mut M, root: u64, leaf: u64, page: u64) -> Result<()> {
+    let (node, depth) = split_root(m.pool().ld(root)?);
+    if depth == 0 {
+        return Ok(()); // keep a lone root page
+    }
+    let mut cur = node;
+    for level in (1..depth).rev() {
+        let idx = (leaf / NODE_FANOUT.pow(level as u32)) % NODE_FANOUT;
+        cur = m.pool().ld(cur + 8 * idx)?;
+        if cur == 0 {
+            return Ok(());
+        }
+    }
+    let at = cur + 8 * (leaf % NODE_FANOUT);
+    if m
+        .pool()
+        .u64(at)?
+        .compare_exchange(page, 0, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+    {
+        m.pool().persist(at, 8);
+        m.free(page)?;
+    }
+    Ok(())
+}
+
+/// Visits non-empty slots with position in `[from, end)` in position order,
+/// calling `f(pos, value)` until it returns false. Missing pages are skipped
+/// without visiting their positions.
+pub fn scan(
+    pool: &Pool,
+    root: u64,
+    from: u64,
+    end: u64,
+    f: &mut dyn FnMut(u64, u64) -> Result<bool>,
+) -> Result<()> {
+    let (node, depth) = split_root(pool.ld(root)?);
+    if node == 0 {
+        return Ok(());
+    }
+    let end = end.min(capacity(depth));
+    let mut pos = from;
+    while pos < end {
+        // Walk down to the page of `pos`, or skip the empty subtree.
+        let leaf = pos / PAGE_SLOTS;
+        let mut cur = node;
+        let mut skip_to = None;
+        for level in (0..depth).rev() {
+            let span = NODE_FANOUT.pow(level as u32);
+            let idx = (leaf / span) % NODE_FANOUT;
+            cur = pool.ld(cur + 8 * idx)?;
+            if cur == 0 {
+                skip_to = Some((leaf / span + 1) * span * PAGE_SLOTS);
+                break;
+            }
+        }
+        if let Some(next) = skip_to {
+            pos = next;
+            continue;
+        }
+        let page_end = ((leaf + 1) * PAGE_SLOTS).min(end);
+        while pos < page_end {
+            let v = pool.ld(cur + P_SLOTS + 8 * (pos % PAGE_SLOTS))?;
+            if v != 0 && !f(pos, v)? {
+                return Ok(());
+            }
+            pos += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Calls `f` for every page and node offset of the list (fsck, rmdir).
+pub fn for_each_node(pool: &Pool, root: u64, f: &mut dyn FnMut(u64, bool) -> Result<()>) -> Result<()> {
+    fn walk(pool: &Pool, n: u64, depth: u64, f: &mut dyn FnMut(u64, bool) -> Result<()>) -> Result<()> {
+        if depth > 0 {
+            for i in 0..NODE_FANOUT {
+                let c = pool.ld(n + 8 * i)?;
+                if c != 0 {
+                    walk(pool, c, depth - 1, f)?;
+                }
+            }
+        }
+        f(n, depth == 0)
+    }
+    let (node, depth) = split_root(pool.ld(root)?);
+    if node == 0 {
+        return Ok(());
+    }
+    walk(pool, node, depth, f)
+}
+
+/// Frees every page and node of a list and empties its root word.
+pub fn destroy<M: Mem>(m: &mut M, root: u64) -> Result<()> {
+    let mut nodes = Vec::new();
+    for_each_node(m.pool(), root, &mut |n, _| {
+        nodes.push(n);
+        Ok(())
+    })?;
+    m.pool().st(root, 0)?;
+    m.pool().persist(root, 8);
+    for n in nodes {
+        m.free(n)?;
+    }
+    Ok(())
+}

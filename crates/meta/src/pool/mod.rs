@@ -1,0 +1,316 @@
+//! The pool: one file mapped `MAP_SHARED` that holds every metadata object.
+//!
+//! This is the only module of the engine that uses `unsafe`. It hands out
+//! references to atomic words at 64-bit *offsets* inside the mapping; every
+//! other module works with offsets and these accessors, never with pointers.
+//!
+//! The mapping lives inside one large virtual reservation made at open, so the
+//! pool grows (the file is extended and the new extent mapped `MAP_FIXED` at
+//! the end of the old one) without moving any live object.
+//!
+//! Persistence model (DESIGN §3.1): a store to a `MAP_SHARED` page is in the
+//! page cache once it executes, so a killed process leaves every store it made,
+//! in program order. [`Pool::persist`] names each ordering point; its strength
+//! depends on the [`Durability`] mode.
+#![allow(unsafe_code)] // the one room where unsafe lives (CONVENTIONS)
+
+mod durability;
+
+pub use durability::Durability;
+
+use crate::error::{Error, Result};
+use parking_lot::Mutex;
+use portable_atomic::AtomicU128;
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Granule of the mapping: the file always grows by a multiple of this.
+pub const GROW_STEP: u64 = 64 << 20;
+
+/// A mapped pool file.
+pub struct Pool {
+    file: File,
+    base: *mut u8,
+    reserved: usize,
+    /// Bytes of the file currently mapped (and valid to access).
+    mapped: AtomicUsize,
+    grow_lock: Mutex<()>,
+    durability: Durability,
+}
+
+// SAFETY: the mapping is shared memory accessed only through atomics (or byte
+// copies of immutable regions); the raw base pointer is never handed out.
+unsafe impl Send for Pool {}
+// SAFETY: see above; all mutation goes through atomic types or `grow`, which
+// is serialized by `grow_lock` and never unmaps what was mapped.
+unsafe impl Sync for Pool {}
+
+impl Pool {
+    /// Creates a new pool file of `initial` bytes (rounded up) at `path`.
+    /// Fails if the file exists.
+    pub fn create(path: &Path, initial: u64, reserve: u64, durability: Durability) -> Result<Pool> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|e| Error::io(format!("create pool {}", path.display()), e))?;
+        lock_exclusive(&file, path)?;
+        let len = round_up(initial.max(GROW_STEP), GROW_STEP);
+        file.set_len(len)
+            .map_err(|e| Error::io("size pool file".into(), e))?;
+        Pool::map(file, len, reserve, durability)
+    }
+
+    /// Opens an existing pool file, mapping its first `len` bytes.
+    /// `len` must not exceed the file size (the caller validates the header).
+    pub fn open(path: &Path, reserve: u64, durability: Durability) -> Result<(Pool, u64)> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| Error::io(format!("open pool {}", path.display()), e))?;
+        lock_exclusive(&file, path)?;
+        let file_len = file
+            .metadata()
+            .map_err(|e| Error::io("stat pool file".into(), e))?
+            .len();
+        let map_len = file_len - file_len % 4096;
+        if map_len < 4096 {
+            return Err(Error::Corrupt(format!(
+                "pool file {} is {} bytes, smaller than its header",
+                path.display(),
+                file_len
+            )));
+        }
+        Ok((Pool::map(file, map_len, reserve, durability)?, file_len))
+    }
+
+    fn map(file: File, len: u64, reserve: u64, durability: Durability) -> Result<Pool> {
+        let reserved = round_up(reserve.max(len), GROW_STEP) as usize;
+        // SAFETY: an anonymous PROT_NONE reservation; no memory is touched.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                reserved,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(Error::io(
+                "reserve address space".into(),
+                std::io::Error::last_os_error(),
+            ));
+        }
+        let pool = Pool {
+            file,
+            base: base as *mut u8,
+            reserved,
+            mapped: AtomicUsize::new(0),
+            grow_lock: Mutex::new(()),
+            durability,
+        };
+        pool.map_extent(0, len as usize)?;
+        pool.mapped.store(len as usize, Ordering::Release);
+        Ok(pool)
+    }
+
+    fn map_extent(&self, from: usize, to: usize) -> Result<()> {
+        if to > self.reserved {
+            return Err(Error::NoSpace);
+        }
+        // SAFETY: [from, to) lies inside our reservation, is page aligned, and
+        // is either PROT_NONE reservation or (at open) nothing yet; MAP_FIXED
+        // replaces only that range, never a live mapping of the file.
+        let p = unsafe {
+            libc::mmap(
+                self.base.add(from) as *mut libc::c_void,
+                to - from,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                self.file.as_raw_fd(),
+                from as libc::off_t,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(Error::io(
+                "map pool extent".into(),
+                std::io::Error::last_os_error(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Bytes currently mapped.
+    pub fn len(&self) -> u64 {
+        self.mapped.load(Ordering::Acquire) as u64
+    }
+
+    /// The durability mode of this mapping.
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// Grows the file and the mapping so that at least `need` bytes are valid.
+    /// Live objects never move. Returns the new length.
+    pub fn grow_to(&self, need: u64) -> Result<u64> {
+        let _g = self.grow_lock.lock();
+        let cur = self.mapped.load(Ordering::Acquire) as u64;
+        if need <= cur {
+            return Ok(cur);
+        }
+        let new_len = round_up(need.max(cur + cur / 4), GROW_STEP);
+        if new_len as usize > self.reserved {
+            return Err(Error::NoSpace);
+        }
+        crate::crash_point!("pool.grow.before_extend");
+        self.file
+            .set_len(new_len)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ENOSPC) | Some(libc::EFBIG) => Error::NoSpace,
+                _ => Error::io("extend pool file".into(), e),
+            })?;
+        self.map_extent(cur as usize, new_len as usize)?;
+        self.mapped.store(new_len as usize, Ordering::Release);
+        Ok(new_len)
+    }
+
+    #[inline]
+    fn check(&self, off: u64, size: u64, align: u64) -> Result<usize> {
+        let end = off.checked_add(size).ok_or_else(|| bad_off(off))?;
+        if off % align != 0 || end > self.mapped.load(Ordering::Acquire) as u64 {
+            return Err(bad_off(off));
+        }
+        Ok(off as usize)
+    }
+
+    /// The 64-bit word at `off` (8-byte aligned, inside the mapping).
+    #[inline]
+    pub fn u64(&self, off: u64) -> Result<&AtomicU64> {
+        let o = self.check(off, 8, 8)?;
+        // SAFETY: bounds and alignment checked; the mapping is never unmapped
+        // while `self` lives, and all accesses to pool words are atomic.
+        Ok(unsafe { &*(self.base.add(o) as *const AtomicU64) })
+    }
+
+    /// The 16-byte aligned pair at `off`, for 16-byte compare-and-swap.
+    #[inline]
+    pub fn u128(&self, off: u64) -> Result<&AtomicU128> {
+        let o = self.check(off, 16, 16)?;
+        // SAFETY: as for `u64`; AtomicU128 has the size and alignment of u128.
+        Ok(unsafe { &*(self.base.add(o) as *const AtomicU128) })
+    }
+
+    /// Loads the word at `off` (Acquire).
+    #[inline]
+    pub fn ld(&self, off: u64) -> Result<u64> {
+        Ok(self.u64(off)?.load(Ordering::Acquire))
+    }
+
+    /// Stores `v` at `off` (Release).
+    #[inline]
+    pub fn st(&self, off: u64, v: u64) -> Result<()> {
+        self.u64(off)?.store(v, Ordering::Release);
+        Ok(())
+    }
+
+    /// Copies `out.len()` bytes from `off` (8-byte aligned) with word-sized
+    /// atomic loads, so a concurrent writer can never cause a data race.
+    pub fn read_bytes(&self, off: u64, out: &mut [u8]) -> Result<()> {
+        let words = out.len().div_ceil(8) as u64;
+        self.check(off, words * 8, 8)?;
+        for (i, chunk) in out.chunks_mut(8).enumerate() {
+            let w = self.u64(off + 8 * i as u64)?.load(Ordering::Relaxed);
+            chunk.copy_from_slice(&w.to_le_bytes()[..chunk.len()]);
+        }
+        std::sync::atomic::fence(Ordering::Acquire);
+        Ok(())
+    }
+
+    /// Writes `data` at `off` (8-byte aligned) with word-sized atomic stores,
+    /// zero-padding the last word.
+    pub fn write_bytes(&self, off: u64, data: &[u8]) -> Result<()> {
+        let words = data.len().div_ceil(8) as u64;
+        self.check(off, words * 8, 8)?;
+        for (i, chunk) in data.chunks(8).enumerate() {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            self.u64(off + 8 * i as u64)?
+                .store(u64::from_le_bytes(w), Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Zeroes `len` bytes (multiple of 8) at `off`.
+    pub fn zero(&self, off: u64, len: u64) -> Result<()> {
+        self.check(off, len, 8)?;
+        for i in 0..len / 8 {
+            self.u64(off + 8 * i)?.store(0, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// An ordering point: every store to `[off, off+len)` made before this call
+    /// is durable (in the sense of the pool's mode) before any store after it.
+    #[inline]
+    pub fn persist(&self, off: u64, len: u64) {
+        match self.durability {
+            Durability::Process => std::sync::atomic::fence(Ordering::SeqCst),
+            Durability::Pmem => {
+                if let Ok(o) = self.check(off, len.max(1), 1) {
+                    // SAFETY: the range is inside the mapping (checked).
+                    unsafe { durability::writeback(self.base.add(o), len.max(1) as usize) };
+                }
+            }
+        }
+    }
+
+    /// Flushes the whole mapping to the file's storage (used at clean close and
+    /// by tools; not on any operation path).
+    pub fn sync_all(&self) -> Result<()> {
+        let len = self.mapped.load(Ordering::Acquire);
+        // SAFETY: the range is our own live mapping.
+        let r = unsafe { libc::msync(self.base as *mut libc::c_void, len, libc::MS_SYNC) };
+        if r != 0 {
+            return Err(Error::io("msync".into(), std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the reservation made in `map`; no reference
+        // into it can outlive `self`.
+        unsafe {
+            libc::munmap(self.base as *mut libc::c_void, self.reserved);
+        }
+    }
+}
+
+fn lock_exclusive(file: &File, path: &Path) -> Result<()> {
+    // SAFETY: flock on a valid, owned descriptor.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Err(Error::Locked(path.display().to_string()));
+        }
+        return Err(Error::io("lock pool file".into(), e));
+    }
+    Ok(())
+}
+
+fn bad_off(off: u64) -> Error {
+    Error::Corrupt(format!("object offset {off:#x} is outside the pool or misaligned"))
+}
+
+/// Rounds `v` up to a multiple of `to` (a power of two).
+pub fn round_up(v: u64, to: u64) -> u64 {
+    (v + to - 1) & !(to - 1)
+}

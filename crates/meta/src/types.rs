@@ -1,0 +1,223 @@
+//! Public value types of the engine API.
+
+/// Inode number of the root directory.
+pub const ROOT_INO: u64 = 1;
+/// Longest name, in bytes.
+pub const NAME_MAX: usize = 255;
+/// Longest path, in bytes.
+pub const PATH_MAX: usize = 4096;
+/// Longest symlink target, in bytes.
+pub const SYMLINK_MAX: usize = 4095;
+/// Longest extended-attribute name, in bytes.
+pub const XATTR_NAME_MAX: usize = 255;
+/// Largest extended-attribute value, in bytes.
+pub const XATTR_SIZE_MAX: usize = 65536;
+/// Most bytes of names and values all extended attributes of one inode hold.
+pub const XATTR_TOTAL_MAX: usize = 65536 - 64;
+/// Most hard links of one file.
+pub const LINK_MAX: u32 = 65000;
+
+/// `rename` flag: fail with EEXIST if the target exists.
+pub const RENAME_NOREPLACE: u32 = 1;
+/// `rename` flag: atomically swap source and target.
+pub const RENAME_EXCHANGE: u32 = 2;
+/// `setxattr` flag: fail with EEXIST if the attribute exists.
+pub const XATTR_CREATE: u32 = 1;
+/// `setxattr` flag: fail with ENODATA if the attribute is missing.
+pub const XATTR_REPLACE: u32 = 2;
+
+/// Mask of the file type bits.
+pub const S_IFMT: u32 = 0o170000;
+/// Regular file.
+pub const S_IFREG: u32 = 0o100000;
+/// Directory.
+pub const S_IFDIR: u32 = 0o040000;
+/// Symbolic link.
+pub const S_IFLNK: u32 = 0o120000;
+/// FIFO.
+pub const S_IFIFO: u32 = 0o010000;
+/// Socket.
+pub const S_IFSOCK: u32 = 0o140000;
+/// Character device.
+pub const S_IFCHR: u32 = 0o020000;
+/// Block device.
+pub const S_IFBLK: u32 = 0o060000;
+/// Set-user-id bit.
+pub const S_ISUID: u32 = 0o4000;
+/// Set-group-id bit.
+pub const S_ISGID: u32 = 0o2000;
+/// Sticky bit.
+pub const S_ISVTX: u32 = 0o1000;
+
+/// Who is asking: the caller's user, group and supplementary groups.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Cred {
+    /// User id.
+    pub uid: u32,
+    /// Primary group id.
+    pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+impl Cred {
+    /// The superuser.
+    pub fn root() -> Cred {
+        Cred::default()
+    }
+    /// An ordinary user with no supplementary groups.
+    pub fn user(uid: u32, gid: u32) -> Cred {
+        Cred { uid, gid, groups: Vec::new() }
+    }
+    /// True for uid 0.
+    pub fn is_root(&self) -> bool {
+        self.uid == 0
+    }
+    /// True if the caller is in group `gid`.
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || self.groups.contains(&gid)
+    }
+}
+
+/// File type of an inode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FileType {
+    /// Regular file.
+    Regular,
+    /// Directory.
+    Directory,
+    /// Symbolic link.
+    Symlink,
+    /// Named pipe.
+    Fifo,
+    /// Unix socket.
+    Socket,
+    /// Character device.
+    CharDevice,
+    /// Block device.
+    BlockDevice,
+}
+
+impl FileType {
+    /// The type of a full `st_mode`.
+    pub fn from_mode(mode: u32) -> Option<FileType> {
+        Some(match mode & S_IFMT {
+            S_IFREG => FileType::Regular,
+            S_IFDIR => FileType::Directory,
+            S_IFLNK => FileType::Symlink,
+            S_IFIFO => FileType::Fifo,
+            S_IFSOCK => FileType::Socket,
+            S_IFCHR => FileType::CharDevice,
+            S_IFBLK => FileType::BlockDevice,
+            _ => return None,
+        })
+    }
+    /// The `S_IF*` bits of the type.
+    pub fn bits(self) -> u32 {
+        match self {
+            FileType::Regular => S_IFREG,
+            FileType::Directory => S_IFDIR,
+            FileType::Symlink => S_IFLNK,
+            FileType::Fifo => S_IFIFO,
+            FileType::Socket => S_IFSOCK,
+            FileType::CharDevice => S_IFCHR,
+            FileType::BlockDevice => S_IFBLK,
+        }
+    }
+}
+
+/// Attributes of an inode (what `stat` returns). Times are nanoseconds since
+/// the Unix epoch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attr {
+    /// Inode number.
+    pub ino: u64,
+    /// Full mode: type bits and permission bits.
+    pub mode: u32,
+    /// Link count.
+    pub nlink: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Size in bytes (symlinks: target length; directories: entry count).
+    pub size: u64,
+    /// Device number for character and block devices.
+    pub rdev: u64,
+    /// Last access.
+    pub atime: i64,
+    /// Last data modification.
+    pub mtime: i64,
+    /// Last status change.
+    pub ctime: i64,
+    /// Birth.
+    pub btime: i64,
+}
+
+impl Attr {
+    /// The file type.
+    pub fn kind(&self) -> FileType {
+        FileType::from_mode(self.mode).unwrap_or(FileType::Regular)
+    }
+    /// Permission bits (07777).
+    pub fn perm(&self) -> u32 {
+        self.mode & 0o7777
+    }
+}
+
+/// How `setattr` changes a timestamp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TimeSet {
+    /// Leave it.
+    #[default]
+    Omit,
+    /// Set it to the current time.
+    Now,
+    /// Set it to this many nanoseconds since the epoch.
+    At(i64),
+}
+
+/// Changes requested by `setattr`; `None`/`Omit` fields stay as they are.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    /// New permission bits (07777).
+    pub mode: Option<u32>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// New size (regular files).
+    pub size: Option<u64>,
+    /// New access time.
+    pub atime: TimeSet,
+    /// New modification time.
+    pub mtime: TimeSet,
+}
+
+/// One directory entry returned by `readdir`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    /// Name.
+    pub name: Vec<u8>,
+    /// Inode number.
+    pub ino: u64,
+    /// File type.
+    pub kind: FileType,
+    /// Cookie that resumes the listing after this entry.
+    pub cookie: u64,
+}
+
+/// File-system statistics.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatFs {
+    /// Bytes mapped by the pool file.
+    pub pool_bytes: u64,
+    /// Bytes the pool may grow to.
+    pub pool_capacity: u64,
+    /// Bytes in claimed segments.
+    pub used_bytes: u64,
+    /// Inodes in use.
+    pub inodes: u64,
+    /// Longest name.
+    pub name_max: u32,
+}

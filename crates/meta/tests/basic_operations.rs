@@ -1,0 +1,148 @@
+//! Every operation once, with its main error cases, on a real pool file.
+
+use solofs_meta::*;
+
+fn fresh(name: &str) -> (tempdir::Dir, Engine) {
+    let d = tempdir::Dir::new(name);
+    let e = Engine::format(&d.path.join("pool"), &Config { shards: 3, ..Config::default() }).unwrap();
+    (d, e)
+}
+
+mod tempdir {
+    pub struct Dir {
+        pub path: std::path::PathBuf,
+    }
+    impl Dir {
+        pub fn new(name: &str) -> Dir {
+            let path = std::env::temp_dir().join(format!("solofs-test-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&path);
+            std::fs::create_dir_all(&path).unwrap();
+            Dir { path }
+        }
+    }
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+fn errno<T: std::fmt::Debug>(r: Result<T>) -> i32 {
+    r.expect_err("expected an error").errno()
+}
+
+#[test]
+fn create_lookup_unlink() {
+    let (_d, e) = fresh("cru");
+    let r = Cred::root();
+    let a = e.create(&r, ROOT_INO, b"f", 0o644).unwrap();
+    assert_eq!(a.mode, S_IFREG | 0o644);
+    assert_eq!(a.nlink, 1);
+    assert_eq!(e.lookup(&r, ROOT_INO, b"f").unwrap(), a);
+    assert_eq!(e.getattr(a.ino).unwrap(), a);
+    assert_eq!(errno(e.create(&r, ROOT_INO, b"f", 0o644)), libc::EEXIST);
+    let root = e.getattr(ROOT_INO).unwrap();
+    assert_eq!(root.size, 1);
+    assert!(root.mtime >= a.btime && root.ctime >= a.btime);
+    e.unlink(&r, ROOT_INO, b"f").unwrap();
+    assert_eq!(errno(e.lookup(&r, ROOT_INO, b"f")), libc::ENOENT);
+    assert_eq!(errno(e.getattr(a.ino)), libc::ENOENT);
+    assert_eq!(e.getattr(ROOT_INO).unwrap().size, 0);
+    assert!(e.fsck(false).unwrap().is_clean(), "{:?}", e.fsck(false).unwrap().problems);
+}
+
+#[test]
+fn directories_and_readdir() {
+    let (_d, e) = fresh("dirs");
+    let r = Cred::root();
+    let d = e.mkdir(&r, ROOT_INO, b"d", 0o755).unwrap();
+    assert_eq!(d.nlink, 2);
+    assert_eq!(e.getattr(ROOT_INO).unwrap().nlink, 3);
+    for i in 0..200 {
+        e.create(&r, d.ino, format!("f{i}").as_bytes(), 0o600).unwrap();
+    }
+    e.mkdir(&r, d.ino, b"sub", 0o700).unwrap();
+    let all = e.readdir(&r, d.ino, 0, 10_000).unwrap();
+    assert_eq!(all.len(), 201);
+    // Resume in small batches across deletions.
+    let mut seen = Vec::new();
+    let mut cookie = 0;
+    loop {
+        let batch = e.readdir(&r, d.ino, cookie, 7).unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        for ent in &batch {
+            seen.push(ent.name.clone());
+            if ent.kind == FileType::Regular {
+                e.unlink(&r, d.ino, &ent.name).unwrap();
+            }
+        }
+        cookie = batch.last().unwrap().cookie;
+    }
+    assert_eq!(seen.len(), 201);
+    assert_eq!(errno(e.rmdir(&r, ROOT_INO, b"d")), libc::ENOTEMPTY);
+    e.rmdir(&r, d.ino, b"sub").unwrap();
+    e.rmdir(&r, ROOT_INO, b"d").unwrap();
+    assert_eq!(e.getattr(ROOT_INO).unwrap().nlink, 2);
+    let rep = e.fsck(false).unwrap();
+    assert!(rep.is_clean(), "{:?}", rep.problems);
+}
+
+#[test]
+fn links_symlinks_rename() {
+    let (_d, e) = fresh("links");
+    let r = Cred::root();
+    let a = e.mkdir(&r, ROOT_INO, b"a", 0o755).unwrap();
+    let b = e.mkdir(&r, ROOT_INO, b"b", 0o755).unwrap();
+    let f = e.create(&r, a.ino, b"f", 0o644).unwrap();
+    let l = e.link(&r, f.ino, b.ino, b"g").unwrap();
+    assert_eq!(l.nlink, 2);
+    assert_eq!(e.lookup(&r, b.ino, b"g").unwrap().ino, f.ino);
+    e.unlink(&r, a.ino, b"f").unwrap();
+    assert_eq!(e.getattr(f.ino).unwrap().nlink, 1);
+    assert_eq!(e.lookup(&r, b.ino, b"g").unwrap().nlink, 1);
+    let s = e.symlink(&r, a.ino, b"s", b"../b/g").unwrap();
+    assert_eq!(e.readlink(s.ino).unwrap(), b"../b/g");
+    assert_eq!(e.resolve(&r, b"/a/s", true).unwrap(), f.ino);
+    e.rename(&r, b.ino, b"g", a.ino, b"moved", 0).unwrap();
+    assert_eq!(e.lookup(&r, a.ino, b"moved").unwrap().ino, f.ino);
+    assert_eq!(errno(e.rename(&r, ROOT_INO, b"a", a.ino, b"x", 0)), libc::EINVAL);
+    e.rename(&r, ROOT_INO, b"a", b.ino, b"a2", 0).unwrap();
+    assert_eq!(e.resolve(&r, b"b/a2/moved", false).unwrap(), f.ino);
+    let x = e.create(&r, b.ino, b"x", 0o600).unwrap();
+    e.rename(&r, b.ino, b"x", b.ino, b"a2", RENAME_EXCHANGE).unwrap();
+    assert_eq!(e.lookup(&r, b.ino, b"a2").unwrap().ino, x.ino);
+    assert_eq!(e.lookup(&r, b.ino, b"x").unwrap().ino, a.ino);
+    e.unlink(&r, b.ino, b"x").expect_err("x is a directory now");
+    let rep = e.fsck(false).unwrap();
+    assert!(rep.is_clean(), "{:?}", rep.problems);
+}
+
+#[test]
+fn setattr_xattr_reopen() {
+    let d = tempdir::Dir::new("reopen");
+    let p = d.path.join("pool");
+    let r = Cred::root();
+    let ino;
+    {
+        let e = Engine::format(&p, &Config::default()).unwrap();
+        ino = e.create(&r, ROOT_INO, b"f", 0o644).unwrap().ino;
+        let a = e
+            .setattr(&r, ino, &SetAttr { mode: Some(0o600), uid: Some(7), size: Some(99), ..Default::default() })
+            .unwrap();
+        assert_eq!((a.mode & 0o7777, a.uid, a.size), (0o600, 7, 99));
+        e.setxattr(&r, ino, b"user.k", b"v", 0).unwrap();
+        assert_eq!(errno(e.setxattr(&r, ino, b"user.k", b"w", XATTR_CREATE)), libc::EEXIST);
+        e.close().unwrap();
+    }
+    let e = Engine::open(&p).unwrap();
+    assert!(!e.open_stats().was_unclean);
+    let a = e.getattr(ino).unwrap();
+    assert_eq!((a.mode & 0o7777, a.uid, a.size), (0o600, 7, 99));
+    assert_eq!(e.getxattr(&r, ino, b"user.k").unwrap(), b"v");
+    assert_eq!(e.listxattr(&r, ino).unwrap(), vec![b"user.k".to_vec()]);
+    e.removexattr(&r, ino, b"user.k").unwrap();
+    assert_eq!(errno(e.getxattr(&r, ino, b"user.k")), libc::ENODATA);
+    assert!(e.fsck(false).unwrap().is_clean());
+}
