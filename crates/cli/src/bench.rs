@@ -1,1 +1,3 @@
-pub fn main(_a: Vec<std::ffi::OsString>) -> anyhow::Result<()> { anyhow::bail!("not yet") }
+pub fn main(_a: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
+    anyhow::bail!("not yet")
+}

@@ -57,8 +57,14 @@ fn mkfs(args: Vec<std::ffi::OsString>) -> Result<()> {
         }
     }
     let path = path.context("mkfs needs a pool file path")?;
-    let e = Engine::format(&path, &cfg).with_context(|| format!("formatting {}", path.display()))?;
-    println!("formatted {} ({} shards, durability {:?})", path.display(), e.shard_count(), e.durability());
+    let e =
+        Engine::format(&path, &cfg).with_context(|| format!("formatting {}", path.display()))?;
+    println!(
+        "formatted {} ({} shards, durability {:?})",
+        path.display(),
+        e.shard_count(),
+        e.durability()
+    );
     e.close()?;
     Ok(())
 }
@@ -86,7 +92,11 @@ fn fsck(args: Vec<std::ffi::OsString>) -> Result<()> {
         r.links,
         r.objects,
         r.problems.len(),
-        if repair { format!(", {} repaired", r.repaired) } else { String::new() }
+        if repair {
+            format!(", {} repaired", r.repaired)
+        } else {
+            String::new()
+        }
     );
     for p in r.problems.iter().take(50) {
         println!("  {p:?}");

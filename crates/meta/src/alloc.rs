@@ -146,7 +146,12 @@ impl Allocator {
                     break;
                 }
                 crate::crash_point!("alloc.before_bitmap_set");
-                match word.compare_exchange(cur, cur | 1 << bit, Ordering::AcqRel, Ordering::Acquire) {
+                match word.compare_exchange(
+                    cur,
+                    cur | 1 << bit,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
                     Ok(_) => {
                         pool.persist(base + SG_BITMAP + 8 * w, 8);
                         return Ok(Some(base + data + slot * CLASSES[class] as u64));
@@ -177,22 +182,21 @@ impl Allocator {
         let base = seg_off(seg);
         (0..n.div_ceil(64)).any(|w| {
             let v = pool.ld(base + SG_BITMAP + 8 * w).unwrap_or(u64::MAX);
-            let valid = if (w + 1) * 64 <= n { u64::MAX } else { (1u64 << (n - w * 64)) - 1 };
+            let valid = if (w + 1) * 64 <= n {
+                u64::MAX
+            } else {
+                (1u64 << (n - w * 64)) - 1
+            };
             !v & valid != 0
         })
     }
 
     fn get_segment(&self, pool: &Pool, shard: u32, class: usize) -> Result<u32> {
         let q = shard as usize * CLASSES.len() + class;
-        loop {
-            let popped = self.partial[q].lock().pop();
-            match popped {
-                Some(seg) => {
-                    self.seg_state[seg as usize].store(OWNED, Ordering::SeqCst);
-                    return Ok(seg);
-                }
-                None => break,
-            }
+        let popped = self.partial[q].lock().pop();
+        if let Some(seg) = popped {
+            self.seg_state[seg as usize].store(OWNED, Ordering::SeqCst);
+            return Ok(seg);
         }
         if let Some(seg) = self.rescan_step(pool, shard, class)? {
             return Ok(seg);
@@ -315,8 +319,14 @@ impl Allocator {
             .is_ok()
         {
             let tag = pool.ld(seg_off(seg))?;
-            let owner = if class < SMALL_CLASSES { (tag >> 40) as u8 as usize } else { 0 };
-            self.partial[owner * CLASSES.len() + class].lock().push(seg as u32);
+            let owner = if class < SMALL_CLASSES {
+                (tag >> 40) as u8 as usize
+            } else {
+                0
+            };
+            self.partial[owner * CLASSES.len() + class]
+                .lock()
+                .push(seg as u32);
         }
         Ok(())
     }
@@ -390,11 +400,11 @@ mod tests {
 
     #[test]
     fn geometry_fits() {
-        for c in 0..CLASSES.len() {
+        for (c, &size) in CLASSES.iter().enumerate() {
             let (n, data) = geometry(c);
             assert!(n >= 3, "class {c}");
             assert!(data >= SG_BITMAP + n.div_ceil(8));
-            assert!(data + n * CLASSES[c] as u64 <= SEG_SIZE);
+            assert!(data + n * size as u64 <= SEG_SIZE);
             assert_eq!(data % 64, 0);
         }
         assert_eq!(class_of(112), Some(2));

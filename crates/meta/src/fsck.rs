@@ -183,7 +183,10 @@ impl Engine {
                 }
                 let name = self.entry_name(o)?;
                 if self.find_name(dir, &name)? != Some(o) {
-                    r.problems.push(Problem::NotIndexed { dir, name: name.clone() });
+                    r.problems.push(Problem::NotIndexed {
+                        dir,
+                        name: name.clone(),
+                    });
                 }
                 let ino = pool.ld(o + E_INO)?;
                 match k {
@@ -212,11 +215,19 @@ impl Engine {
             }
             let stored = pool.ld(c + C_NDENTS)?;
             if stored != count {
-                r.problems.push(Problem::WrongCount { dir, stored, actual: count });
+                r.problems.push(Problem::WrongCount {
+                    dir,
+                    stored,
+                    actual: count,
+                });
             }
             let stored = pool.ld(c + C_NSUBDIRS)?;
             if stored != subdirs {
-                r.problems.push(Problem::WrongSubdirs { dir, stored, actual: subdirs });
+                r.problems.push(Problem::WrongSubdirs {
+                    dir,
+                    stored,
+                    actual: subdirs,
+                });
             }
             if late {
                 r.problems.push(Problem::TimeOrder { dir });
@@ -249,7 +260,11 @@ impl Engine {
             }
             let stored = nlink_of.get(&ino).copied().unwrap_or(0);
             if stored != n {
-                r.problems.push(Problem::WrongNlink { ino, stored, actual: n });
+                r.problems.push(Problem::WrongNlink {
+                    ino,
+                    stored,
+                    actual: n,
+                });
             }
         }
         // Index entries and structure.
@@ -275,7 +290,10 @@ impl Engine {
             sh.ino.for_each(pool, &mut |slot, o| {
                 if !inode_set.contains(&o) {
                     r.problems.push(Problem::StrayInoEntry { obj: o });
-                } else if !sh.ino.routed_here(pool, hash::ino_key(self.ino_of_obj(o)?), slot)? {
+                } else if !sh
+                    .ino
+                    .routed_here(pool, hash::ino_key(self.ino_of_obj(o)?), slot)?
+                {
                     r.problems.push(Problem::Misrouted { obj: o });
                 }
                 Ok(())

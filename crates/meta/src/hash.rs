@@ -69,7 +69,10 @@ mod tests {
         assert_ne!(name_key(1, b"abcdefgh"), name_key(1, b"abcdefgh\0"));
         // Pinned values: changing them is a format change (bump VERSION).
         assert_eq!(name_key(1, b"hello"), 0xdaae_cc96_ca36_93f0);
-        assert_eq!(name_key(42, b"a-longer-file-name.txt"), 0x70c5_ac8f_d809_d384);
+        assert_eq!(
+            name_key(42, b"a-longer-file-name.txt"),
+            0x70c5_ac8f_d809_d384
+        );
         assert_eq!(ino_key(42), 0xf858_0683_98ff_181d);
     }
 

@@ -23,7 +23,7 @@
 //! a split takes it exclusive. Key-level exclusion is the caller's job (the
 //! engine's lock table), so two inserts of one key never race here.
 
-use crate::alloc::{class_of, Allocator, AllocCache};
+use crate::alloc::{class_of, AllocCache, Allocator};
 use crate::error::{Error, Result};
 use crate::layout::*;
 use crate::pool::Pool;
@@ -56,7 +56,8 @@ pub struct IxMem<'a> {
 impl IxMem<'_> {
     fn alloc(&mut self, size: u64) -> Result<u64> {
         if class_of(size as u32).is_some() && size <= u32::MAX as u64 {
-            self.alloc.alloc(self.pool, self.cache, self.shard, size as u32)
+            self.alloc
+                .alloc(self.pool, self.cache, self.shard, size as u32)
         } else {
             self.alloc.alloc_huge(self.pool, size)
         }
@@ -228,7 +229,10 @@ impl HashIndex {
                 if v != 0 && v >> 40 == t {
                     let obj = slot_obj(v);
                     if matches(obj)? {
-                        return Ok(Some(Found { slot: base + 8 * i, obj }));
+                        return Ok(Some(Found {
+                            slot: base + 8 * i,
+                            obj,
+                        }));
                     }
                 }
             }
@@ -285,13 +289,18 @@ impl HashIndex {
                     }
                     Ok(n)
                 };
-                let order = if free(b2)? > free(b1)? { [b2, b1] } else { [b1, b2] };
+                let order = if free(b2)? > free(b1)? {
+                    [b2, b1]
+                } else {
+                    [b1, b2]
+                };
                 for b in order {
                     for i in 0..BUCKET_SLOTS {
                         let at = seg + 64 * b + 8 * i;
                         let w = pool.u64(at)?;
                         if w.load(Ordering::Acquire) == 0
-                            && w.compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire).is_ok()
+                            && w.compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire)
+                                .is_ok()
                         {
                             pool.persist(at, 8);
                             return Ok(Some(at));
@@ -326,7 +335,13 @@ impl HashIndex {
                         let at = seg + 64 * b + 8 * i;
                         let w = pool.u64(at)?;
                         if w.load(Ordering::Acquire) == want
-                            && w.compare_exchange(want, new_word, Ordering::AcqRel, Ordering::Acquire).is_ok()
+                            && w.compare_exchange(
+                                want,
+                                new_word,
+                                Ordering::AcqRel,
+                                Ordering::Acquire,
+                            )
+                            .is_ok()
                         {
                             pool.persist(at, 8);
                             return Ok(Some(true));
@@ -386,7 +401,9 @@ impl HashIndex {
         let dir = pool.ld(self.root + IR_DIR)?;
         let g = pool.ld(dir + ID_DEPTH)?;
         if g <= l {
-            return Err(Error::Corrupt("index split deeper than its directory".into()));
+            return Err(Error::Corrupt(
+                "index split deeper than its directory".into(),
+            ));
         }
         let span = 1u64 << (g - l);
         let first = prefix << (g - l);
@@ -425,7 +442,9 @@ impl HashIndex {
             || st_kind(pool.ld(target)?) != K_ISEG
             || pool.ld(target + IS_DEPTH)? != pool.ld(seg + IS_DEPTH)? + 1
         {
-            return Err(Error::Corrupt(format!("index segment {seg:#x} has a bad split record")));
+            return Err(Error::Corrupt(format!(
+                "index segment {seg:#x} has a bad split record"
+            )));
         }
         if pool.ld(seg + IS_SPLIT_EPOCH)? as u32 == self.epoch {
             // A split of this run holds the lock while marked; cannot happen.
@@ -447,7 +466,10 @@ impl HashIndex {
         pool.st(nd, state(K_IDIR, S_NORMAL, 0))?;
         pool.st(nd + ID_DEPTH, g + 1)?;
         for i in 0..1u64 << (g + 1) {
-            pool.st(nd + ID_ENTRIES + 8 * i, pool.ld(dir + ID_ENTRIES + 8 * (i >> 1))?)?;
+            pool.st(
+                nd + ID_ENTRIES + 8 * i,
+                pool.ld(dir + ID_ENTRIES + 8 * (i >> 1))?,
+            )?;
         }
         pool.persist(nd, dir_size(g + 1));
         self.dir_ver.fetch_add(1, Ordering::AcqRel);

@@ -99,7 +99,9 @@ pub fn slot_mut<M: Mem>(m: &mut M, root: u64, pos: u64) -> Result<u64> {
         if node == 0 {
             let p = new_page(m)?;
             let w = m.pool().u64(root)?;
-            if w.compare_exchange(0, p, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            if w.compare_exchange(0, p, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
                 m.free(p)?;
             } else {
                 m.pool().persist(root, 8);
@@ -114,7 +116,9 @@ pub fn slot_mut<M: Mem>(m: &mut M, root: u64, pos: u64) -> Result<u64> {
             m.pool().st(n, node)?;
             m.pool().persist(n, 8);
             let w = m.pool().u64(root)?;
-            if w.compare_exchange(rw, n | (depth + 1), Ordering::AcqRel, Ordering::Acquire).is_err() {
+            if w.compare_exchange(rw, n | (depth + 1), Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
                 m.free(n)?;
             } else {
                 m.pool().persist(root, 8);
@@ -128,7 +132,11 @@ pub fn slot_mut<M: Mem>(m: &mut M, root: u64, pos: u64) -> Result<u64> {
             let at = cur + 8 * idx;
             let mut child = m.pool().ld(at)?;
             if child == 0 {
-                let c = if level == 0 { new_page(m)? } else { new_node(m)? };
+                let c = if level == 0 {
+                    new_page(m)?
+                } else {
+                    new_node(m)?
+                };
                 child = install(m, at, c)?;
             }
             cur = child;
@@ -189,8 +197,7 @@ fn unlink_page<M: Mem>(m: &mut M, root: u64, leaf: u64, page: u64) -> Result<()>
         }
     }
     let at = cur + 8 * (leaf % NODE_FANOUT);
-    if m
-        .pool()
+    if m.pool()
         .u64(at)?
         .compare_exchange(page, 0, Ordering::AcqRel, Ordering::Acquire)
         .is_ok()
@@ -248,8 +255,17 @@ pub fn scan(
 }
 
 /// Calls `f` for every page and node offset of the list (fsck, rmdir).
-pub fn for_each_node(pool: &Pool, root: u64, f: &mut dyn FnMut(u64, bool) -> Result<()>) -> Result<()> {
-    fn walk(pool: &Pool, n: u64, depth: u64, f: &mut dyn FnMut(u64, bool) -> Result<()>) -> Result<()> {
+pub fn for_each_node(
+    pool: &Pool,
+    root: u64,
+    f: &mut dyn FnMut(u64, bool) -> Result<()>,
+) -> Result<()> {
+    fn walk(
+        pool: &Pool,
+        n: u64,
+        depth: u64,
+        f: &mut dyn FnMut(u64, bool) -> Result<()>,
+    ) -> Result<()> {
         if depth > 0 {
             for i in 0..NODE_FANOUT {
                 let c = pool.ld(n + 8 * i)?;

@@ -74,7 +74,11 @@ mod tests {
 
     #[test]
     fn classes() {
-        let o = Owner { mode: S_IFREG | 0o640, uid: 10, gid: 20 };
+        let o = Owner {
+            mode: S_IFREG | 0o640,
+            uid: 10,
+            gid: 20,
+        };
         assert!(check(&Cred::user(10, 1), o, R | W).is_ok());
         assert!(check(&Cred::user(11, 20), o, R).is_ok());
         assert!(check(&Cred::user(11, 20), o, W).is_err());
@@ -84,8 +88,15 @@ mod tests {
         assert!(check(&c, o, R).is_ok());
         assert!(check(&Cred::root(), o, R | W).is_ok());
         assert!(check(&Cred::root(), o, X).is_err());
-        let d = Owner { mode: S_IFDIR | 0o1777, uid: 0, gid: 0 };
+        let d = Owner {
+            mode: S_IFDIR | 0o1777,
+            uid: 0,
+            gid: 0,
+        };
         assert!(may_delete(&Cred::user(5, 5), d, 5).is_ok());
-        assert!(matches!(may_delete(&Cred::user(5, 5), d, 6), Err(Error::Perm)));
+        assert!(matches!(
+            may_delete(&Cred::user(5, 5), d, 6),
+            Err(Error::Perm)
+        ));
     }
 }

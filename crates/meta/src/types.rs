@@ -67,7 +67,11 @@ impl Cred {
     }
     /// An ordinary user with no supplementary groups.
     pub fn user(uid: u32, gid: u32) -> Cred {
-        Cred { uid, gid, groups: Vec::new() }
+        Cred {
+            uid,
+            gid,
+            groups: Vec::new(),
+        }
     }
     /// True for uid 0.
     pub fn is_root(&self) -> bool {

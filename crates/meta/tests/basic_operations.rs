@@ -4,7 +4,14 @@ use solofs_meta::*;
 
 fn fresh(name: &str) -> (tempdir::Dir, Engine) {
     let d = tempdir::Dir::new(name);
-    let e = Engine::format(&d.path.join("pool"), &Config { shards: 3, ..Config::default() }).unwrap();
+    let e = Engine::format(
+        &d.path.join("pool"),
+        &Config {
+            shards: 3,
+            ..Config::default()
+        },
+    )
+    .unwrap();
     (d, e)
 }
 
@@ -14,7 +21,8 @@ mod tempdir {
     }
     impl Dir {
         pub fn new(name: &str) -> Dir {
-            let path = std::env::temp_dir().join(format!("solofs-test-{name}-{}", std::process::id()));
+            let path =
+                std::env::temp_dir().join(format!("solofs-test-{name}-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&path);
             std::fs::create_dir_all(&path).unwrap();
             Dir { path }
@@ -48,7 +56,11 @@ fn create_lookup_unlink() {
     assert_eq!(errno(e.lookup(&r, ROOT_INO, b"f")), libc::ENOENT);
     assert_eq!(errno(e.getattr(a.ino)), libc::ENOENT);
     assert_eq!(e.getattr(ROOT_INO).unwrap().size, 0);
-    assert!(e.fsck(false).unwrap().is_clean(), "{:?}", e.fsck(false).unwrap().problems);
+    assert!(
+        e.fsck(false).unwrap().is_clean(),
+        "{:?}",
+        e.fsck(false).unwrap().problems
+    );
 }
 
 #[test]
@@ -59,7 +71,8 @@ fn directories_and_readdir() {
     assert_eq!(d.nlink, 2);
     assert_eq!(e.getattr(ROOT_INO).unwrap().nlink, 3);
     for i in 0..200 {
-        e.create(&r, d.ino, format!("f{i}").as_bytes(), 0o600).unwrap();
+        e.create(&r, d.ino, format!("f{i}").as_bytes(), 0o600)
+            .unwrap();
     }
     e.mkdir(&r, d.ino, b"sub", 0o700).unwrap();
     let all = e.readdir(&r, d.ino, 0, 10_000).unwrap();
@@ -107,11 +120,15 @@ fn links_symlinks_rename() {
     assert_eq!(e.resolve(&r, b"/a/s", true).unwrap(), f.ino);
     e.rename(&r, b.ino, b"g", a.ino, b"moved", 0).unwrap();
     assert_eq!(e.lookup(&r, a.ino, b"moved").unwrap().ino, f.ino);
-    assert_eq!(errno(e.rename(&r, ROOT_INO, b"a", a.ino, b"x", 0)), libc::EINVAL);
+    assert_eq!(
+        errno(e.rename(&r, ROOT_INO, b"a", a.ino, b"x", 0)),
+        libc::EINVAL
+    );
     e.rename(&r, ROOT_INO, b"a", b.ino, b"a2", 0).unwrap();
     assert_eq!(e.resolve(&r, b"b/a2/moved", false).unwrap(), f.ino);
     let x = e.create(&r, b.ino, b"x", 0o600).unwrap();
-    e.rename(&r, b.ino, b"x", b.ino, b"a2", RENAME_EXCHANGE).unwrap();
+    e.rename(&r, b.ino, b"x", b.ino, b"a2", RENAME_EXCHANGE)
+        .unwrap();
     assert_eq!(e.lookup(&r, b.ino, b"a2").unwrap().ino, x.ino);
     assert_eq!(e.lookup(&r, b.ino, b"x").unwrap().ino, a.ino);
     e.unlink(&r, b.ino, b"x").expect_err("x is a directory now");
@@ -129,11 +146,23 @@ fn setattr_xattr_reopen() {
         let e = Engine::format(&p, &Config::default()).unwrap();
         ino = e.create(&r, ROOT_INO, b"f", 0o644).unwrap().ino;
         let a = e
-            .setattr(&r, ino, &SetAttr { mode: Some(0o600), uid: Some(7), size: Some(99), ..Default::default() })
+            .setattr(
+                &r,
+                ino,
+                &SetAttr {
+                    mode: Some(0o600),
+                    uid: Some(7),
+                    size: Some(99),
+                    ..Default::default()
+                },
+            )
             .unwrap();
         assert_eq!((a.mode & 0o7777, a.uid, a.size), (0o600, 7, 99));
         e.setxattr(&r, ino, b"user.k", b"v", 0).unwrap();
-        assert_eq!(errno(e.setxattr(&r, ino, b"user.k", b"w", XATTR_CREATE)), libc::EEXIST);
+        assert_eq!(
+            errno(e.setxattr(&r, ino, b"user.k", b"w", XATTR_CREATE)),
+            libc::EEXIST
+        );
         e.close().unwrap();
     }
     let e = Engine::open(&p).unwrap();

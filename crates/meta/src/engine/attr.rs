@@ -87,7 +87,9 @@ impl Engine {
             return Err(Error::NameTooLong);
         }
         let link_target = {
-            let _g = self.locks.lock(&[(hash::name_key(parent, name), Mode::Read)]);
+            let _g = self
+                .locks
+                .lock(&[(hash::name_key(parent, name), Mode::Read)]);
             let e = self.find_name(parent, name)?.ok_or(Error::NotFound)?;
             match self.obj(e)? {
                 Obj::Link(l) => self.pool.ld(l + E_INO)?,
@@ -128,11 +130,21 @@ impl Engine {
     /// Lists directory `ino` from `cookie` (0 = start), at most `max`
     /// entries ("." and ".." are not included; callers add them).
     pub fn readdir(&self, cred: &Cred, ino: u64, cookie: u64, max: usize) -> Result<Vec<DirEntry>> {
-        Ok(self.readdir_inner(cred, ino, cookie, max, false)?.into_iter().map(|(d, _)| d).collect())
+        Ok(self
+            .readdir_inner(cred, ino, cookie, max, false)?
+            .into_iter()
+            .map(|(d, _)| d)
+            .collect())
     }
 
     /// Like `readdir`, with each entry's attributes.
-    pub fn readdir_plus(&self, cred: &Cred, ino: u64, cookie: u64, max: usize) -> Result<Vec<(DirEntry, Attr)>> {
+    pub fn readdir_plus(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        cookie: u64,
+        max: usize,
+    ) -> Result<Vec<(DirEntry, Attr)>> {
         self.readdir_inner(cred, ino, cookie, max, true)?
             .into_iter()
             .filter_map(|(d, a)| a.map(|a| Ok((d, a))))
@@ -178,11 +190,23 @@ impl Engine {
                 })?;
                 if let Some((k, child, mode, name)) = got {
                     let kind = FileType::from_mode(mode).unwrap_or(FileType::Regular);
-                    let attr = if plus && k != K_LINK { Some(self.attr_of(self.obj(o)?)?) } else { None };
+                    let attr = if plus && k != K_LINK {
+                        Some(self.attr_of(self.obj(o)?)?)
+                    } else {
+                        None
+                    };
                     if plus && k == K_LINK {
                         links.push(out.len());
                     }
-                    out.push((DirEntry { name, ino: child, kind, cookie: pos + 1 }, attr));
+                    out.push((
+                        DirEntry {
+                            name,
+                            ino: child,
+                            kind,
+                            cookie: pos + 1,
+                        },
+                        attr,
+                    ));
                 }
                 Ok(true)
             })?;
@@ -219,7 +243,11 @@ impl Engine {
             let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Write)]);
             let obj = self.inode(ino)?;
             let cur = self.attr_of(obj)?;
-            let own = Owner { mode: cur.mode, uid: cur.uid, gid: cur.gid };
+            let own = Owner {
+                mode: cur.mode,
+                uid: cur.uid,
+                gid: cur.gid,
+            };
             let mut mode = cur.mode;
             let (mut uid, mut gid) = (cur.uid, cur.gid);
             if let Some(m) = sa.mode {
@@ -264,7 +292,12 @@ impl Engine {
             } else if any_time && !(cred.is_root() || cred.uid == cur.uid) {
                 perm::check(cred, own, W)?;
             }
-            if sa.mode.is_none() && sa.uid.is_none() && sa.gid.is_none() && sa.size.is_none() && !any_time {
+            if sa.mode.is_none()
+                && sa.uid.is_none()
+                && sa.gid.is_none()
+                && sa.size.is_none()
+                && !any_time
+            {
                 return Ok(cur);
             }
             let t = self.clock.now(&self.pool);
@@ -295,13 +328,35 @@ impl Engine {
                 }
                 Obj::Dir { access, content } => {
                     let mw = self.pool.ld(access + D_MODE)?;
-                    ops.push(Op::Set { obj: access, field: D_MODE, val: (mw & !0xFFFF) | mode as u64 });
-                    ops.push(Op::Set { obj: access, field: D_OWNER, val: uid as u64 | (gid as u64) << 32 });
-                    ops.push(Op::Set { obj: content, field: C_ATIME, val: atime as u64 });
-                    ops.push(Op::Set { obj: content, field: C_MTIME, val: mtime as u64 });
-                    ops.push(Op::Raise { content, t, ctime_only: true });
+                    ops.push(Op::Set {
+                        obj: access,
+                        field: D_MODE,
+                        val: (mw & !0xFFFF) | mode as u64,
+                    });
+                    ops.push(Op::Set {
+                        obj: access,
+                        field: D_OWNER,
+                        val: uid as u64 | (gid as u64) << 32,
+                    });
+                    ops.push(Op::Set {
+                        obj: content,
+                        field: C_ATIME,
+                        val: atime as u64,
+                    });
+                    ops.push(Op::Set {
+                        obj: content,
+                        field: C_MTIME,
+                        val: mtime as u64,
+                    });
+                    ops.push(Op::Raise {
+                        content,
+                        t,
+                        ctime_only: true,
+                    });
                 }
-                Obj::Link(_) => return Err(Error::Corrupt("ino index points at a link entry".into())),
+                Obj::Link(_) => {
+                    return Err(Error::Corrupt("ino index points at a link entry".into()))
+                }
             }
             self.j_commit(ctx, j, ops)?;
             crate::crash_point!("setattr.after_apply");

@@ -31,7 +31,12 @@ pub struct CtxPool {
 
 impl CtxPool {
     pub fn new(max: usize) -> CtxPool {
-        CtxPool { free: Mutex::new(Vec::new()), made: Mutex::new(0), max, cv: Condvar::new() }
+        CtxPool {
+            free: Mutex::new(Vec::new()),
+            made: Mutex::new(0),
+            max,
+            cv: Condvar::new(),
+        }
     }
 
     fn get(&self, alloc: &Allocator) -> Box<Ctx> {
@@ -44,7 +49,12 @@ impl CtxPool {
             if *made < self.max {
                 let id = *made;
                 *made += 1;
-                return Box::new(Ctx { id, cache: alloc.cache(), ino_next: 0, ino_end: 0 });
+                return Box::new(Ctx {
+                    id,
+                    cache: alloc.cache(),
+                    ino_next: 0,
+                    ino_end: 0,
+                });
             }
             drop(made);
             self.cv.wait(&mut free);
@@ -84,7 +94,9 @@ pub fn with_ctx<T>(
 ) -> Result<T> {
     let taken = LOCAL.with(|l| {
         let mut l = l.borrow_mut();
-        l.iter_mut().find(|x| x.engine == engine).and_then(|x| x.ctx.take())
+        l.iter_mut()
+            .find(|x| x.engine == engine)
+            .and_then(|x| x.ctx.take())
     });
     let mut ctx = match taken {
         Some(c) => c,
@@ -96,7 +108,11 @@ pub fn with_ctx<T>(
         l.retain(|x| x.home.strong_count() > 0);
         match l.iter_mut().find(|x| x.engine == engine) {
             Some(x) => x.ctx = Some(ctx),
-            None => l.push(Local { engine, ctx: Some(ctx), home: Arc::downgrade(pool) }),
+            None => l.push(Local {
+                engine,
+                ctx: Some(ctx),
+                home: Arc::downgrade(pool),
+            }),
         }
     });
     r

@@ -48,7 +48,11 @@ pub(crate) enum Op {
     /// Retire position `pos` of directory `content`'s list.
     ListRetire { content: u64, pos: u64 },
     /// Raise the directory's {ctime, mtime} (or ctime only) to `t`.
-    Raise { content: u64, t: i64, ctime_only: bool },
+    Raise {
+        content: u64,
+        t: i64,
+        ctime_only: bool,
+    },
     /// Free every page of the directory's list.
     DestroyList(u64),
     /// Free `obj` if its state word (sequence ignored) is `dead`.
@@ -66,7 +70,11 @@ impl Op {
             Op::InoDel(o) => [6, o, 0],
             Op::ListSet { content, pos, val } => [7 | pos << 8, content, val],
             Op::ListRetire { content, pos } => [8 | pos << 8, content, 0],
-            Op::Raise { content, t, ctime_only } => [9 | (ctime_only as u64) << 8, content, t as u64],
+            Op::Raise {
+                content,
+                t,
+                ctime_only,
+            } => [9 | (ctime_only as u64) << 8, content, t as u64],
             Op::DestroyList(c) => [10, c, 0],
             Op::Free { obj, dead } => [11, obj, dead],
         }
@@ -75,17 +83,38 @@ impl Op {
     fn decode(w: [u64; 3]) -> Result<Op> {
         let aux = w[0] >> 8;
         Ok(match w[0] as u8 {
-            1 => Op::New { obj: w[1], state: w[2] },
-            2 => Op::Set { obj: w[1], field: aux, val: w[2] },
+            1 => Op::New {
+                obj: w[1],
+                state: w[2],
+            },
+            2 => Op::Set {
+                obj: w[1],
+                field: aux,
+                val: w[2],
+            },
             3 => Op::NamePut(w[1]),
             4 => Op::NameDel(w[1]),
             5 => Op::InoPut(w[1]),
             6 => Op::InoDel(w[1]),
-            7 => Op::ListSet { content: w[1], pos: aux, val: w[2] },
-            8 => Op::ListRetire { content: w[1], pos: aux },
-            9 => Op::Raise { content: w[1], t: w[2] as i64, ctime_only: aux != 0 },
+            7 => Op::ListSet {
+                content: w[1],
+                pos: aux,
+                val: w[2],
+            },
+            8 => Op::ListRetire {
+                content: w[1],
+                pos: aux,
+            },
+            9 => Op::Raise {
+                content: w[1],
+                t: w[2] as i64,
+                ctime_only: aux != 0,
+            },
             10 => Op::DestroyList(w[1]),
-            11 => Op::Free { obj: w[1], dead: w[2] },
+            11 => Op::Free {
+                obj: w[1],
+                dead: w[2],
+            },
             c => return Err(Error::Corrupt(format!("journal op code {c}"))),
         })
     }
@@ -105,7 +134,11 @@ pub(crate) fn dead(kind: u8, epoch: u32) -> u64 {
 
 impl Engine {
     pub(crate) fn journal(&self, ctx: &Ctx) -> Journal {
-        Journal { area: ctx_area(ctx.id) + C_JOURNAL, ops: Vec::new(), written: 0 }
+        Journal {
+            area: ctx_area(ctx.id) + C_JOURNAL,
+            ops: Vec::new(),
+            written: 0,
+        }
     }
 
     fn write_ops(&self, j: &mut Journal) -> Result<()> {
@@ -118,7 +151,10 @@ impl Engine {
                 self.pool.st(base + 24 * i as u64 + 8 * k as u64, *w)?;
             }
         }
-        self.pool.persist(base + 24 * j.written as u64, 24 * (j.ops.len() - j.written) as u64);
+        self.pool.persist(
+            base + 24 * j.written as u64,
+            24 * (j.ops.len() - j.written) as u64,
+        );
         j.written = j.ops.len();
         Ok(())
     }
@@ -132,7 +168,10 @@ impl Engine {
 
     /// Records an object allocated for the operation (freed if it aborts).
     pub(crate) fn j_new(&self, j: &mut Journal, obj: u64, state_word: u64) -> Result<()> {
-        j.ops.push(Op::New { obj, state: state_word });
+        j.ops.push(Op::New {
+            obj,
+            state: state_word,
+        });
         self.write_ops(j)?;
         self.set_jstate(j, PREPARED)
     }
@@ -233,14 +272,21 @@ impl Engine {
                 let name = self.entry_name(o)?;
                 let shard = self.shard_of(parent);
                 let mut m = self.ixmem(ctx, shard);
-                self.shards[shard as usize].name.remove(p, hash::name_key(parent, &name), o, &mut m)?;
+                self.shards[shard as usize].name.remove(
+                    p,
+                    hash::name_key(parent, &name),
+                    o,
+                    &mut m,
+                )?;
             }
             Op::InoPut(o) => {
                 let ino = self.ino_of_obj(o)?;
                 let h = hash::ino_key(ino);
                 let shard = self.shard_of(ino);
                 let ix = &self.shards[shard as usize].ino;
-                let found = ix.lookup(p, h, &mut |c| Ok(c == o || self.ino_of_obj(c).ok() == Some(ino)))?;
+                let found = ix.lookup(p, h, &mut |c| {
+                    Ok(c == o || self.ino_of_obj(c).ok() == Some(ino))
+                })?;
                 let mut m = self.ixmem(ctx, shard);
                 match found {
                     Some(f) if f.obj == o => {}
@@ -256,7 +302,9 @@ impl Engine {
                 let ino = self.ino_of_obj(o)?;
                 let shard = self.shard_of(ino);
                 let mut m = self.ixmem(ctx, shard);
-                self.shards[shard as usize].ino.remove(p, hash::ino_key(ino), o, &mut m)?;
+                self.shards[shard as usize]
+                    .ino
+                    .remove(p, hash::ino_key(ino), o, &mut m)?;
             }
             Op::ListSet { content, pos, val } => {
                 let shard = self.shard_of(p.ld(content + C_INO)?);
@@ -266,7 +314,11 @@ impl Engine {
                 let shard = self.shard_of(p.ld(content + C_INO)?);
                 list::retire(&mut self.mem(ctx, shard), content + C_LIST, pos)?;
             }
-            Op::Raise { content, t, ctime_only } => self.raise_times(content, t, ctime_only)?,
+            Op::Raise {
+                content,
+                t,
+                ctime_only,
+            } => self.raise_times(content, t, ctime_only)?,
             Op::DestroyList(content) => {
                 let shard = self.shard_of(p.ld(content + C_INO)?);
                 list::destroy(&mut self.mem(ctx, shard), content + C_LIST)?;
@@ -313,20 +365,28 @@ impl Engine {
         }
         let n = ((w >> 8) & 0xFF_FFFF) as usize;
         if n > JOURNAL_MAX_OPS {
-            return Err(Error::Corrupt(format!("journal record of context {id} has {n} ops")));
+            return Err(Error::Corrupt(format!(
+                "journal record of context {id} has {n} ops"
+            )));
         }
         let base = ctx_area(id) + C_JOURNAL_OPS;
         let mut ops = Vec::with_capacity(n);
         for i in 0..n as u64 {
             let b = base + 24 * i;
-            ops.push(Op::decode([self.pool.ld(b)?, self.pool.ld(b + 8)?, self.pool.ld(b + 16)?])?);
+            ops.push(Op::decode([
+                self.pool.ld(b)?,
+                self.pool.ld(b + 8)?,
+                self.pool.ld(b + 16)?,
+            ])?);
         }
         match w & 0xFF {
             PREPARED => {
                 for op in &ops {
                     if let Op::New { obj, state } = *op {
                         let cur = self.pool.ld(obj)?;
-                        if cur & !SEQ_MASK == state & !SEQ_MASK && self.alloc.is_allocated(&self.pool, obj) {
+                        if cur & !SEQ_MASK == state & !SEQ_MASK
+                            && self.alloc.is_allocated(&self.pool, obj)
+                        {
                             self.alloc.free(&self.pool, obj)?;
                         }
                     }

@@ -97,7 +97,6 @@ pub(crate) enum Obj {
     Link(u64),
 }
 
-
 impl Engine {
     /// Formats a new pool file at `path` and opens it.
     pub fn format(path: &Path, cfg: &Config) -> Result<Engine> {
@@ -111,7 +110,10 @@ impl Engine {
         pool.st(H_ROOT, ROOT_INO)?;
         pool.st(H_EPOCH, 1)?;
         pool.st(H_CLEAN, 0)?;
-        pool.st(H_CONFIG, cfg.durability.code() as u64 | (cfg.shards as u64) << 32)?;
+        pool.st(
+            H_CONFIG,
+            cfg.durability.code() as u64 | (cfg.shards as u64) << 32,
+        )?;
         pool.st(H_POOL_LEN, pool.len())?;
         pool.st(H_SEG_NEXT, 0)?;
         pool.st(H_NEXT_INO, ROOT_INO + 1)?;
@@ -121,7 +123,12 @@ impl Engine {
         let alloc = Allocator::new(cfg.shards, 0, pool_reserve(&pool, cfg.reserve));
         let mut cache = alloc.cache();
         for s in 0..cfg.shards {
-            let mut m = IxMem { pool: &pool, alloc: &alloc, cache: &mut cache, shard: s };
+            let mut m = IxMem {
+                pool: &pool,
+                alloc: &alloc,
+                cache: &mut cache,
+                shard: s,
+            };
             let n = index::format(&mut m)?;
             let i = index::format(&mut m)?;
             let (a, b) = shard_roots(s);
@@ -154,7 +161,12 @@ impl Engine {
         pool.persist(0, HEADER_SIZE);
         let ino_root = pool.ld(shard_roots(rs).1)?;
         let ix = HashIndex::open(ino_root, 1);
-        let mut m = IxMem { pool: &pool, alloc: &alloc, cache: &mut cache, shard: rs };
+        let mut m = IxMem {
+            pool: &pool,
+            alloc: &alloc,
+            cache: &mut cache,
+            shard: rs,
+        };
         ix.insert(&pool, hash::ino_key(ROOT_INO), c, &mut m)?;
         drop(ix);
         pool.sync_all()?;
@@ -175,11 +187,17 @@ impl Engine {
         let (pool, file_len) = Pool::open(path, reserve, Durability::Process)?;
         pool.read_bytes(H_MAGIC, &mut magic)?;
         if magic != MAGIC {
-            return Err(Error::Corrupt(format!("{} is not a SoloFS pool (bad magic)", path.display())));
+            return Err(Error::Corrupt(format!(
+                "{} is not a SoloFS pool (bad magic)",
+                path.display()
+            )));
         }
         let v = pool.ld(H_VERSION)?;
         if v as u32 != VERSION {
-            return Err(Error::Version { found: v as u32, expected: VERSION });
+            return Err(Error::Version {
+                found: v as u32,
+                expected: VERSION,
+            });
         }
         if v >> 32 != HEADER_SIZE || pool.ld(H_CHECKSUM)? != header_checksum(&pool)? {
             return Err(Error::Corrupt("header checksum mismatch".into()));
@@ -198,7 +216,9 @@ impl Engine {
             )));
         }
         let seg_next = pool.ld(H_SEG_NEXT)?;
-        if SEG_BASE + seg_next.saturating_mul(SEG_SIZE) > pool_len || pool.ld(H_SEG_SIZE)? != SEG_SIZE {
+        if SEG_BASE + seg_next.saturating_mul(SEG_SIZE) > pool_len
+            || pool.ld(H_SEG_SIZE)? != SEG_SIZE
+        {
             return Err(Error::Corrupt("segment count exceeds the pool".into()));
         }
         let pool = if durability != Durability::Process {
@@ -225,7 +245,10 @@ impl Engine {
                     return Err(Error::Corrupt(format!("shard {s} index root {r:#x}")));
                 }
             }
-            shards.push(Shard { name: HashIndex::open(n, epoch), ino: HashIndex::open(i, epoch) });
+            shards.push(Shard {
+                name: HashIndex::open(n, epoch),
+                ino: HashIndex::open(i, epoch),
+            });
         }
         let root_access = pool.ld(H_ROOT_ACCESS)?;
         if root_access < SEG_BASE || root_access >= pool_len {
@@ -247,7 +270,10 @@ impl Engine {
             poison: Mutex::new(None),
             path: path.to_path_buf(),
             root_access,
-            open_stats: OpenStats { was_unclean, ..Default::default() },
+            open_stats: OpenStats {
+                was_unclean,
+                ..Default::default()
+            },
         };
         e.recover_at_open()?;
         Ok(e)
@@ -316,11 +342,20 @@ impl Engine {
     }
 
     pub(crate) fn mem<'a>(&'a self, ctx: &'a mut Ctx, shard: u32) -> EMem<'a> {
-        EMem { e: self, cache: &mut ctx.cache, shard }
+        EMem {
+            e: self,
+            cache: &mut ctx.cache,
+            shard,
+        }
     }
 
     pub(crate) fn ixmem<'a>(&'a self, ctx: &'a mut Ctx, shard: u32) -> IxMem<'a> {
-        IxMem { pool: &self.pool, alloc: &self.alloc, cache: &mut ctx.cache, shard }
+        IxMem {
+            pool: &self.pool,
+            alloc: &self.alloc,
+            cache: &mut ctx.cache,
+            shard,
+        }
     }
 
     pub(crate) fn next_ino(&self, ctx: &mut Ctx) -> Result<u64> {
@@ -400,8 +435,13 @@ impl Engine {
         match st_kind(s) {
             K_FILE => Ok(Obj::File(o)),
             K_LINK => Ok(Obj::Link(o)),
-            K_DIR => Ok(Obj::Dir { access: o, content: self.pool.ld(o + D_CONTENT)? }),
-            k => Err(Error::Corrupt(format!("object {o:#x} has kind {k} where an entry was expected"))),
+            K_DIR => Ok(Obj::Dir {
+                access: o,
+                content: self.pool.ld(o + D_CONTENT)?,
+            }),
+            k => Err(Error::Corrupt(format!(
+                "object {o:#x} has kind {k} where an entry was expected"
+            ))),
         }
     }
 
@@ -409,7 +449,10 @@ impl Engine {
     pub(crate) fn inode(&self, ino: u64) -> Result<Obj> {
         let o = self.find_ino(ino)?.ok_or(Error::NotFound)?;
         if st_kind(self.pool.ld(o)?) == K_DIRC {
-            Ok(Obj::Dir { access: self.pool.ld(o + C_ACCESS)?, content: o })
+            Ok(Obj::Dir {
+                access: self.pool.ld(o + C_ACCESS)?,
+                content: o,
+            })
         } else {
             Ok(Obj::File(o))
         }
@@ -490,7 +533,11 @@ impl Engine {
         self.stable(access, || {
             let m = self.pool.ld(access + D_MODE)?;
             let o = self.pool.ld(access + D_OWNER)?;
-            Ok(crate::perm::Owner { mode: m as u16 as u32, uid: o as u32, gid: (o >> 32) as u32 })
+            Ok(crate::perm::Owner {
+                mode: m as u16 as u32,
+                uid: o as u32,
+                gid: (o >> 32) as u32,
+            })
         })
     }
 
@@ -501,7 +548,11 @@ impl Engine {
             Obj::File(f) => self.stable(f, || {
                 let m = self.pool.ld(f + F_MODE)?;
                 let o = self.pool.ld(f + F_OWNER)?;
-                Ok(crate::perm::Owner { mode: m as u16 as u32, uid: o as u32, gid: (o >> 32) as u32 })
+                Ok(crate::perm::Owner {
+                    mode: m as u16 as u32,
+                    uid: o as u32,
+                    gid: (o >> 32) as u32,
+                })
             }),
             Obj::Link(l) => {
                 let ino = self.pool.ld(l + E_INO)?;
@@ -540,7 +591,9 @@ impl Mem for EMem<'_> {
         &self.e.pool
     }
     fn alloc(&mut self, size: u32) -> Result<u64> {
-        self.e.alloc.alloc(&self.e.pool, self.cache, self.shard, size)
+        self.e
+            .alloc
+            .alloc(&self.e.pool, self.cache, self.shard, size)
     }
     fn free(&mut self, off: u64) -> Result<()> {
         self.e.alloc.free(&self.e.pool, off)

@@ -29,7 +29,14 @@ impl Engine {
     }
 
     /// Creates a FIFO, socket, device or regular file.
-    pub fn mknod(&self, cred: &Cred, parent: u64, name: &[u8], mode: u32, rdev: u64) -> Result<Attr> {
+    pub fn mknod(
+        &self,
+        cred: &Cred,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+    ) -> Result<Attr> {
         let t = match mode & S_IFMT {
             0 => S_IFREG,
             t @ (S_IFREG | S_IFIFO | S_IFSOCK) => t,
@@ -40,6 +47,11 @@ impl Engine {
                 t
             }
             _ => return Err(Error::Invalid("mknod of this file type")),
+        };
+        let rdev = if matches!(t, S_IFCHR | S_IFBLK) {
+            rdev
+        } else {
+            0
         };
         self.make_file(cred, parent, name, t | (mode & 0o7777), rdev, b"")
     }
@@ -55,7 +67,14 @@ impl Engine {
         if target.contains(&0) {
             return Err(Error::Invalid("symlink target contains NUL"));
         }
-        self.make_file(cred, parent, name, S_IFLNK | 0o777, target.len() as u64, target)
+        self.make_file(
+            cred,
+            parent,
+            name,
+            S_IFLNK | 0o777,
+            target.len() as u64,
+            target,
+        )
     }
 
     fn set_intent(&self, ctx: &Ctx, obj: u64) -> Result<()> {
@@ -72,7 +91,10 @@ impl Engine {
         self.pool.persist(a, 8);
         if inodes != 0 {
             let w = self.pool.u64(a + C_INODES)?;
-            w.store(w.load(Ordering::Relaxed).wrapping_add(inodes as u64), Ordering::Relaxed);
+            w.store(
+                w.load(Ordering::Relaxed).wrapping_add(inodes as u64),
+                Ordering::Relaxed,
+            );
         }
         Ok(())
     }
@@ -100,7 +122,15 @@ impl Engine {
         }
     }
 
-    fn make_file(&self, cred: &Cred, parent: u64, name: &[u8], mode: u32, size: u64, target: &[u8]) -> Result<Attr> {
+    fn make_file(
+        &self,
+        cred: &Cred,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        size: u64,
+        target: &[u8],
+    ) -> Result<Attr> {
         self.check_writable()?;
         if is_dot(name) {
             return Err(Error::Exists);
@@ -109,20 +139,30 @@ impl Engine {
         self.with_ctx(|ctx| {
             let (access, content, _g) = self.enter_dir_for_create(parent, name)?;
             let downer = self.dir_owner(access)?;
-            perm::check(cred, downer, W | X)?;
+            perm::check(cred, downer, X)?;
             if self.find_name(parent, name)?.is_some() {
                 return Err(Error::Exists);
             }
-            let gid = if downer.mode & S_ISGID != 0 { downer.gid } else { cred.gid };
+            perm::check(cred, downer, W)?;
+            let gid = if downer.mode & S_ISGID != 0 {
+                downer.gid
+            } else {
+                cred.gid
+            };
             let t = self.clock.now(&self.pool);
             let ino = self.next_ino(ctx)?;
             let shard = self.shard_of(parent);
             let nl = name.len() as u64;
             let bytes = F_NAME + pad8(nl) + pad8(target.len() as u64);
-            let f = self.alloc.alloc(&self.pool, &mut ctx.cache, shard, bytes as u32)?;
+            let f = self
+                .alloc
+                .alloc(&self.pool, &mut ctx.cache, shard, bytes as u32)?;
             self.set_intent(ctx, f)?;
             self.touch_epoch(content)?;
-            let pos = self.pool.u64(content + C_NEXT_POS)?.fetch_add(1, Ordering::AcqRel);
+            let pos = self
+                .pool
+                .u64(content + C_NEXT_POS)?
+                .fetch_add(1, Ordering::AcqRel);
             let p = &self.pool;
             p.st(f + E_INO, ino)?;
             p.st(f + E_PARENT, parent)?;
@@ -171,7 +211,11 @@ impl Engine {
                 list::skip(&mut m, content + C_LIST, pos)
             };
             let r = r.and_then(|_| e.alloc.free(&e.pool, entry));
-            let r = if inode_obj != entry { r.and_then(|_| e.alloc.free(&e.pool, inode_obj)) } else { r };
+            let r = if inode_obj != entry {
+                r.and_then(|_| e.alloc.free(&e.pool, inode_obj))
+            } else {
+                r
+            };
             let _ = e.clear_intent(ctx, 0);
             match r {
                 Ok(()) => err,
@@ -183,7 +227,12 @@ impl Engine {
         }
         crate::crash_point!("create.after_list");
         let mut m = self.ixmem(ctx, pshard);
-        if let Err(err) = self.shards[pshard as usize].name.insert(&self.pool, hash::name_key(parent, name), entry, &mut m) {
+        if let Err(err) = self.shards[pshard as usize].name.insert(
+            &self.pool,
+            hash::name_key(parent, name),
+            entry,
+            &mut m,
+        ) {
             return Err(undo(self, ctx, err, true));
         }
         crate::crash_point!("create.after_publish");
@@ -195,9 +244,13 @@ impl Engine {
             .map_err(|e| self.poison(format!("publishing inode {ino} after commit: {e}")))?;
         crate::crash_point!("create.after_ino_publish");
         self.raise_times(content, t, false)?;
-        self.pool.u64(content + C_NDENTS)?.fetch_add(1, Ordering::AcqRel);
+        self.pool
+            .u64(content + C_NDENTS)?
+            .fetch_add(1, Ordering::AcqRel);
         if is_dir {
-            self.pool.u64(content + C_NSUBDIRS)?.fetch_add(1, Ordering::AcqRel);
+            self.pool
+                .u64(content + C_NSUBDIRS)?
+                .fetch_add(1, Ordering::AcqRel);
         }
         crate::crash_point!("create.after_parent");
         for o in [inode_obj, entry] {
@@ -218,26 +271,43 @@ impl Engine {
         self.with_ctx(|ctx| {
             let (access, content, _g) = self.enter_dir_for_create(parent, name)?;
             let downer = self.dir_owner(access)?;
-            perm::check(cred, downer, W | X)?;
+            perm::check(cred, downer, X)?;
             if self.find_name(parent, name)?.is_some() {
                 return Err(Error::Exists);
             }
-            let (gid, sgid) = if downer.mode & S_ISGID != 0 { (downer.gid, S_ISGID) } else { (cred.gid, 0) };
+            perm::check(cred, downer, W)?;
+            let (gid, sgid) = if downer.mode & S_ISGID != 0 {
+                (downer.gid, S_ISGID)
+            } else {
+                (cred.gid, 0)
+            };
             let t = self.clock.now(&self.pool);
             let ino = self.next_ino(ctx)?;
             let nl = name.len() as u64;
             let a_bytes = D_NAME + pad8(nl);
-            let a = self.alloc.alloc(&self.pool, &mut ctx.cache, self.shard_of(parent), a_bytes as u32)?;
-            let c = match self.alloc.alloc(&self.pool, &mut ctx.cache, self.shard_of(ino), DIRC_SIZE) {
-                Ok(c) => c,
-                Err(e) => {
-                    self.alloc.free(&self.pool, a)?;
-                    return Err(e);
-                }
-            };
+            let a = self.alloc.alloc(
+                &self.pool,
+                &mut ctx.cache,
+                self.shard_of(parent),
+                a_bytes as u32,
+            )?;
+            let c =
+                match self
+                    .alloc
+                    .alloc(&self.pool, &mut ctx.cache, self.shard_of(ino), DIRC_SIZE)
+                {
+                    Ok(c) => c,
+                    Err(e) => {
+                        self.alloc.free(&self.pool, a)?;
+                        return Err(e);
+                    }
+                };
             self.set_intent(ctx, a)?;
             self.touch_epoch(content)?;
-            let pos = self.pool.u64(content + C_NEXT_POS)?.fetch_add(1, Ordering::AcqRel);
+            let pos = self
+                .pool
+                .u64(content + C_NEXT_POS)?
+                .fetch_add(1, Ordering::AcqRel);
             let p = &self.pool;
             p.st(c + C_INO, ino)?;
             for fld in [C_CTIME, C_MTIME, C_ATIME, C_BDTIME] {
@@ -251,7 +321,10 @@ impl Engine {
             p.st(a + E_PARENT, parent)?;
             p.st(a + E_POS, pos)?;
             p.st(a + E_BDTIME, t as u64)?;
-            p.st(a + D_MODE, (S_IFDIR | sgid | (mode & 0o7777)) as u64 | nl << 16)?;
+            p.st(
+                a + D_MODE,
+                (S_IFDIR | sgid | (mode & 0o7777)) as u64 | nl << 16,
+            )?;
             p.st(a + D_OWNER, cred.uid as u64 | (gid as u64) << 32)?;
             p.st(a + D_CONTENT, c)?;
             p.write_bytes(a + D_NAME, name)?;
@@ -303,21 +376,44 @@ impl Engine {
             let t = self.clock.now(&self.pool);
             self.touch_epoch(content)?;
             match o {
-                Obj::File(f) if self.nlink(f)? <= 1 => self.delete_file(ctx, parent, content, name, f, t)?,
+                Obj::File(f) if self.nlink(f)? <= 1 => {
+                    self.delete_file(ctx, parent, content, name, f, t)?
+                }
                 Obj::File(f) => {
                     let nl = self.nlink(f)? - 1;
                     let mw = self.pool.ld(f + F_MODE)?;
                     let j = self.journal(ctx);
                     let ops = vec![
                         Op::NameDel(f),
-                        Op::ListRetire { content, pos: self.pool.ld(f + E_POS)? },
-                        Op::Set { obj: f, field: 0, val: state(K_FILE, S_DETACHED, self.epoch) },
-                        Op::Set { obj: f, field: F_MODE, val: (mw & 0xFFFF_FFFF) | (nl as u64) << 32 },
-                        Op::Set { obj: f, field: F_CTIME, val: t as u64 },
-                        Op::Raise { content, t, ctime_only: false },
+                        Op::ListRetire {
+                            content,
+                            pos: self.pool.ld(f + E_POS)?,
+                        },
+                        Op::Set {
+                            obj: f,
+                            field: 0,
+                            val: state(K_FILE, S_DETACHED, self.epoch),
+                        },
+                        Op::Set {
+                            obj: f,
+                            field: F_MODE,
+                            val: (mw & 0xFFFF_FFFF) | (nl as u64) << 32,
+                        },
+                        Op::Set {
+                            obj: f,
+                            field: F_CTIME,
+                            val: t as u64,
+                        },
+                        Op::Raise {
+                            content,
+                            t,
+                            ctime_only: false,
+                        },
                     ];
                     self.j_commit(ctx, j, ops)?;
-                    self.pool.u64(content + C_NDENTS)?.fetch_sub(1, Ordering::AcqRel);
+                    self.pool
+                        .u64(content + C_NDENTS)?
+                        .fetch_sub(1, Ordering::AcqRel);
                 }
                 Obj::Link(l) => {
                     let Obj::File(f) = target else {
@@ -327,20 +423,44 @@ impl Engine {
                     let j = self.journal(ctx);
                     let mut ops = vec![
                         Op::NameDel(l),
-                        Op::ListRetire { content, pos: self.pool.ld(l + E_POS)? },
-                        Op::Set { obj: l, field: 0, val: dead(K_LINK, self.epoch) },
-                        Op::Raise { content, t, ctime_only: false },
-                        Op::Free { obj: l, dead: dead(K_LINK, self.epoch) },
+                        Op::ListRetire {
+                            content,
+                            pos: self.pool.ld(l + E_POS)?,
+                        },
+                        Op::Set {
+                            obj: l,
+                            field: 0,
+                            val: dead(K_LINK, self.epoch),
+                        },
+                        Op::Raise {
+                            content,
+                            t,
+                            ctime_only: false,
+                        },
+                        Op::Free {
+                            obj: l,
+                            dead: dead(K_LINK, self.epoch),
+                        },
                     ];
                     if nl == 0 {
                         ops.extend(self.free_file_ops(f)?);
                     } else {
                         let mw = self.pool.ld(f + F_MODE)?;
-                        ops.push(Op::Set { obj: f, field: F_MODE, val: (mw & 0xFFFF_FFFF) | (nl as u64) << 32 });
-                        ops.push(Op::Set { obj: f, field: F_CTIME, val: t as u64 });
+                        ops.push(Op::Set {
+                            obj: f,
+                            field: F_MODE,
+                            val: (mw & 0xFFFF_FFFF) | (nl as u64) << 32,
+                        });
+                        ops.push(Op::Set {
+                            obj: f,
+                            field: F_CTIME,
+                            val: t as u64,
+                        });
                     }
                     self.j_commit(ctx, j, ops)?;
-                    self.pool.u64(content + C_NDENTS)?.fetch_sub(1, Ordering::AcqRel);
+                    self.pool
+                        .u64(content + C_NDENTS)?
+                        .fetch_sub(1, Ordering::AcqRel);
                     if nl == 0 {
                         self.clear_intent(ctx, -1)?;
                     }
@@ -359,26 +479,50 @@ impl Engine {
     pub(crate) fn free_file_ops(&self, f: u64) -> Result<Vec<Op>> {
         let mut ops = vec![
             Op::InoDel(f),
-            Op::Set { obj: f, field: 0, val: dead(K_FILE, self.epoch) },
-            Op::Free { obj: f, dead: dead(K_FILE, self.epoch) },
+            Op::Set {
+                obj: f,
+                field: 0,
+                val: dead(K_FILE, self.epoch),
+            },
+            Op::Free {
+                obj: f,
+                dead: dead(K_FILE, self.epoch),
+            },
         ];
         let x = self.pool.ld(f + F_XATTR)?;
         if x != 0 {
-            ops.push(Op::Set { obj: x, field: 0, val: dead(K_XATTR, self.epoch) });
-            ops.push(Op::Free { obj: x, dead: dead(K_XATTR, self.epoch) });
+            ops.push(Op::Set {
+                obj: x,
+                field: 0,
+                val: dead(K_XATTR, self.epoch),
+            });
+            ops.push(Op::Free {
+                obj: x,
+                dead: dead(K_XATTR, self.epoch),
+            });
         }
         Ok(ops)
     }
 
     /// Log-free removal of a file with one link.
-    fn delete_file(&self, ctx: &mut Ctx, parent: u64, content: u64, name: &[u8], f: u64, t: i64) -> Result<()> {
+    fn delete_file(
+        &self,
+        ctx: &mut Ctx,
+        parent: u64,
+        content: u64,
+        name: &[u8],
+        f: u64,
+        t: i64,
+    ) -> Result<()> {
         self.set_intent(ctx, f)?;
         self.mark_deleting(f, K_FILE, t)?;
         crate::crash_point!("unlink.after_mark");
         self.raise_times(content, t, false)?;
         crate::crash_point!("unlink.after_parent");
         self.unpublish(ctx, parent, content, name, f, Some(f))?;
-        self.pool.u64(content + C_NDENTS)?.fetch_sub(1, Ordering::AcqRel);
+        self.pool
+            .u64(content + C_NDENTS)?
+            .fetch_sub(1, Ordering::AcqRel);
         crate::crash_point!("unlink.after_unpublish");
         let x = self.pool.ld(f + F_XATTR)?;
         if x != 0 {
@@ -392,7 +536,10 @@ impl Engine {
         self.bump_seq(o)?;
         self.pool.st(o + E_BDTIME, t as u64)?;
         let cur = self.pool.ld(o)?;
-        self.pool.st(o, (cur & (0xFFFF << 16)) | state(kind, S_DELETING, self.epoch))?;
+        self.pool.st(
+            o,
+            (cur & (0xFFFF << 16)) | state(kind, S_DELETING, self.epoch),
+        )?;
         self.bump_seq(o)?;
         self.pool.persist(o, 64);
         Ok(())
@@ -411,12 +558,19 @@ impl Engine {
     ) -> Result<()> {
         let pshard = self.shard_of(parent);
         let mut m = self.ixmem(ctx, pshard);
-        self.shards[pshard as usize].name.remove(&self.pool, hash::name_key(parent, name), entry, &mut m)?;
+        self.shards[pshard as usize].name.remove(
+            &self.pool,
+            hash::name_key(parent, name),
+            entry,
+            &mut m,
+        )?;
         if let Some(io) = inode_obj {
             let ino = self.ino_of_obj(io)?;
             let s = self.shard_of(ino);
             let mut m = self.ixmem(ctx, s);
-            self.shards[s as usize].ino.remove(&self.pool, hash::ino_key(ino), io, &mut m)?;
+            self.shards[s as usize]
+                .ino
+                .remove(&self.pool, hash::ino_key(ino), io, &mut m)?;
         }
         let pos = self.pool.ld(entry + E_POS)?;
         list::retire(&mut self.mem(ctx, pshard), content + C_LIST, pos)
@@ -435,7 +589,11 @@ impl Engine {
             let (access, content) = self.open_dir(parent)?;
             perm::check(cred, self.dir_owner(access)?, X)?;
             let (e, o, ino) = self.probe_entry(parent, name)?;
-            let Obj::Dir { access: da, content: dc } = o else {
+            let Obj::Dir {
+                access: da,
+                content: dc,
+            } = o
+            else {
                 return Err(Error::NotDir);
             };
             if self.pool.ld(dc + C_MOD_EPOCH)? < self.epoch as u64 {
@@ -462,14 +620,21 @@ impl Engine {
             self.touch_epoch(content)?;
             self.mark_deleting(da, K_DIR, t)?;
             let cs = self.pool.ld(dc)?;
-            self.pool.st(dc, (cs & (0xFFFF << 16)) | state(K_DIRC, S_DELETING, self.epoch))?;
+            self.pool.st(
+                dc,
+                (cs & (0xFFFF << 16)) | state(K_DIRC, S_DELETING, self.epoch),
+            )?;
             self.pool.persist(dc, 8);
             crate::crash_point!("rmdir.after_mark");
             self.raise_times(content, t, false)?;
             crate::crash_point!("rmdir.after_parent");
             self.unpublish(ctx, parent, content, name, da, Some(dc))?;
-            self.pool.u64(content + C_NDENTS)?.fetch_sub(1, Ordering::AcqRel);
-            self.pool.u64(content + C_NSUBDIRS)?.fetch_sub(1, Ordering::AcqRel);
+            self.pool
+                .u64(content + C_NDENTS)?
+                .fetch_sub(1, Ordering::AcqRel);
+            self.pool
+                .u64(content + C_NSUBDIRS)?
+                .fetch_sub(1, Ordering::AcqRel);
             crate::crash_point!("rmdir.after_unpublish");
             self.free_dir_objects(ctx, da, dc)?;
             self.clear_intent(ctx, -1)?;
@@ -500,7 +665,9 @@ impl Engine {
             let f = match self.inode(ino)? {
                 Obj::Dir { .. } => return Err(Error::Perm),
                 Obj::File(f) => f,
-                Obj::Link(_) => return Err(Error::Corrupt("ino index points at a link entry".into())),
+                Obj::Link(_) => {
+                    return Err(Error::Corrupt("ino index points at a link entry".into()))
+                }
             };
             let (access, content) = self.open_dir(newparent)?;
             let _g = self.locks.lock(&[
@@ -514,10 +681,11 @@ impl Engine {
             {
                 continue;
             }
-            perm::check(cred, self.dir_owner(access)?, W | X)?;
+            perm::check(cred, self.dir_owner(access)?, X)?;
             if self.find_name(newparent, newname)?.is_some() {
                 return Err(Error::Exists);
             }
+            perm::check(cred, self.dir_owner(access)?, W)?;
             let nl = self.nlink(f)?;
             if nl >= LINK_MAX {
                 return Err(Error::TooManyLinks);
@@ -525,12 +693,20 @@ impl Engine {
             let t = self.clock.now(&self.pool);
             let n = newname.len() as u64;
             let bytes = L_NAME + pad8(n);
-            let l = self.alloc.alloc(&self.pool, &mut ctx.cache, self.shard_of(newparent), bytes as u32)?;
+            let l = self.alloc.alloc(
+                &self.pool,
+                &mut ctx.cache,
+                self.shard_of(newparent),
+                bytes as u32,
+            )?;
             let creating = state(K_LINK, S_CREATING, self.epoch);
             let mut j = self.journal(ctx);
             self.j_new(&mut j, l, creating)?;
             self.touch_epoch(content)?;
-            let pos = self.pool.u64(content + C_NEXT_POS)?.fetch_add(1, Ordering::AcqRel);
+            let pos = self
+                .pool
+                .u64(content + C_NEXT_POS)?
+                .fetch_add(1, Ordering::AcqRel);
             let p = &self.pool;
             let mw = p.ld(f + F_MODE)?;
             p.st(l + E_INO, ino)?;
@@ -542,15 +718,37 @@ impl Engine {
             p.st(l, creating)?;
             p.persist(l, bytes);
             let ops = vec![
-                Op::ListSet { content, pos, val: l },
+                Op::ListSet {
+                    content,
+                    pos,
+                    val: l,
+                },
                 Op::NamePut(l),
-                Op::Set { obj: f, field: F_MODE, val: (mw & 0xFFFF_FFFF) | ((nl + 1) as u64) << 32 },
-                Op::Set { obj: f, field: F_CTIME, val: t as u64 },
-                Op::Raise { content, t, ctime_only: false },
-                Op::Set { obj: l, field: 0, val: state(K_LINK, S_NORMAL, self.epoch) },
+                Op::Set {
+                    obj: f,
+                    field: F_MODE,
+                    val: (mw & 0xFFFF_FFFF) | ((nl + 1) as u64) << 32,
+                },
+                Op::Set {
+                    obj: f,
+                    field: F_CTIME,
+                    val: t as u64,
+                },
+                Op::Raise {
+                    content,
+                    t,
+                    ctime_only: false,
+                },
+                Op::Set {
+                    obj: l,
+                    field: 0,
+                    val: state(K_LINK, S_NORMAL, self.epoch),
+                },
             ];
             self.j_commit(ctx, j, ops)?;
-            self.pool.u64(content + C_NDENTS)?.fetch_add(1, Ordering::AcqRel);
+            self.pool
+                .u64(content + C_NDENTS)?
+                .fetch_add(1, Ordering::AcqRel);
             return self.file_attr(f);
         })
     }

@@ -30,14 +30,22 @@ impl Engine {
         Ok((dir, last))
     }
 
-    fn resolve_parent_inner(&self, cred: &Cred, path: &[u8], hops: &mut u32) -> Result<(u64, Option<Vec<u8>>)> {
+    fn resolve_parent_inner(
+        &self,
+        cred: &Cred,
+        path: &[u8],
+        hops: &mut u32,
+    ) -> Result<(u64, Option<Vec<u8>>)> {
         if path.len() > PATH_MAX {
             return Err(Error::NameTooLong);
         }
         if path.is_empty() {
             return Err(Error::NotFound);
         }
-        let comps: Vec<&[u8]> = path.split(|&b| b == b'/').filter(|c| !c.is_empty() && *c != b".").collect();
+        let comps: Vec<&[u8]> = path
+            .split(|&b| b == b'/')
+            .filter(|c| !c.is_empty() && *c != b".")
+            .collect();
         let mut dir = ROOT_INO;
         let Some((last, init)) = comps.split_last() else {
             return Ok((ROOT_INO, None));
@@ -52,7 +60,14 @@ impl Engine {
     }
 
     /// One component: lookup `name` in `dir`, following a symlink if asked.
-    fn step(&self, cred: &Cred, dir: u64, name: &[u8], follow: bool, hops: &mut u32) -> Result<u64> {
+    fn step(
+        &self,
+        cred: &Cred,
+        dir: u64,
+        name: &[u8],
+        follow: bool,
+        hops: &mut u32,
+    ) -> Result<u64> {
         if name.len() > NAME_MAX {
             return Err(Error::NameTooLong);
         }
@@ -65,18 +80,33 @@ impl Engine {
             return Err(Error::Loop);
         }
         let target = self.readlink(a.ino)?;
-        let base = if target.first() == Some(&b'/') { ROOT_INO } else { dir };
+        let base = if target.first() == Some(&b'/') {
+            ROOT_INO
+        } else {
+            dir
+        };
         self.walk_from(cred, base, &target, hops)
     }
 
     fn walk_from(&self, cred: &Cred, base: u64, path: &[u8], hops: &mut u32) -> Result<u64> {
         let mut cur = base;
-        for c in path.split(|&b| b == b'/').filter(|c| !c.is_empty() && *c != b".") {
+        for c in path
+            .split(|&b| b == b'/')
+            .filter(|c| !c.is_empty() && *c != b".")
+        {
             let a = self.getattr(cur)?;
             if a.kind() != FileType::Directory {
                 return Err(Error::NotDir);
             }
-            perm::check(cred, perm::Owner { mode: a.mode, uid: a.uid, gid: a.gid }, X)?;
+            perm::check(
+                cred,
+                perm::Owner {
+                    mode: a.mode,
+                    uid: a.uid,
+                    gid: a.gid,
+                },
+                X,
+            )?;
             cur = self.step(cred, cur, c, true, hops)?;
         }
         Ok(cur)

@@ -65,7 +65,9 @@ impl Engine {
         let sh = &self.shards[self.shard_of(parent) as usize];
         Ok(sh
             .name
-            .lookup(&self.pool, hash::name_key(parent, &name), &mut |c| Ok(c == o))?
+            .lookup(&self.pool, hash::name_key(parent, &name), &mut |c| {
+                Ok(c == o)
+            })?
             .is_some())
     }
 
@@ -86,7 +88,9 @@ impl Engine {
         }
         let parent = self.pool.ld(o + E_PARENT)?;
         let pos = self.pool.ld(o + E_POS)?;
-        let content = self.find_ino(parent)?.filter(|c| st_kind(self.pool.ld(*c).unwrap_or(0)) == K_DIRC);
+        let content = self
+            .find_ino(parent)?
+            .filter(|c| st_kind(self.pool.ld(*c).unwrap_or(0)) == K_DIRC);
         if status == S_CREATING {
             // Not committed. If it is in its list, the directory repair
             // removes it; otherwise nothing refers to it.
@@ -174,7 +178,11 @@ impl Engine {
                 let bd = self.pool.ld(o + E_BDTIME)? as i64;
                 let keep = match st_status(s) {
                     S_CREATING if self.in_name_index(o)? => {
-                        let io = if kind == K_DIR { self.pool.ld(o + D_CONTENT)? } else { o };
+                        let io = if kind == K_DIR {
+                            self.pool.ld(o + D_CONTENT)?
+                        } else {
+                            o
+                        };
                         if kind != K_LINK {
                             self.j_exec_pub(ctx, Op::InoPut(io))?;
                         }

@@ -97,7 +97,11 @@ impl Engine {
                 }
             }
             let moves_dir = parent != newparent && (s_dir || (exchange && t_dir));
-            let _rl = if moves_dir { Some(self.rename_lock.lock()) } else { None };
+            let _rl = if moves_dir {
+                Some(self.rename_lock.lock())
+            } else {
+                None
+            };
             if moves_dir {
                 if s_dir && (sino == newparent || self.is_ancestor(sino, newparent)?) {
                     return Err(Error::Invalid("cannot move a directory into itself"));
@@ -146,7 +150,13 @@ impl Engine {
                     }
                 }
             }
-            let src = Side { parent, content: c1, entry: s, obj: so, ino: sino };
+            let src = Side {
+                parent,
+                content: c1,
+                entry: s,
+                obj: so,
+                ino: sino,
+            };
             let dst = t.map(|t| Side {
                 parent: newparent,
                 content: c2,
@@ -158,7 +168,14 @@ impl Engine {
             self.touch_epoch(c1)?;
             self.touch_epoch(c2)?;
             if exchange {
-                self.do_exchange(ctx, &src, dst.as_ref().ok_or(Error::NotFound)?, name, newname, t0)?;
+                self.do_exchange(
+                    ctx,
+                    &src,
+                    dst.as_ref().ok_or(Error::NotFound)?,
+                    name,
+                    newname,
+                    t0,
+                )?;
             } else {
                 self.do_move(ctx, &src, dst.as_ref(), newparent, c2, newname, t0)?;
             }
@@ -180,12 +197,24 @@ impl Engine {
             }
             cur = p;
         }
-        Err(Error::Corrupt("directory parent chain does not reach the root".into()))
+        Err(Error::Corrupt(
+            "directory parent chain does not reach the root".into(),
+        ))
     }
 
     /// Copies entry `e` to key (parent, name) at `pos` with ctime `t0`;
     /// returns the new (CREATING) object, recorded in the journal.
-    fn copy_entry(&self, ctx: &mut Ctx, j: &mut Journal, e: u64, parent: u64, name: &[u8], pos: u64, t0: i64) -> Result<u64> {
+    #[allow(clippy::too_many_arguments)]
+    fn copy_entry(
+        &self,
+        ctx: &mut Ctx,
+        j: &mut Journal,
+        e: u64,
+        parent: u64,
+        name: &[u8],
+        pos: u64,
+        t0: i64,
+    ) -> Result<u64> {
         let p = &self.pool;
         let kind = st_kind(p.ld(e)?);
         let n = name.len() as u64;
@@ -196,7 +225,9 @@ impl Engine {
             0
         };
         let bytes = name_off + pad8(n) + pad8(extra);
-        let new = self.alloc.alloc(p, &mut ctx.cache, self.shard_of(parent), bytes as u32)?;
+        let new = self
+            .alloc
+            .alloc(p, &mut ctx.cache, self.shard_of(parent), bytes as u32)?;
         let creating = state(kind, S_CREATING, self.epoch);
         self.j_new(j, new, creating)?;
         let mut f = 8;
@@ -224,20 +255,51 @@ impl Engine {
     }
 
     /// Journal ops that repoint everything from entry `old` to its copy.
-    fn repoint(&self, ops: &mut Vec<Op>, old: u64, obj: Obj, new: u64, new_parent: u64, t0: i64) -> Result<()> {
+    fn repoint(
+        &self,
+        ops: &mut Vec<Op>,
+        old: u64,
+        obj: Obj,
+        new: u64,
+        new_parent: u64,
+        t0: i64,
+    ) -> Result<()> {
         let kind = st_kind(self.pool.ld(old)?);
         match obj {
             Obj::File(_) => ops.push(Op::InoPut(new)),
             Obj::Dir { content, .. } => {
-                ops.push(Op::Set { obj: content, field: C_ACCESS, val: new });
-                ops.push(Op::Set { obj: content, field: C_PARENT, val: new_parent });
-                ops.push(Op::Raise { content, t: t0, ctime_only: true });
+                ops.push(Op::Set {
+                    obj: content,
+                    field: C_ACCESS,
+                    val: new,
+                });
+                ops.push(Op::Set {
+                    obj: content,
+                    field: C_PARENT,
+                    val: new_parent,
+                });
+                ops.push(Op::Raise {
+                    content,
+                    t: t0,
+                    ctime_only: true,
+                });
             }
             Obj::Link(_) => {}
         }
-        ops.push(Op::Set { obj: new, field: 0, val: state(kind, S_NORMAL, self.epoch) });
-        ops.push(Op::Set { obj: old, field: 0, val: dead(kind, self.epoch) });
-        ops.push(Op::Free { obj: old, dead: dead(kind, self.epoch) });
+        ops.push(Op::Set {
+            obj: new,
+            field: 0,
+            val: state(kind, S_NORMAL, self.epoch),
+        });
+        ops.push(Op::Set {
+            obj: old,
+            field: 0,
+            val: dead(kind, self.epoch),
+        });
+        ops.push(Op::Free {
+            obj: old,
+            dead: dead(kind, self.epoch),
+        });
         Ok(())
     }
 
@@ -253,9 +315,21 @@ impl Engine {
                     return Ok(());
                 }
                 let mw = self.pool.ld(f + F_MODE)?;
-                ops.push(Op::Set { obj: f, field: 0, val: state(K_FILE, S_DETACHED, self.epoch) });
-                ops.push(Op::Set { obj: f, field: F_MODE, val: (mw & 0xFFFF_FFFF) | ((nl - 1) as u64) << 32 });
-                ops.push(Op::Set { obj: f, field: F_CTIME, val: t0 as u64 });
+                ops.push(Op::Set {
+                    obj: f,
+                    field: 0,
+                    val: state(K_FILE, S_DETACHED, self.epoch),
+                });
+                ops.push(Op::Set {
+                    obj: f,
+                    field: F_MODE,
+                    val: (mw & 0xFFFF_FFFF) | ((nl - 1) as u64) << 32,
+                });
+                ops.push(Op::Set {
+                    obj: f,
+                    field: F_CTIME,
+                    val: t0 as u64,
+                });
                 return Ok(());
             }
             Obj::Link(_) => {
@@ -265,35 +339,76 @@ impl Engine {
                         ops.extend(self.free_file_ops(f)?);
                     } else {
                         let mw = self.pool.ld(f + F_MODE)?;
-                        ops.push(Op::Set { obj: f, field: F_MODE, val: (mw & 0xFFFF_FFFF) | (nl as u64) << 32 });
-                        ops.push(Op::Set { obj: f, field: F_CTIME, val: t0 as u64 });
+                        ops.push(Op::Set {
+                            obj: f,
+                            field: F_MODE,
+                            val: (mw & 0xFFFF_FFFF) | (nl as u64) << 32,
+                        });
+                        ops.push(Op::Set {
+                            obj: f,
+                            field: F_CTIME,
+                            val: t0 as u64,
+                        });
                     }
                 }
             }
             Obj::Dir { content, .. } => {
                 ops.push(Op::InoDel(content));
-                ops.push(Op::Set { obj: content, field: 0, val: dead(K_DIRC, self.epoch) });
+                ops.push(Op::Set {
+                    obj: content,
+                    field: 0,
+                    val: dead(K_DIRC, self.epoch),
+                });
                 ops.push(Op::DestroyList(content));
                 let x = self.pool.ld(content + C_XATTR)?;
                 if x != 0 {
-                    ops.push(Op::Set { obj: x, field: 0, val: dead(K_XATTR, self.epoch) });
-                    ops.push(Op::Free { obj: x, dead: dead(K_XATTR, self.epoch) });
+                    ops.push(Op::Set {
+                        obj: x,
+                        field: 0,
+                        val: dead(K_XATTR, self.epoch),
+                    });
+                    ops.push(Op::Free {
+                        obj: x,
+                        dead: dead(K_XATTR, self.epoch),
+                    });
                 }
-                ops.push(Op::Free { obj: content, dead: dead(K_DIRC, self.epoch) });
+                ops.push(Op::Free {
+                    obj: content,
+                    dead: dead(K_DIRC, self.epoch),
+                });
             }
         }
-        ops.push(Op::Set { obj: t.entry, field: 0, val: dead(kind, self.epoch) });
-        ops.push(Op::Free { obj: t.entry, dead: dead(kind, self.epoch) });
+        ops.push(Op::Set {
+            obj: t.entry,
+            field: 0,
+            val: dead(kind, self.epoch),
+        });
+        ops.push(Op::Free {
+            obj: t.entry,
+            dead: dead(kind, self.epoch),
+        });
         Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn do_move(&self, ctx: &mut Ctx, s: &Side, t: Option<&Side>, p2: u64, c2: u64, n2: &[u8], t0: i64) -> Result<()> {
+    fn do_move(
+        &self,
+        ctx: &mut Ctx,
+        s: &Side,
+        t: Option<&Side>,
+        p2: u64,
+        c2: u64,
+        n2: &[u8],
+        t0: i64,
+    ) -> Result<()> {
         let spos = self.pool.ld(s.entry + E_POS)?;
         let pos = match t {
             Some(t) => self.pool.ld(t.entry + E_POS)?,
             None if s.parent == p2 => spos,
-            None => self.pool.u64(c2 + C_NEXT_POS)?.fetch_add(1, Ordering::AcqRel),
+            None => self
+                .pool
+                .u64(c2 + C_NEXT_POS)?
+                .fetch_add(1, Ordering::AcqRel),
         };
         let mut j = self.journal(ctx);
         let new = match self.copy_entry(ctx, &mut j, s.entry, p2, n2, pos, t0) {
@@ -303,17 +418,35 @@ impl Engine {
                 return Err(e);
             }
         };
-        let mut ops = vec![Op::ListSet { content: c2, pos, val: new }, Op::NamePut(new)];
+        let mut ops = vec![
+            Op::ListSet {
+                content: c2,
+                pos,
+                val: new,
+            },
+            Op::NamePut(new),
+        ];
         if !(s.parent == p2 && pos == spos) {
-            ops.push(Op::ListRetire { content: s.content, pos: spos });
+            ops.push(Op::ListRetire {
+                content: s.content,
+                pos: spos,
+            });
         }
         ops.push(Op::NameDel(s.entry));
         self.repoint(&mut ops, s.entry, s.obj, new, p2, t0)?;
         if let Some(t) = t {
             self.drop_target(&mut ops, t, t0)?;
         }
-        ops.push(Op::Raise { content: s.content, t: t0, ctime_only: false });
-        ops.push(Op::Raise { content: c2, t: t0, ctime_only: false });
+        ops.push(Op::Raise {
+            content: s.content,
+            t: t0,
+            ctime_only: false,
+        });
+        ops.push(Op::Raise {
+            content: c2,
+            t: t0,
+            ctime_only: false,
+        });
         let frees_inode = match t.map(|t| (t.obj, t.ino)) {
             None => false,
             Some((Obj::Dir { .. }, _)) => true,
@@ -351,13 +484,26 @@ impl Engine {
         Ok(())
     }
 
-    fn do_exchange(&self, ctx: &mut Ctx, s: &Side, t: &Side, n1: &[u8], n2: &[u8], t0: i64) -> Result<()> {
+    fn do_exchange(
+        &self,
+        ctx: &mut Ctx,
+        s: &Side,
+        t: &Side,
+        n1: &[u8],
+        n2: &[u8],
+        t0: i64,
+    ) -> Result<()> {
         let spos = self.pool.ld(s.entry + E_POS)?;
         let tpos = self.pool.ld(t.entry + E_POS)?;
         let mut j = self.journal(ctx);
         let made = self
             .copy_entry(ctx, &mut j, s.entry, t.parent, n2, tpos, t0)
-            .and_then(|a| Ok((a, self.copy_entry(ctx, &mut j, t.entry, s.parent, n1, spos, t0)?)));
+            .and_then(|a| {
+                Ok((
+                    a,
+                    self.copy_entry(ctx, &mut j, t.entry, s.parent, n1, spos, t0)?,
+                ))
+            });
         let (ns, nt) = match made {
             Ok(x) => x,
             Err(e) => {
@@ -366,23 +512,43 @@ impl Engine {
             }
         };
         let mut ops = vec![
-            Op::ListSet { content: t.content, pos: tpos, val: ns },
-            Op::ListSet { content: s.content, pos: spos, val: nt },
+            Op::ListSet {
+                content: t.content,
+                pos: tpos,
+                val: ns,
+            },
+            Op::ListSet {
+                content: s.content,
+                pos: spos,
+                val: nt,
+            },
             Op::NamePut(ns),
             Op::NamePut(nt),
         ];
         self.repoint(&mut ops, s.entry, s.obj, ns, t.parent, t0)?;
         self.repoint(&mut ops, t.entry, t.obj, nt, s.parent, t0)?;
-        ops.push(Op::Raise { content: s.content, t: t0, ctime_only: false });
-        ops.push(Op::Raise { content: t.content, t: t0, ctime_only: false });
+        ops.push(Op::Raise {
+            content: s.content,
+            t: t0,
+            ctime_only: false,
+        });
+        ops.push(Op::Raise {
+            content: t.content,
+            t: t0,
+            ctime_only: false,
+        });
         self.j_commit(ctx, j, ops)?;
         if s.parent != t.parent {
             let sd = matches!(s.obj, Obj::Dir { .. }) as i64;
             let td = matches!(t.obj, Obj::Dir { .. }) as i64;
             let d = sd - td;
             if d != 0 {
-                self.pool.u64(s.content + C_NSUBDIRS)?.fetch_add((-d) as u64, Ordering::AcqRel);
-                self.pool.u64(t.content + C_NSUBDIRS)?.fetch_add(d as u64, Ordering::AcqRel);
+                self.pool
+                    .u64(s.content + C_NSUBDIRS)?
+                    .fetch_add((-d) as u64, Ordering::AcqRel);
+                self.pool
+                    .u64(t.content + C_NSUBDIRS)?
+                    .fetch_add(d as u64, Ordering::AcqRel);
             }
         }
         Ok(())
@@ -390,7 +556,10 @@ impl Engine {
 
     pub(crate) fn inodes_delta(&self, ctx: &Ctx, d: i64) -> Result<()> {
         let w = self.pool.u64(ctx_area(ctx.id) + C_INODES)?;
-        w.store(w.load(Ordering::Relaxed).wrapping_add(d as u64), Ordering::Relaxed);
+        w.store(
+            w.load(Ordering::Relaxed).wrapping_add(d as u64),
+            Ordering::Relaxed,
+        );
         Ok(())
     }
 }

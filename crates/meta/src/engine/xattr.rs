@@ -21,10 +21,14 @@ enum Ns {
     Security,
 }
 
-fn namespace(name: &[u8]) -> Result<Ns> {
+fn check_len(name: &[u8]) -> Result<()> {
     if name.is_empty() || name.len() > XATTR_NAME_MAX {
         return Err(Error::Range);
     }
+    Ok(())
+}
+
+fn namespace(name: &[u8]) -> Result<Ns> {
     let ns = if name.starts_with(b"user.") {
         Ns::User
     } else if name.starts_with(b"trusted.") {
@@ -89,7 +93,12 @@ impl Engine {
                 if t != S_IFREG && t != S_IFDIR {
                     return Err(if write { Error::Perm } else { Error::NoData });
                 }
-                if write && t == S_IFDIR && own.mode & S_ISVTX != 0 && !cred.is_root() && cred.uid != own.uid {
+                if write
+                    && t == S_IFDIR
+                    && own.mode & S_ISVTX != 0
+                    && !cred.is_root()
+                    && cred.uid != own.uid
+                {
                     return Err(Error::Perm);
                 }
                 perm::check(cred, own, if write { W } else { R })
@@ -100,13 +109,18 @@ impl Engine {
 
     /// Value of attribute `name` of `ino`.
     pub fn getxattr(&self, cred: &Cred, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
-        let ns = namespace(name)?;
+        check_len(name)?;
         let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Read)]);
         let o = self.inode(ino)?;
+        let ns = namespace(name)?;
         self.xattr_perm(cred, o, &ns, false)?;
         let (obj, field) = self.xattr_slot(o)?;
         let pairs = self.read_pairs(self.pool.ld(obj + field)?)?;
-        pairs.into_iter().find(|(n, _)| n == name).map(|(_, v)| v).ok_or(Error::NoData)
+        pairs
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
+            .ok_or(Error::NoData)
     }
 
     /// Names of the attributes of `ino` the caller may see.
@@ -123,15 +137,22 @@ impl Engine {
     }
 
     /// Sets attribute `name` (flags: XATTR_CREATE, XATTR_REPLACE).
-    pub fn setxattr(&self, cred: &Cred, ino: u64, name: &[u8], value: &[u8], flags: u32) -> Result<()> {
-        let ns = namespace(name)?;
+    pub fn setxattr(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        name: &[u8],
+        value: &[u8],
+        flags: u32,
+    ) -> Result<()> {
+        check_len(name)?;
         if value.len() > XATTR_SIZE_MAX {
             return Err(Error::TooBig);
         }
         if flags & !(XATTR_CREATE | XATTR_REPLACE) != 0 {
             return Err(Error::Invalid("xattr flags"));
         }
-        self.change_xattrs(cred, ino, &ns, |pairs| {
+        self.change_xattrs(cred, ino, name, |pairs| {
             let at = pairs.iter().position(|(n, _)| n == name);
             match (at, flags) {
                 (Some(_), f) if f & XATTR_CREATE != 0 => Err(Error::Exists),
@@ -150,20 +171,30 @@ impl Engine {
 
     /// Removes attribute `name`.
     pub fn removexattr(&self, cred: &Cred, ino: u64, name: &[u8]) -> Result<()> {
-        let ns = namespace(name)?;
-        self.change_xattrs(cred, ino, &ns, |pairs| {
-            let i = pairs.iter().position(|(n, _)| n == name).ok_or(Error::NoData)?;
+        check_len(name)?;
+        self.change_xattrs(cred, ino, name, |pairs| {
+            let i = pairs
+                .iter()
+                .position(|(n, _)| n == name)
+                .ok_or(Error::NoData)?;
             pairs.remove(i);
             Ok(())
         })
     }
 
-    fn change_xattrs(&self, cred: &Cred, ino: u64, ns: &Ns, f: impl FnOnce(&mut Pairs) -> Result<()>) -> Result<()> {
+    fn change_xattrs(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        name: &[u8],
+        f: impl FnOnce(&mut Pairs) -> Result<()>,
+    ) -> Result<()> {
         self.check_writable()?;
         self.with_ctx(|ctx| {
             let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Write)]);
             let o = self.inode(ino)?;
-            self.xattr_perm(cred, o, ns, true)?;
+            let ns = namespace(name)?;
+            self.xattr_perm(cred, o, &ns, true)?;
             let (obj, field) = self.xattr_slot(o)?;
             let old = self.pool.ld(obj + field)?;
             let mut pairs = self.read_pairs(old)?;
@@ -183,25 +214,50 @@ impl Engine {
             let new = if pairs.is_empty() {
                 0
             } else {
-                let b = self.alloc.alloc(&self.pool, &mut ctx.cache, self.shard_of(ino), (X_DATA + data.len() as u64) as u32)?;
+                let b = self.alloc.alloc(
+                    &self.pool,
+                    &mut ctx.cache,
+                    self.shard_of(ino),
+                    (X_DATA + data.len() as u64) as u32,
+                )?;
                 let st = state(K_XATTR, S_NORMAL, self.epoch);
                 self.j_new(&mut j, b, st)?;
                 self.pool.st(b + X_OWNER, ino)?;
-                self.pool.st(b + X_LEN, data.len() as u64 | (pairs.len() as u64) << 32)?;
+                self.pool
+                    .st(b + X_LEN, data.len() as u64 | (pairs.len() as u64) << 32)?;
                 self.pool.write_bytes(b + X_DATA, &data)?;
                 self.pool.st(b, st)?;
                 self.pool.persist(b, X_DATA + data.len() as u64);
                 b
             };
-            let mut ops = vec![Op::Set { obj, field, val: new }];
+            let mut ops = vec![Op::Set {
+                obj,
+                field,
+                val: new,
+            }];
             match o {
-                Obj::File(fo) => ops.push(Op::Set { obj: fo, field: F_CTIME, val: t as u64 }),
-                Obj::Dir { content, .. } => ops.push(Op::Raise { content, t, ctime_only: true }),
+                Obj::File(fo) => ops.push(Op::Set {
+                    obj: fo,
+                    field: F_CTIME,
+                    val: t as u64,
+                }),
+                Obj::Dir { content, .. } => ops.push(Op::Raise {
+                    content,
+                    t,
+                    ctime_only: true,
+                }),
                 Obj::Link(_) => {}
             }
             if old != 0 {
-                ops.push(Op::Set { obj: old, field: 0, val: dead(K_XATTR, self.epoch) });
-                ops.push(Op::Free { obj: old, dead: dead(K_XATTR, self.epoch) });
+                ops.push(Op::Set {
+                    obj: old,
+                    field: 0,
+                    val: dead(K_XATTR, self.epoch),
+                });
+                ops.push(Op::Free {
+                    obj: old,
+                    dead: dead(K_XATTR, self.epoch),
+                });
             }
             self.j_commit(ctx, j, ops)
         })

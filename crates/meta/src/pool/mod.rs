@@ -307,7 +307,9 @@ fn lock_exclusive(file: &File, path: &Path) -> Result<()> {
 }
 
 fn bad_off(off: u64) -> Error {
-    Error::Corrupt(format!("object offset {off:#x} is outside the pool or misaligned"))
+    Error::Corrupt(format!(
+        "object offset {off:#x} is outside the pool or misaligned"
+    ))
 }
 
 /// Rounds `v` up to a multiple of `to` (a power of two).
