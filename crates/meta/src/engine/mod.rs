@@ -482,12 +482,27 @@ impl Engine {
 
     /// Reads consistently: retries `f` until the object's state word (and
     /// so its write sequence) is unchanged around it.
+    /// A writer that died mid-write (odd sequence from an older epoch) no
+    /// longer blocks readers; a sequence that stays odd too long is reported.
     pub(crate) fn stable<T>(&self, o: u64, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+        let mut spins = 0u64;
         loop {
             let s1 = self.pool.ld(o)?;
             if (s1 >> 16) & 1 == 1 {
-                std::hint::spin_loop();
-                continue;
+                spins += 1;
+                let stale = spins > 1000 && st_epoch(s1) < self.epoch;
+                if !stale {
+                    if spins > 50_000_000 {
+                        return Err(Error::Corrupt(format!(
+                            "object {o:#x} stays locked for writing"
+                        )));
+                    }
+                    if spins % 1000 == 0 {
+                        std::thread::yield_now();
+                    }
+                    std::hint::spin_loop();
+                    continue;
+                }
             }
             let v = f()?;
             if self.pool.ld(o)? == s1 {
