@@ -1,3 +1,613 @@
-pub fn main(_a: Vec<std::ffi::OsString>) -> anyhow::Result<()> {
-    anyhow::bail!("not yet")
+//! `solofs bench`: mdtest-style metadata phases against one or more targets,
+//! printed side by side with ratios against the first target.
+//!
+//! Targets: `engine:DIR` (the metadata engine in this process, pool file in
+//! DIR) and `path:DIR` (any directory through system calls: tmpfs, ext4, a
+//! SoloFS mount). Benchmarks print numbers; they assert nothing.
+
+use anyhow::{bail, Context, Result};
+use rustix::fd::OwnedFd;
+use rustix::fs::{AtFlags, Mode, OFlags};
+use solofs_meta::{Config, Cred, Engine, ROOT_INO};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+const HELP: &str = "\
+solofs bench — metadata benchmark
+
+OPTIONS:
+    --target KIND:DIR   engine:DIR (in-process engine, pool in DIR) or
+                        path:DIR (syscalls in DIR). Repeatable; ratios are
+                        against the first target. Default: engine:/dev/shm/solofs-bench
+                        and path:/dev/shm/solofs-bench-tmpfs
+    --files N           files per run, split over the threads (default 1000000)
+    --threads LIST      thread counts, e.g. 1,2 (default 1,2)
+    --layout LIST       private (a directory per thread) and/or shared (one
+                        directory for all threads) (default private,shared)
+    --phases LIST       create,stat,readdir,rename,unlink,mkdir,rmdir (default all)
+    --shards N          shards of the engine pool (default 4)
+    --open-files LIST   also time opening an engine pool holding N files, for
+                        each N (e.g. 1000000,10000000)
+";
+
+/// A benchmark target: the operations every phase needs.
+trait Target: Sync {
+    fn label(&self) -> String;
+    /// Creates directories under the root before timing; returns handles.
+    fn setup_dirs(&mut self, names: &[String]) -> Result<Vec<u64>>;
+    fn mkdir(&self, parent: u64, name: &[u8]) -> Result<()>;
+    fn create(&self, dir: u64, name: &[u8]) -> Result<()>;
+    fn stat(&self, dir: u64, name: &[u8]) -> Result<()>;
+    fn rename(&self, dir: u64, from: &[u8], to: &[u8]) -> Result<()>;
+    fn unlink(&self, dir: u64, name: &[u8]) -> Result<()>;
+    fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()>;
+    fn readdir(&self, dir: u64) -> Result<u64>;
+    /// Bytes of metadata storage in use (engine pools), if meaningful.
+    fn used_bytes(&self) -> Option<u64>;
+}
+
+struct EngineTarget {
+    e: Engine,
+    cred: Cred,
+}
+
+impl Target for EngineTarget {
+    fn label(&self) -> String {
+        format!("engine ({} shards)", self.e.shard_count())
+    }
+    fn setup_dirs(&mut self, names: &[String]) -> Result<Vec<u64>> {
+        names
+            .iter()
+            .map(|n| Ok(self.e.mkdir(&self.cred, ROOT_INO, n.as_bytes(), 0o755)?.ino))
+            .collect()
+    }
+    fn mkdir(&self, p: u64, n: &[u8]) -> Result<()> {
+        self.e.mkdir(&self.cred, p, n, 0o755)?;
+        Ok(())
+    }
+    fn create(&self, d: u64, n: &[u8]) -> Result<()> {
+        self.e.create(&self.cred, d, n, 0o644)?;
+        Ok(())
+    }
+    fn stat(&self, d: u64, n: &[u8]) -> Result<()> {
+        self.e.lookup(&self.cred, d, n)?;
+        Ok(())
+    }
+    fn rename(&self, d: u64, a: &[u8], b: &[u8]) -> Result<()> {
+        Ok(self.e.rename(&self.cred, d, a, d, b, 0)?)
+    }
+    fn unlink(&self, d: u64, n: &[u8]) -> Result<()> {
+        Ok(self.e.unlink(&self.cred, d, n)?)
+    }
+    fn rmdir(&self, p: u64, n: &[u8]) -> Result<()> {
+        Ok(self.e.rmdir(&self.cred, p, n)?)
+    }
+    fn readdir(&self, d: u64) -> Result<u64> {
+        let mut n = 0;
+        let mut cookie = 0;
+        loop {
+            let batch = self.e.readdir(&self.cred, d, cookie, 1024)?;
+            let Some(last) = batch.last() else { break };
+            cookie = last.cookie;
+            n += batch.len() as u64;
+        }
+        Ok(n)
+    }
+    fn used_bytes(&self) -> Option<u64> {
+        self.e.statfs().ok().map(|s| s.used_bytes)
+    }
+}
+
+/// A directory through system calls (rustix's safe wrappers); directory
+/// handles are indexes into a table of open directory fds.
+struct PathTarget {
+    dir: PathBuf,
+    root: OwnedFd,
+    fds: Vec<OwnedFd>,
+}
+
+impl PathTarget {
+    fn fd(&self, h: u64) -> &OwnedFd {
+        &self.fds[h as usize]
+    }
+}
+
+impl Target for PathTarget {
+    fn label(&self) -> String {
+        format!("path {}", self.dir.display())
+    }
+    fn setup_dirs(&mut self, names: &[String]) -> Result<Vec<u64>> {
+        for n in names {
+            rustix::fs::mkdirat(&self.root, n.as_str(), Mode::from_raw_mode(0o755))?;
+            let fd = rustix::fs::openat(
+                &self.root,
+                n.as_str(),
+                OFlags::RDONLY | OFlags::DIRECTORY,
+                Mode::empty(),
+            )?;
+            self.fds.push(fd);
+        }
+        Ok((self.fds.len() - names.len()..self.fds.len())
+            .map(|i| i as u64)
+            .collect())
+    }
+    fn mkdir(&self, p: u64, n: &[u8]) -> Result<()> {
+        Ok(rustix::fs::mkdirat(
+            self.fd(p),
+            n,
+            Mode::from_raw_mode(0o755),
+        )?)
+    }
+    fn create(&self, d: u64, n: &[u8]) -> Result<()> {
+        let m = Mode::from_raw_mode(0o644);
+        Ok(rustix::fs::mknodat(
+            self.fd(d),
+            n,
+            rustix::fs::FileType::RegularFile,
+            m,
+            0,
+        )?)
+    }
+    fn stat(&self, d: u64, n: &[u8]) -> Result<()> {
+        rustix::fs::statat(self.fd(d), n, AtFlags::SYMLINK_NOFOLLOW)?;
+        Ok(())
+    }
+    fn rename(&self, d: u64, a: &[u8], b: &[u8]) -> Result<()> {
+        let f = self.fd(d);
+        Ok(rustix::fs::renameat(f, a, f, b)?)
+    }
+    fn unlink(&self, d: u64, n: &[u8]) -> Result<()> {
+        Ok(rustix::fs::unlinkat(self.fd(d), n, AtFlags::empty())?)
+    }
+    fn rmdir(&self, p: u64, n: &[u8]) -> Result<()> {
+        Ok(rustix::fs::unlinkat(self.fd(p), n, AtFlags::REMOVEDIR)?)
+    }
+    fn readdir(&self, d: u64) -> Result<u64> {
+        use std::os::fd::AsRawFd;
+        let p = PathBuf::from(format!("/proc/self/fd/{}", self.fd(d).as_raw_fd()));
+        Ok(std::fs::read_dir(&p)?.count() as u64)
+    }
+    fn used_bytes(&self) -> Option<u64> {
+        None
+    }
+}
+
+#[derive(Clone)]
+struct Opts {
+    targets: Vec<(String, PathBuf)>,
+    files: u64,
+    threads: Vec<usize>,
+    layouts: Vec<String>,
+    phases: Vec<String>,
+    shards: u32,
+    open_files: Vec<u64>,
+}
+
+fn parse(args: Vec<OsString>) -> Result<Opts> {
+    use lexopt::prelude::*;
+    let mut p = lexopt::Parser::from_args(args);
+    let mut o = Opts {
+        targets: Vec::new(),
+        files: 1_000_000,
+        threads: vec![1, 2],
+        layouts: vec!["private".into(), "shared".into()],
+        phases: "create,stat,readdir,rename,unlink,mkdir,rmdir"
+            .split(',')
+            .map(String::from)
+            .collect(),
+        shards: 4,
+        open_files: Vec::new(),
+    };
+    let list = |v: OsString| -> Result<Vec<String>> {
+        Ok(v.into_string()
+            .map_err(|_| anyhow::anyhow!("not UTF-8"))?
+            .split(',')
+            .map(String::from)
+            .collect())
+    };
+    while let Some(a) = p.next()? {
+        match a {
+            Long("target") => {
+                let v: String = p.value()?.parse()?;
+                let (k, d) = v.split_once(':').context("--target is KIND:DIR")?;
+                if k != "engine" && k != "path" {
+                    bail!("unknown target kind {k} (engine or path; server comes with the server)");
+                }
+                o.targets.push((k.to_string(), PathBuf::from(d)));
+            }
+            Long("files") => o.files = p.value()?.parse()?,
+            Long("threads") => {
+                o.threads = list(p.value()?)?
+                    .iter()
+                    .map(|s| s.parse())
+                    .collect::<Result<_, _>>()?
+            }
+            Long("layout") => o.layouts = list(p.value()?)?,
+            Long("phases") => o.phases = list(p.value()?)?,
+            Long("shards") => o.shards = p.value()?.parse()?,
+            Long("open-files") => {
+                o.open_files = list(p.value()?)?
+                    .iter()
+                    .map(|s| s.parse())
+                    .collect::<Result<_, _>>()?
+            }
+            Long("help") | Short('h') => {
+                print!("{HELP}");
+                std::process::exit(0);
+            }
+            _ => return Err(a.unexpected().into()),
+        }
+    }
+    if o.targets.is_empty() {
+        o.targets
+            .push(("engine".into(), "/dev/shm/solofs-bench".into()));
+        o.targets
+            .push(("path".into(), "/dev/shm/solofs-bench-tmpfs".into()));
+    }
+    Ok(o)
+}
+
+fn make_target(kind: &str, dir: &Path, shards: u32) -> Result<Box<dyn Target>> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    if kind == "engine" {
+        let e = Engine::format(
+            &dir.join("bench.pool"),
+            &Config {
+                shards,
+                ..Config::default()
+            },
+        )?;
+        Ok(Box::new(EngineTarget {
+            e,
+            cred: Cred::root(),
+        }))
+    } else {
+        let fd = rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())?;
+        Ok(Box::new(PathTarget {
+            dir: dir.to_path_buf(),
+            root: fd,
+            fds: Vec::new(),
+        }))
+    }
+}
+
+/// A 16-byte name for item `i` of thread `t` (the footprint target is
+/// stated for 16-byte names).
+fn name(prefix: u8, t: usize, i: u64) -> [u8; 16] {
+    let mut n = [0u8; 16];
+    let s = format!("{}{:01x}{:014}", prefix as char, t, i);
+    n.copy_from_slice(&s.as_bytes()[..16]);
+    n
+}
+
+struct Row {
+    target: usize,
+    threads: usize,
+    layout: String,
+    phase: String,
+    ops: u64,
+    secs: f64,
+}
+
+/// Runs `f(thread)` on `n` threads started together; returns wall seconds.
+fn timed(n: usize, f: &(dyn Fn(usize) -> Result<u64> + Sync)) -> Result<(u64, f64)> {
+    let bar = Barrier::new(n + 1);
+    let (ops, secs) = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|t| {
+                let bar = &bar;
+                s.spawn(move || {
+                    bar.wait();
+                    f(t)
+                })
+            })
+            .collect();
+        bar.wait();
+        let t0 = Instant::now();
+        let r: Vec<Result<u64>> = hs
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| bail!("thread panicked")))
+            .collect();
+        (r, t0.elapsed().as_secs_f64())
+    });
+    let mut total = 0;
+    for r in ops {
+        total += r?;
+    }
+    Ok((total, secs))
+}
+
+/// Stride through 0..n in a fixed pseudo-random order.
+fn shuffled(n: u64, k: u64) -> u64 {
+    if n <= 1 {
+        return 0;
+    }
+    let mut step = 0x9E37_79B9_7F4A_7C15u64 % n;
+    while gcd(step, n) != 1 {
+        step += 1;
+    }
+    (k.wrapping_mul(step) + 7) % n
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+fn run_one(
+    o: &Opts,
+    ti: usize,
+    threads: usize,
+    layout: &str,
+    rows: &mut Vec<Row>,
+    extra: &mut Vec<String>,
+) -> Result<()> {
+    let (kind, dir) = &o.targets[ti];
+    let mut tg = make_target(kind, &dir.join(format!("t{threads}-{layout}")), o.shards)?;
+    let per = o.files / threads as u64;
+    let dirs: Vec<u64> = if layout == "shared" {
+        let d = tg.setup_dirs(&["shared".to_string()])?[0];
+        vec![d; threads]
+    } else {
+        tg.setup_dirs(
+            &(0..threads)
+                .map(|i| format!("private{i}"))
+                .collect::<Vec<_>>(),
+        )?
+    };
+    let t = &*tg;
+    let mut push = |phase: &str, ops: u64, secs: f64| {
+        rows.push(Row {
+            target: ti,
+            threads,
+            layout: layout.to_string(),
+            phase: phase.to_string(),
+            ops,
+            secs,
+        });
+        eprintln!(
+            "  {:<22} {:>2} thr {:<7} {:<8} {:>10.0} ops/s",
+            t.label(),
+            threads,
+            layout,
+            phase,
+            ops as f64 / secs
+        );
+    };
+    let want = |p: &str| o.phases.iter().any(|x| x == p);
+    let mut renamed = false;
+    let before = t.used_bytes();
+    if want("create") || want("stat") || want("readdir") || want("rename") || want("unlink") {
+        let (n, s) = timed(threads, &|th| {
+            for i in 0..per {
+                t.create(dirs[th], &name(b'f', th, i))?;
+            }
+            Ok(per)
+        })?;
+        push("create", n, s);
+        if let (Some(a), Some(b)) = (before, t.used_bytes()) {
+            extra.push(format!(
+                "{} {} thr {}: pool bytes per file {:.1} ({} files, 16-byte names)",
+                t.label(),
+                threads,
+                layout,
+                (b - a) as f64 / o.files as f64,
+                per * threads as u64
+            ));
+        }
+    }
+    if want("stat") {
+        let (n, s) = timed(threads, &|th| {
+            for k in 0..per {
+                t.stat(dirs[th], &name(b'f', th, shuffled(per, k)))?;
+            }
+            Ok(per)
+        })?;
+        push("stat", n, s);
+    }
+    if want("readdir") {
+        let uniq: Vec<u64> = if layout == "shared" {
+            vec![dirs[0]]
+        } else {
+            dirs.clone()
+        };
+        let (n, s) = timed(uniq.len(), &|th| t.readdir(uniq[th]))?;
+        push("readdir", n, s);
+    }
+    if want("rename") {
+        let (n, s) = timed(threads, &|th| {
+            for i in 0..per {
+                t.rename(dirs[th], &name(b'f', th, i), &name(b'r', th, i))?;
+            }
+            Ok(per)
+        })?;
+        push("rename", n, s);
+        renamed = true;
+    }
+    if want("unlink") {
+        let p = if renamed { b'r' } else { b'f' };
+        let (n, s) = timed(threads, &|th| {
+            for i in 0..per {
+                t.unlink(dirs[th], &name(p, th, i))?;
+            }
+            Ok(per)
+        })?;
+        push("unlink", n, s);
+    }
+    let dper = (per / 4).max(1);
+    if want("mkdir") {
+        let (n, s) = timed(threads, &|th| {
+            for i in 0..dper {
+                t.mkdir(dirs[th], &name(b'd', th, i))?;
+            }
+            Ok(dper)
+        })?;
+        push("mkdir", n, s);
+    }
+    if want("rmdir") && want("mkdir") {
+        let (n, s) = timed(threads, &|th| {
+            for i in 0..dper {
+                t.rmdir(dirs[th], &name(b'd', th, i))?;
+            }
+            Ok(dper)
+        })?;
+        push("rmdir", n, s);
+    }
+    drop(tg);
+    let _ = std::fs::remove_dir_all(dir.join(format!("t{threads}-{layout}")));
+    Ok(())
+}
+
+/// Times opening an engine pool that holds `n` files (built first).
+fn open_time(dir: &Path, n: u64, shards: u32) -> Result<(Duration, Duration)> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir)?;
+    let p = dir.join("open.pool");
+    let e = Engine::format(
+        &p,
+        &Config {
+            shards,
+            ..Config::default()
+        },
+    )?;
+    let r = Cred::root();
+    let per_dir = 100_000;
+    let mut d = 0;
+    for i in 0..n {
+        if i % per_dir == 0 {
+            d = e
+                .mkdir(&r, ROOT_INO, format!("d{}", i / per_dir).as_bytes(), 0o755)?
+                .ino;
+        }
+        e.create(&r, d, &name(b'f', 0, i), 0o644)?;
+    }
+    e.close()?;
+    let t0 = Instant::now();
+    let e = Engine::open(&p)?;
+    e.lookup(&r, ROOT_INO, b"d0")?;
+    let clean = t0.elapsed();
+    drop(e); // as a crash would leave it
+    let t0 = Instant::now();
+    let e = Engine::open(&p)?;
+    e.lookup(&r, ROOT_INO, b"d0")?;
+    let crashed = t0.elapsed();
+    e.close()?;
+    let _ = std::fs::remove_dir_all(dir);
+    Ok((clean, crashed))
+}
+
+pub fn main(args: Vec<OsString>) -> Result<()> {
+    let o = parse(args)?;
+    let mut rows = Vec::new();
+    let mut extra = Vec::new();
+    println!(
+        "solofs bench: {} files, threads {:?}, layouts {:?}, phases {}",
+        o.files,
+        o.threads,
+        o.layouts,
+        o.phases.join(",")
+    );
+    for &threads in &o.threads {
+        for layout in &o.layouts {
+            for ti in 0..o.targets.len() {
+                run_one(&o, ti, threads, layout, &mut rows, &mut extra)?;
+            }
+        }
+    }
+    let labels: Vec<String> = o
+        .targets
+        .iter()
+        .map(|(k, d)| format!("{k}:{}", d.display()))
+        .collect();
+    println!();
+    print!("{:<7} {:<4} {:<8}", "layout", "thr", "phase");
+    for l in &labels {
+        print!(" {:>14}", truncate(l, 14));
+    }
+    for l in labels.iter().skip(1) {
+        print!(" {:>12}", format!("first/{}", truncate(l, 5)));
+    }
+    println!("   (ops/s)");
+    let mut keys: Vec<(usize, String, String)> = Vec::new();
+    for r in &rows {
+        let k = (r.threads, r.layout.clone(), r.phase.clone());
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    for (thr, layout, phase) in keys {
+        let rate = |ti: usize| {
+            rows.iter()
+                .find(|r| {
+                    r.target == ti && r.threads == thr && r.layout == layout && r.phase == phase
+                })
+                .map(|r| r.ops as f64 / r.secs)
+        };
+        print!("{:<7} {:<4} {:<8}", layout, thr, phase);
+        for ti in 0..labels.len() {
+            match rate(ti) {
+                Some(v) => print!(" {:>14.0}", v),
+                None => print!(" {:>14}", "-"),
+            }
+        }
+        for ti in 1..labels.len() {
+            match (rate(0), rate(ti)) {
+                (Some(a), Some(b)) => print!(" {:>11.2}x", a / b),
+                _ => print!(" {:>12}", "-"),
+            }
+        }
+        println!();
+    }
+    for thr in &o.threads {
+        if let (Some(a), Some(b)) = (
+            rows.iter().find(|r| {
+                r.target == 0 && r.threads == 1 && r.layout == "shared" && r.phase == "create"
+            }),
+            rows.iter().find(|r| {
+                r.target == 0 && r.threads == *thr && r.layout == "shared" && r.phase == "create"
+            }),
+        ) {
+            if *thr > 1 {
+                println!(
+                    "scaling, {}: shared-directory create with {thr} threads = {:.2}x one thread",
+                    labels[0],
+                    (b.ops as f64 / b.secs) / (a.ops as f64 / a.secs)
+                );
+            }
+        }
+    }
+    for x in &extra {
+        println!("{x}");
+    }
+    let engine_dir = o
+        .targets
+        .iter()
+        .find(|(k, _)| k == "engine")
+        .map(|(_, d)| d.join("open"));
+    for &n in &o.open_files {
+        let dir = engine_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/dev/shm/solofs-bench/open"));
+        let (clean, crashed) = open_time(&dir, n, o.shards)?;
+        println!(
+            "open a pool of {n} files + first lookup: {:.2} ms after clean close, {:.2} ms after a crash",
+            clean.as_secs_f64() * 1e3,
+            crashed.as_secs_f64() * 1e3
+        );
+    }
+    Ok(())
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.len() <= n {
+        s.to_string()
+    } else {
+        format!("…{}", &s[s.len() - (n - 1)..])
+    }
 }
