@@ -277,9 +277,14 @@ fn make_target(kind: &str, dir: &Path, shards: u32) -> Result<Box<dyn Target>> {
 /// A 16-byte name for item `i` of thread `t` (the footprint target is
 /// stated for 16-byte names).
 fn name(prefix: u8, t: usize, i: u64) -> [u8; 16] {
-    let mut n = [0u8; 16];
-    let s = format!("{}{:01x}{:014}", prefix as char, t, i);
-    n.copy_from_slice(&s.as_bytes()[..16]);
+    let mut n = [b'0'; 16];
+    n[0] = prefix;
+    n[1] = b"0123456789abcdef"[t % 16];
+    let mut v = i;
+    for k in (2..16).rev() {
+        n[k] = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
     n
 }
 

@@ -55,6 +55,36 @@ pub fn seg_off(seg: u64) -> u64 {
     SEG_BASE + seg * SEG_SIZE
 }
 
+/// DRAM state per segment (idle, queued, owned), allocated in chunks on
+/// first use so that opening a pool with a large reservation costs nothing.
+struct SegStates {
+    chunks: Box<[std::sync::OnceLock<Box<[AtomicU8]>>]>,
+}
+
+const CHUNK: usize = 1 << 14;
+
+impl SegStates {
+    fn new(max: usize) -> SegStates {
+        SegStates {
+            chunks: (0..max.div_ceil(CHUNK))
+                .map(|_| std::sync::OnceLock::new())
+                .collect(),
+        }
+    }
+    fn len(&self) -> usize {
+        self.chunks.len() * CHUNK
+    }
+}
+
+impl std::ops::Index<usize> for SegStates {
+    type Output = AtomicU8;
+    fn index(&self, i: usize) -> &AtomicU8 {
+        let c = self.chunks[i / CHUNK]
+            .get_or_init(|| (0..CHUNK).map(|_| AtomicU8::new(IDLE)).collect());
+        &c[i % CHUNK]
+    }
+}
+
 /// Per-context allocation state (DRAM).
 pub struct AllocCache {
     cur: Vec<u32>,
@@ -63,7 +93,7 @@ pub struct AllocCache {
 /// The allocator's shared DRAM state.
 pub struct Allocator {
     shards: u32,
-    seg_state: Vec<AtomicU8>,
+    seg_state: SegStates,
     partial: Vec<Mutex<Vec<u32>>>,
     medium: Vec<Mutex<u32>>,
     fresh: Mutex<Vec<u32>>,
@@ -79,7 +109,7 @@ impl Allocator {
         let max_segs = (reserve / SEG_SIZE) as usize + 1;
         Allocator {
             shards,
-            seg_state: (0..max_segs).map(|_| AtomicU8::new(IDLE)).collect(),
+            seg_state: SegStates::new(max_segs),
             partial: (0..shards as usize * CLASSES.len())
                 .map(|_| Mutex::new(Vec::new()))
                 .collect(),

@@ -315,3 +315,41 @@ impl Engine {
 }
 
 const ROOT_INO_: u64 = crate::types::ROOT_INO;
+
+/// Where pool space goes.
+#[derive(Clone, Debug, Default)]
+pub struct SpaceReport {
+    /// (object size class, allocated objects) for every class in use.
+    pub classes: Vec<(u64, u64)>,
+    /// Index slots in use and slots in all segments, name index.
+    pub name_index: (u64, u64),
+    /// Same for the ino index.
+    pub ino_index: (u64, u64),
+}
+
+impl Engine {
+    /// Counts allocated objects by class and index occupancy (a scan; for
+    /// tools and benchmarks, not the serving path).
+    pub fn space_report(&self) -> Result<SpaceReport> {
+        let mut by: std::collections::BTreeMap<u64, u64> = Default::default();
+        self.alloc
+            .for_each_allocated(&self.pool, |_, size| *by.entry(size).or_default() += 1)?;
+        let mut r = SpaceReport {
+            classes: by.into_iter().collect(),
+            ..Default::default()
+        };
+        for sh in &self.shards {
+            for (ix, acc) in [(&sh.name, &mut r.name_index), (&sh.ino, &mut r.ino_index)] {
+                let segs = ix.structure(&self.pool)?.len() as u64 - 2;
+                let mut used = 0;
+                ix.for_each(&self.pool, &mut |_, _| {
+                    used += 1;
+                    Ok(())
+                })?;
+                acc.0 += used;
+                acc.1 += segs * crate::index::SEGMENT_SLOTS;
+            }
+        }
+        Ok(r)
+    }
+}

@@ -34,6 +34,8 @@ const STRIPES: usize = 1024;
 const SPLITTING: u64 = 1;
 /// Deepest local depth: the tag holds 24 hash bits.
 pub const MAX_DEPTH: u64 = 24;
+/// Slots in one segment.
+pub const SEGMENT_SLOTS: u64 = ISEG_BUCKETS * BUCKET_SLOTS;
 
 #[repr(align(64))]
 struct Stripe {
@@ -89,14 +91,27 @@ pub fn slot_obj(v: u64) -> u64 {
     (v & ((1 << 40) - 1)) << 4
 }
 
+/// Physical bucket (1..=ISEG_BUCKETS) of logical bucket `b` (0..ISEG_BUCKETS).
+#[inline]
+fn phys(b: u64) -> u64 {
+    b + 1
+}
+
+/// The other bucket of an entry with tag `t` that sits in logical bucket
+/// `b`: an involution (partial-key cuckoo hashing), so an entry can be moved
+/// between its two buckets knowing only its tag.
+#[inline]
+fn alt(b: u64, t: u64) -> u64 {
+    let f = (t.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) % ISEG_BUCKETS;
+    (f + ISEG_BUCKETS - b) % ISEG_BUCKETS
+}
+
+/// The two physical buckets of hash `h` (equal when the involution has a
+/// fixed point, which costs that key its second choice).
 #[inline]
 fn buckets(h: u64) -> (u64, u64) {
-    let b1 = 1 + (h & 0xFFFFF) % ISEG_BUCKETS;
-    let mut b2 = 1 + ((h >> 20) & 0xFFFFF) % ISEG_BUCKETS;
-    if b2 == b1 {
-        b2 = b1 % ISEG_BUCKETS + 1;
-    }
-    (b1, b2)
+    let b1 = (h & 0xFF_FFFF) % ISEG_BUCKETS;
+    (phys(b1), phys(alt(b1, tag(h))))
 }
 
 #[inline]
@@ -184,6 +199,30 @@ impl HashIndex {
         }
     }
 
+    /// Prefetches the first bucket of `h` (stage 1 of a batched lookup).
+    pub fn prefetch_bucket(&self, pool: &Pool, h: u64) {
+        if let Ok((_, _, seg)) = self.route(pool, h) {
+            pool.prefetch(seg + 64 * buckets(h).0);
+        }
+    }
+
+    /// Prefetches the objects whose tags match `h` in its first bucket
+    /// (stage 2 of a batched lookup).
+    pub fn prefetch_candidates(&self, pool: &Pool, h: u64) {
+        if let Ok((_, _, seg)) = self.route(pool, h) {
+            let base = seg + 64 * buckets(h).0;
+            for i in 0..BUCKET_SLOTS {
+                if let Ok(v) = pool.ld(base + 8 * i) {
+                    if v != 0 && v >> 40 == tag(h) {
+                        let o = slot_obj(v);
+                        pool.prefetch(o);
+                        pool.prefetch(o + 64);
+                    }
+                }
+            }
+        }
+    }
+
     /// Finds the entry for hash `h` whose object satisfies `matches`.
     pub fn lookup(
         &self,
@@ -222,7 +261,8 @@ impl HashIndex {
     ) -> Result<Option<Found>> {
         let (b1, b2) = buckets(h);
         let t = tag(h);
-        for b in [b1, b2] {
+        // The second bucket is read only if the first has no match.
+        for b in distinct(b1, b2) {
             let base = seg + 64 * b;
             for i in 0..BUCKET_SLOTS {
                 let v = pool.ld(base + 8 * i)?;
@@ -240,13 +280,15 @@ impl HashIndex {
         Ok(None)
     }
 
-    /// Runs `f(segment)` with the segment for `h` locked shared and current.
+    /// Runs `f(segment)` with the segment for `h` locked shared and current;
+    /// when `f` reports the segment full (None), runs `full(segment)` with
+    /// no lock held and tries again.
     fn with_segment<T>(
         &self,
         pool: &Pool,
         h: u64,
         f: &mut dyn FnMut(u64) -> Result<Option<T>>,
-        m: &mut IxMem,
+        full: &mut dyn FnMut(u64) -> Result<()>,
     ) -> Result<T> {
         loop {
             self.wait_dir();
@@ -265,7 +307,7 @@ impl HashIndex {
                 return Ok(r);
             }
             drop(g);
-            self.split(pool, h, seg, m)?;
+            full(seg)?;
         }
     }
 
@@ -276,20 +318,12 @@ impl HashIndex {
         }
         let v = slot_value(h, obj);
         let (b1, b2) = buckets(h);
+        let mut displaced = false;
         self.with_segment(
             pool,
             h,
             &mut |seg| {
-                let free = |b: u64| -> Result<u64> {
-                    let mut n = 0;
-                    for i in 0..BUCKET_SLOTS {
-                        if pool.ld(seg + 64 * b + 8 * i)? == 0 {
-                            n += 1;
-                        }
-                    }
-                    Ok(n)
-                };
-                let order = if free(b2)? > free(b1)? {
+                let order = if free_slots(pool, seg, b2)? > free_slots(pool, seg, b1)? {
                     [b2, b1]
                 } else {
                     [b1, b2]
@@ -309,8 +343,67 @@ impl HashIndex {
                 }
                 Ok(None)
             },
-            m,
+            &mut |seg| {
+                // Both buckets are full: make room by moving entries to their
+                // other buckets (once per insert), else split.
+                if !displaced {
+                    displaced = true;
+                    if self.displace(pool, h, seg)? {
+                        return Ok(());
+                    }
+                }
+                self.split(pool, h, seg, m)
+            },
         )
+    }
+
+    /// Frees a slot in one of `h`'s buckets by a breadth-first search for a
+    /// short chain of moves (each entry to its other bucket). Takes the
+    /// segment exclusively; readers retry over the moves. A move copies
+    /// before it clears, so a crash can leave a duplicate slot for one
+    /// object, never a missing one; removal clears every duplicate.
+    fn displace(&self, pool: &Pool, h: u64, seg: u64) -> Result<bool> {
+        let st = self.stripe(seg);
+        let _w = st.lock.write();
+        if self.route(pool, h)?.2 != seg {
+            return Ok(true); // split meanwhile: just retry
+        }
+        let (b1, b2) = buckets(h);
+        // Nodes: (physical bucket, parent node, slot in parent moving here).
+        let mut nodes: Vec<(u64, usize, u64)> = vec![(b1, usize::MAX, 0), (b2, usize::MAX, 0)];
+        let mut i = 0;
+        while i < nodes.len() && nodes.len() < 400 {
+            let (b, _, _) = nodes[i];
+            if let Some(free) = (0..BUCKET_SLOTS).find(|&s| {
+                pool.ld(seg + 64 * b + 8 * s)
+                    .map(|v| v == 0)
+                    .unwrap_or(false)
+            }) {
+                st.ver.fetch_add(1, Ordering::AcqRel);
+                let (mut node, mut dst) = (i, seg + 64 * b + 8 * free);
+                while nodes[node].1 != usize::MAX {
+                    let (_, parent, slot) = nodes[node];
+                    let src = seg + 64 * nodes[parent].0 + 8 * slot;
+                    pool.st(dst, pool.ld(src)?)?;
+                    pool.persist(dst, 8);
+                    pool.st(src, 0)?;
+                    pool.persist(src, 8);
+                    node = parent;
+                    dst = src;
+                }
+                st.ver.fetch_add(1, Ordering::AcqRel);
+                return Ok(true);
+            }
+            for s in 0..BUCKET_SLOTS {
+                let v = pool.ld(seg + 64 * b + 8 * s)?;
+                let a = phys(alt(b - 1, v >> 40));
+                if a != b && !nodes.iter().any(|n| n.0 == a) {
+                    nodes.push((a, i, s));
+                }
+            }
+            i += 1;
+        }
+        Ok(false)
     }
 
     /// Removes the entry (hash `h`) pointing at `obj`; false if absent.
@@ -323,34 +416,33 @@ impl HashIndex {
         self.swap(pool, h, old, slot_value(h, new), m)
     }
 
-    fn swap(&self, pool: &Pool, h: u64, old: u64, new_word: u64, m: &mut IxMem) -> Result<bool> {
+    fn swap(&self, pool: &Pool, h: u64, old: u64, new_word: u64, _m: &mut IxMem) -> Result<bool> {
         let want = slot_value(h, old);
         let (b1, b2) = buckets(h);
         self.with_segment(
             pool,
             h,
             &mut |seg| {
-                for b in [b1, b2] {
+                // Every slot holding `want` (a crashed displacement can leave
+                // two): the first gets the new word, the others are cleared.
+                let mut done = false;
+                for b in distinct(b1, b2) {
                     for i in 0..BUCKET_SLOTS {
                         let at = seg + 64 * b + 8 * i;
                         let w = pool.u64(at)?;
+                        let put = if done { 0 } else { new_word };
                         if w.load(Ordering::Acquire) == want
-                            && w.compare_exchange(
-                                want,
-                                new_word,
-                                Ordering::AcqRel,
-                                Ordering::Acquire,
-                            )
-                            .is_ok()
+                            && w.compare_exchange(want, put, Ordering::AcqRel, Ordering::Acquire)
+                                .is_ok()
                         {
                             pool.persist(at, 8);
-                            return Ok(Some(true));
+                            done = true;
                         }
                     }
                 }
-                Ok(Some(false))
+                Ok(Some(done))
             },
-            m,
+            &mut |_| Ok(()),
         )
     }
 
@@ -536,6 +628,22 @@ impl HashIndex {
     }
 }
 
+/// The buckets to search: one or two.
+#[inline]
+fn distinct(b1: u64, b2: u64) -> impl Iterator<Item = u64> {
+    [b1, b2].into_iter().take(if b1 == b2 { 1 } else { 2 })
+}
+
+fn free_slots(pool: &Pool, seg: u64, b: u64) -> Result<u64> {
+    let mut n = 0;
+    for i in 0..BUCKET_SLOTS {
+        if pool.ld(seg + 64 * b + 8 * i)? == 0 {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
 /// True if the entry `v` of a segment at depth `l` belongs to its upper half.
 #[inline]
 fn upper(v: u64, l: u64) -> bool {
@@ -554,7 +662,10 @@ mod tests {
         assert_eq!(slot_obj(v), off);
         assert_eq!(v >> 40, h >> 40);
         let (b1, b2) = buckets(h);
-        assert!(b1 != b2 && (1..=ISEG_BUCKETS).contains(&b1) && (1..=ISEG_BUCKETS).contains(&b2));
+        assert!((1..=ISEG_BUCKETS).contains(&b1) && (1..=ISEG_BUCKETS).contains(&b2));
+        for b in 0..ISEG_BUCKETS {
+            assert_eq!(alt(alt(b, v >> 40), v >> 40), b, "alt is an involution");
+        }
     }
 
     #[test]

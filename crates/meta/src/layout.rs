@@ -58,7 +58,7 @@ pub const CLASS_HUGE: u8 = 0xFF;
 
 /// Object size classes (bytes, multiples of 16).
 pub const CLASSES: [u32; 16] = [
-    64, 96, 112, 128, 160, 192, 256, 384, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536,
+    64, 96, 112, 128, 160, 192, 256, 384, 512, 1024, 2048, 4096, 8192, 16320, 32768, 65536,
 ];
 /// Classes below this index are allocated per context and per shard.
 pub const SMALL_CLASSES: usize = 9;
@@ -168,7 +168,7 @@ pub const IS_DEPTH: u64 = 8; // segment: local depth
 pub const IS_SPLIT: u64 = 16; // segment: split target (| 1 while splitting)
 pub const IS_SPLIT_EPOCH: u64 = 24;
 pub const IS_PREFIX: u64 = 32; // segment: the hash prefix it covers
-pub const ISEG_SIZE: u32 = 16384;
+pub const ISEG_SIZE: u32 = 16320; // 255 cache lines: a header and 254 buckets
 pub const BUCKET_SLOTS: u64 = 8;
 pub const ISEG_BUCKETS: u64 = ISEG_SIZE as u64 / 64 - 1;
 

@@ -42,6 +42,6 @@ mod types;
 
 pub use engine::{Config, Engine, OpenStats, RepairStats};
 pub use error::{Error, Result};
-pub use fsck::{FsckReport, Problem};
+pub use fsck::{FsckReport, Problem, SpaceReport};
 pub use pool::Durability;
 pub use types::*;

@@ -260,7 +260,7 @@ impl Engine {
             pool,
             alloc,
             shards,
-            locks: LockTable::new(16),
+            locks: LockTable::new(14),
             clock,
             epoch,
             nshards,
