@@ -20,11 +20,13 @@ fn main() {
     let e = Engine::format(p, &Config::default()).unwrap();
     let r = Cred::root();
     let d = e.mkdir(&r, ROOT_INO, b"d", 0o755).unwrap().ino;
+    let t = std::time::Instant::now();
     for i in 0..n {
         e.create(&r, d, &name(i), 0o644).unwrap();
     }
+    println!("create {:.0}/s", n as f64 / t.elapsed().as_secs_f64());
     let t = std::time::Instant::now();
-    let step = 0x9E37_79B9u64 % n | 1;
+    let step = (0x9E37_79B9u64 % n) | 1;
     for round in 0..3u64 {
         for k in 0..n {
             e.lookup(&r, d, &name((k * step + round) % n)).unwrap();

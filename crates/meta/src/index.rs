@@ -34,6 +34,8 @@ const STRIPES: usize = 1024;
 const SPLITTING: u64 = 1;
 /// Deepest local depth: the tag holds 24 hash bits.
 pub const MAX_DEPTH: u64 = 24;
+/// Buckets a displacement search may visit before the segment splits.
+const MAX_DISPLACE_NODES: usize = 150;
 /// Slots in one segment.
 pub const SEGMENT_SLOTS: u64 = ISEG_BUCKETS * BUCKET_SLOTS;
 
@@ -370,17 +372,30 @@ impl HashIndex {
         }
         let (b1, b2) = buckets(h);
         // Nodes: (physical bucket, parent node, slot in parent moving here).
+        // Breadth-first; a bucket is checked for a free slot when found.
+        let free_in = |b: u64| -> Result<Option<u64>> {
+            for s in 0..BUCKET_SLOTS {
+                if pool.ld(seg + 64 * b + 8 * s)? == 0 {
+                    return Ok(Some(s));
+                }
+            }
+            Ok(None)
+        };
         let mut nodes: Vec<(u64, usize, u64)> = vec![(b1, usize::MAX, 0), (b2, usize::MAX, 0)];
         let mut i = 0;
-        while i < nodes.len() && nodes.len() < 400 {
+        while i < nodes.len() && nodes.len() < MAX_DISPLACE_NODES {
             let (b, _, _) = nodes[i];
-            if let Some(free) = (0..BUCKET_SLOTS).find(|&s| {
-                pool.ld(seg + 64 * b + 8 * s)
-                    .map(|v| v == 0)
-                    .unwrap_or(false)
-            }) {
+            for s in 0..BUCKET_SLOTS {
+                let v = pool.ld(seg + 64 * b + 8 * s)?;
+                let a = phys(alt(b - 1, v >> 40));
+                if a == b || nodes.iter().any(|n| n.0 == a) {
+                    continue;
+                }
+                nodes.push((a, i, s));
+                let Some(free) = free_in(a)? else { continue };
+                // Move each entry of the chain one step, from the end.
                 st.ver.fetch_add(1, Ordering::AcqRel);
-                let (mut node, mut dst) = (i, seg + 64 * b + 8 * free);
+                let (mut node, mut dst) = (nodes.len() - 1, seg + 64 * a + 8 * free);
                 while nodes[node].1 != usize::MAX {
                     let (_, parent, slot) = nodes[node];
                     let src = seg + 64 * nodes[parent].0 + 8 * slot;
@@ -393,13 +408,6 @@ impl HashIndex {
                 }
                 st.ver.fetch_add(1, Ordering::AcqRel);
                 return Ok(true);
-            }
-            for s in 0..BUCKET_SLOTS {
-                let v = pool.ld(seg + 64 * b + 8 * s)?;
-                let a = phys(alt(b - 1, v >> 40));
-                if a != b && !nodes.iter().any(|n| n.0 == a) {
-                    nodes.push((a, i, s));
-                }
             }
             i += 1;
         }

@@ -38,29 +38,42 @@ impl LockTable {
         (key.wrapping_mul(0xD6E8_FEB8_6659_FD93) >> 32) as usize & self.mask
     }
 
-    /// Acquires a set of (key hash, mode) locks in the global order.
+    /// Acquires a set of (key hash, mode) locks in the global order. At most
+    /// [`MAX_HELD`] keys; no heap allocation.
     pub fn lock(&self, keys: &[(u64, Mode)]) -> Guard<'_> {
-        let mut held: Vec<(usize, Mode)> = keys.iter().map(|&(k, m)| (self.stripe(k), m)).collect();
+        assert!(keys.len() <= MAX_HELD, "lock set too large");
+        let mut held = [(0usize, Mode::Read); MAX_HELD];
+        for (h, &(k, m)) in held.iter_mut().zip(keys) {
+            *h = (self.stripe(k), m);
+        }
+        let held = &mut held[..keys.len()];
         held.sort_unstable();
-        // One stripe taken once, in the strongest mode asked.
-        held.dedup_by(|b, a| {
-            if a.0 == b.0 {
-                a.1 = a.1.max(b.1);
-                true
+        // One stripe is taken once, in the strongest mode asked.
+        let mut n = 0;
+        for i in 0..held.len() {
+            if n > 0 && held[n - 1].0 == held[i].0 {
+                held[n - 1].1 = held[n - 1].1.max(held[i].1);
             } else {
-                false
+                held[n] = held[i];
+                n += 1;
             }
-        });
-        let guards = held
-            .iter()
-            .map(|&(s, m)| match m {
+        }
+        let mut g = Guard {
+            guards: [const { None }; MAX_HELD],
+            n,
+        };
+        for (slot, &(s, m)) in g.guards.iter_mut().zip(&held[..n]) {
+            *slot = Some(match m {
                 Mode::Read => Held::R(self.slots[s].0.read()),
                 Mode::Write => Held::W(self.slots[s].0.write()),
-            })
-            .collect();
-        Guard { guards, held }
+            });
+        }
+        g
     }
 }
+
+/// Most keys one lock set may hold.
+pub const MAX_HELD: usize = 8;
 
 #[allow(dead_code)]
 enum Held<'a> {
@@ -68,16 +81,17 @@ enum Held<'a> {
     W(RwLockWriteGuard<'a, ()>),
 }
 
-/// Held locks; released (in reverse order) on drop.
+/// Held locks; released in reverse order on drop.
 pub struct Guard<'a> {
-    guards: Vec<Held<'a>>,
-    #[cfg_attr(not(test), allow(dead_code))]
-    held: Vec<(usize, Mode)>,
+    guards: [Option<Held<'a>>; MAX_HELD],
+    n: usize,
 }
 
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
-        while self.guards.pop().is_some() {}
+        for g in self.guards[..self.n].iter_mut().rev() {
+            g.take();
+        }
     }
 }
 
@@ -89,8 +103,11 @@ mod tests {
     fn same_stripe_is_taken_once_in_strongest_mode() {
         let t = LockTable::new(4);
         let g = t.lock(&[(7, Mode::Read), (7, Mode::Write), (9, Mode::Read)]);
-        assert!(g.held.windows(2).all(|w| w[0].0 < w[1].0));
+        assert!(g.n <= 2);
+        // Key 7's stripe is held exclusively: a reader cannot get in.
+        let s7 = t.stripe(7);
+        assert!(t.slots[s7].0.try_read().is_none());
         drop(g);
-        let _again = t.lock(&[(7, Mode::Write)]);
+        assert!(t.slots[s7].0.try_write().is_some());
     }
 }

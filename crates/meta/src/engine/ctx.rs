@@ -105,15 +105,17 @@ pub fn with_ctx<T>(
     let r = f(&mut ctx);
     LOCAL.with(|l| {
         let mut l = l.borrow_mut();
-        l.retain(|x| x.home.strong_count() > 0);
-        match l.iter_mut().find(|x| x.engine == engine) {
-            Some(x) => x.ctx = Some(ctx),
-            None => l.push(Local {
-                engine,
-                ctx: Some(ctx),
-                home: Arc::downgrade(pool),
-            }),
+        if let Some(x) = l.iter_mut().find(|x| x.engine == engine) {
+            x.ctx = Some(ctx);
+            return;
         }
+        // First use of this engine on this thread: forget closed engines.
+        l.retain(|x| x.home.strong_count() > 0);
+        l.push(Local {
+            engine,
+            ctx: Some(ctx),
+            home: Arc::downgrade(pool),
+        });
     });
     r
 }
