@@ -28,6 +28,8 @@ OPTIONS:
                         directory for all threads) (default private,shared)
     --phases LIST       create,stat,readdir,rename,unlink,mkdir,rmdir (default all)
     --shards N          shards of the engine pool (default 4)
+    --batch N           also run a stat phase that hands the engine N names per
+                        call (as the server does with a batch of requests)
     --open-files LIST   also time opening an engine pool holding N files, for
                         each N (e.g. 1000000,10000000)
 ";
@@ -40,6 +42,14 @@ trait Target: Sync {
     fn mkdir(&self, parent: u64, name: &[u8]) -> Result<()>;
     fn create(&self, dir: u64, name: &[u8]) -> Result<()>;
     fn stat(&self, dir: u64, name: &[u8]) -> Result<()>;
+    /// Stats many names in one call (the engine overlaps their cache misses;
+    /// system calls cannot, so path targets stat one by one).
+    fn stat_batch(&self, dir: u64, names: &[[u8; 16]]) -> Result<()> {
+        for n in names {
+            self.stat(dir, n)?;
+        }
+        Ok(())
+    }
     fn rename(&self, dir: u64, from: &[u8], to: &[u8]) -> Result<()>;
     fn unlink(&self, dir: u64, name: &[u8]) -> Result<()>;
     fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()>;
@@ -73,6 +83,13 @@ impl Target for EngineTarget {
     }
     fn stat(&self, d: u64, n: &[u8]) -> Result<()> {
         self.e.lookup(&self.cred, d, n)?;
+        Ok(())
+    }
+    fn stat_batch(&self, d: u64, names: &[[u8; 16]]) -> Result<()> {
+        let reqs: Vec<(u64, &[u8])> = names.iter().map(|n| (d, &n[..])).collect();
+        for r in self.e.lookup_batch(&self.cred, &reqs) {
+            r?;
+        }
         Ok(())
     }
     fn rename(&self, d: u64, a: &[u8], b: &[u8]) -> Result<()> {
@@ -183,6 +200,7 @@ struct Opts {
     phases: Vec<String>,
     shards: u32,
     open_files: Vec<u64>,
+    batch: usize,
 }
 
 fn parse(args: Vec<OsString>) -> Result<Opts> {
@@ -199,6 +217,7 @@ fn parse(args: Vec<OsString>) -> Result<Opts> {
             .collect(),
         shards: 4,
         open_files: Vec::new(),
+        batch: 1,
     };
     let list = |v: OsString| -> Result<Vec<String>> {
         Ok(v.into_string()
@@ -227,6 +246,7 @@ fn parse(args: Vec<OsString>) -> Result<Opts> {
             Long("layout") => o.layouts = list(p.value()?)?,
             Long("phases") => o.phases = list(p.value()?)?,
             Long("shards") => o.shards = p.value()?.parse()?,
+            Long("batch") => o.batch = p.value()?.parse()?,
             Long("open-files") => {
                 o.open_files = list(p.value()?)?
                     .iter()
@@ -415,6 +435,20 @@ fn run_one(
             Ok(per)
         })?;
         push("stat", n, s);
+        if o.batch > 1 {
+            let (n, s) = timed(threads, &|th| {
+                let mut buf = Vec::with_capacity(o.batch);
+                for k in 0..per {
+                    buf.push(name(b'f', th, shuffled(per, k)));
+                    if buf.len() == o.batch || k + 1 == per {
+                        t.stat_batch(dirs[th], &buf)?;
+                        buf.clear();
+                    }
+                }
+                Ok(per)
+            })?;
+            push(&format!("stat-b{}", o.batch), n, s);
+        }
     }
     if want("readdir") {
         let uniq: Vec<u64> = if layout == "shared" {
