@@ -305,6 +305,9 @@ impl Allocator {
 
     fn format(&self, pool: &Pool, seg: u64, shard: u32, class: usize) -> Result<()> {
         let base = seg_off(seg);
+        if crate::numa::nodes().len() > 1 {
+            pool.bind_node(base, SEG_SIZE, crate::numa::node_of(shard));
+        }
         let (_, data) = geometry(class);
         pool.zero(base + 8, data - 8)?;
         pool.persist(base, data);

@@ -201,24 +201,31 @@ impl HashIndex {
         }
     }
 
-    /// Prefetches the first bucket of `h` (stage 1 of a batched lookup).
+    /// Prefetches both buckets of `h` (stage 1 of a batched lookup).
     pub fn prefetch_bucket(&self, pool: &Pool, h: u64) {
         if let Ok((_, _, seg)) = self.route(pool, h) {
-            pool.prefetch(seg + 64 * buckets(h).0);
+            let (b1, b2) = buckets(h);
+            pool.prefetch(seg + 64 * b1);
+            pool.prefetch(seg + 64 * b2);
         }
     }
 
-    /// Prefetches the objects whose tags match `h` in its first bucket
-    /// (stage 2 of a batched lookup).
-    pub fn prefetch_candidates(&self, pool: &Pool, h: u64) {
+    /// Prefetches every cache line of the objects whose tags match `h` in
+    /// its buckets (stage 2 of a batched lookup).
+    pub fn prefetch_candidates(&self, pool: &Pool, h: u64, obj_len: u64) {
         if let Ok((_, _, seg)) = self.route(pool, h) {
-            let base = seg + 64 * buckets(h).0;
-            for i in 0..BUCKET_SLOTS {
-                if let Ok(v) = pool.ld(base + 8 * i) {
-                    if v != 0 && v >> 40 == tag(h) {
-                        let o = slot_obj(v);
-                        pool.prefetch(o);
-                        pool.prefetch(o + 64);
+            let (b1, b2) = buckets(h);
+            for b in distinct(b1, b2) {
+                for i in 0..BUCKET_SLOTS {
+                    if let Ok(v) = pool.ld(seg + 64 * b + 8 * i) {
+                        if v != 0 && v >> 40 == tag(h) {
+                            let o = slot_obj(v);
+                            let mut line = o & !63;
+                            while line < o + obj_len {
+                                pool.prefetch(line);
+                                line += 64;
+                            }
+                        }
                     }
                 }
             }
@@ -263,7 +270,8 @@ impl HashIndex {
     ) -> Result<Option<Found>> {
         let (b1, b2) = buckets(h);
         let t = tag(h);
-        // The second bucket is read only if the first has no match.
+        // Start the second bucket's miss now; it overlaps the first's.
+        pool.prefetch(seg + 64 * b2);
         for b in distinct(b1, b2) {
             let base = seg + 64 * b;
             for i in 0..BUCKET_SLOTS {

@@ -36,6 +36,7 @@ mod index;
 mod layout;
 mod list;
 mod locks;
+pub mod numa;
 mod perm;
 mod pool;
 mod types;

@@ -68,6 +68,14 @@ fn corrupt_header_field() {
 }
 
 #[test]
+fn corrupt_volume_id() {
+    let s = Scratch::new("volid");
+    let p = made(&s);
+    poke(&p, 28, b"\xff\xfe"); // the second half of the volume id
+    assert!(open_err(&p).contains("checksum"));
+}
+
+#[test]
 fn truncated_file() {
     let s = Scratch::new("truncated");
     let p = made(&s);

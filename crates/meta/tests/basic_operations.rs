@@ -175,3 +175,27 @@ fn setattr_xattr_reopen() {
     assert_eq!(errno(e.getxattr(&r, ino, b"user.k")), libc::ENODATA);
     assert!(e.fsck(false).unwrap().is_clean());
 }
+
+#[test]
+fn pmem_mode_flushes_and_reopens() {
+    let d = tempdir::Dir::new("pmem");
+    let p = d.path.join("pool");
+    let r = Cred::root();
+    let e = Engine::format(
+        &p,
+        &Config {
+            durability: Durability::Pmem,
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(e.durability(), Durability::Pmem);
+    let a = e.mkdir(&r, ROOT_INO, b"d", 0o755).unwrap();
+    e.create(&r, a.ino, b"f", 0o644).unwrap();
+    e.rename(&r, a.ino, b"f", ROOT_INO, b"g", 0).unwrap();
+    e.close().unwrap();
+    let e = Engine::open(&p).unwrap();
+    assert_eq!(e.durability(), Durability::Pmem);
+    assert!(e.lookup(&r, ROOT_INO, b"g").is_ok());
+    assert!(e.fsck(false).unwrap().is_clean());
+}

@@ -111,10 +111,11 @@ impl Engine {
         for &(h, s) in &hs {
             self.shards[s as usize].name.prefetch_bucket(&self.pool, h);
         }
-        for &(h, s) in &hs {
+        for (&(h, s), &(_, n)) in hs.iter().zip(reqs) {
+            let len = F_NAME + n.len() as u64;
             self.shards[s as usize]
                 .name
-                .prefetch_candidates(&self.pool, h);
+                .prefetch_candidates(&self.pool, h, len);
         }
         reqs.iter().map(|&(p, n)| self.lookup(cred, p, n)).collect()
     }

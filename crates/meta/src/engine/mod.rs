@@ -309,6 +309,12 @@ impl Engine {
         self.nshards
     }
 
+    /// CPUs of the NUMA node that holds shard `shard` (where a server should
+    /// run that shard's workers).
+    pub fn shard_cpus(&self, shard: u32) -> Vec<u32> {
+        crate::numa::nodes()[crate::numa::node_of(shard) as usize].clone()
+    }
+
     /// Durability mode of the pool.
     pub fn durability(&self) -> Durability {
         self.pool.durability()
@@ -372,6 +378,9 @@ impl Engine {
     /// Does the entry object `o` have key (parent, name) and is it live?
     pub(crate) fn entry_matches(&self, o: u64, parent: u64, name: &[u8]) -> Result<bool> {
         let p = &self.pool;
+        // The name and attributes run into the next line(s): overlap them.
+        p.prefetch(o + 64);
+        p.prefetch(o + 127);
         let s = p.ld(o)?;
         let (k, st) = (st_kind(s), st_status(s));
         if !(k == K_FILE || k == K_DIR || k == K_LINK) || st == S_FREE || st == S_DETACHED {
@@ -642,10 +651,11 @@ fn volume_id() -> [u8; 16] {
 }
 
 fn header_checksum(pool: &Pool) -> Result<u64> {
-    let mut b = [0u8; 40];
-    pool.read_bytes(H_MAGIC, &mut b[..24])?;
-    b[24..32].copy_from_slice(&pool.ld(H_ROOT)?.to_le_bytes());
-    b[32..40].copy_from_slice(&pool.ld(H_CONFIG)?.to_le_bytes());
+    // magic, version, header size, volume id (bytes 0..32), root, config.
+    let mut b = [0u8; 48];
+    pool.read_bytes(H_MAGIC, &mut b[..32])?;
+    b[32..40].copy_from_slice(&pool.ld(H_ROOT)?.to_le_bytes());
+    b[40..48].copy_from_slice(&pool.ld(H_CONFIG)?.to_le_bytes());
     Ok(hash::name_key(pool.ld(H_SEG_SIZE)?, &b))
 }
 

@@ -234,6 +234,28 @@ impl Pool {
         }
     }
 
+    /// Prefers NUMA node `node` for the pages of `[off, off+len)` (called
+    /// only on machines with more than one node). Failure is harmless.
+    pub fn bind_node(&self, off: u64, len: u64, node: u32) {
+        if node >= 64 || self.check(off, len, 4096).is_err() {
+            return;
+        }
+        let mask: u64 = 1 << node;
+        // SAFETY: mbind on a range of our own mapping with a valid one-word
+        // node mask; it changes placement policy, never contents.
+        unsafe {
+            libc::syscall(
+                libc::SYS_mbind,
+                self.base.add(off as usize),
+                len as usize,
+                1, // MPOL_PREFERRED
+                &mask as *const u64,
+                64usize,
+                0,
+            );
+        }
+    }
+
     /// Loads the word at `off` (Acquire).
     #[inline]
     pub fn ld(&self, off: u64) -> Result<u64> {
