@@ -454,6 +454,27 @@ impl Engine {
         }
     }
 
+    /// Like `obj`, for an offset read without the entry's lock: None if the
+    /// object was freed (or reused) meanwhile, so the caller retries.
+    pub(crate) fn try_obj(&self, o: u64) -> Result<Option<Obj>> {
+        let k = st_kind(self.pool.ld(o)?);
+        let r = match k {
+            K_FILE => Obj::File(o),
+            K_LINK => Obj::Link(o),
+            K_DIR => Obj::Dir {
+                access: o,
+                content: self.pool.ld(o + D_CONTENT)?,
+            },
+            _ => return Ok(None),
+        };
+        // The content pointer is read after the kind: recheck the kind.
+        Ok(if st_kind(self.pool.ld(o)?) == k {
+            Some(r)
+        } else {
+            None
+        })
+    }
+
     /// Resolves an inode number to its object: FILE, or DIR via content.
     pub(crate) fn inode(&self, ino: u64) -> Result<Obj> {
         let o = self.find_ino(ino)?.ok_or(Error::NotFound)?;

@@ -338,11 +338,23 @@ impl Engine {
         })
     }
 
-    /// Pre-locks lookup of an entry to remove: (entry object, its inode).
-    fn probe_entry(&self, parent: u64, name: &[u8]) -> Result<(u64, Obj, u64)> {
-        let e = self.find_name(parent, name)?.ok_or(Error::NotFound)?;
-        let o = self.obj(e)?;
-        Ok((e, o, self.pool.ld(e + E_INO)?))
+    /// Under the entry's locks: is (parent, name) still object `e` with
+    /// inode number `ino`? (Same offset alone is not enough: a freed slot is
+    /// soon reused.)
+    pub(crate) fn same_entry(&self, parent: u64, name: &[u8], e: u64, ino: u64) -> Result<bool> {
+        Ok(self.find_name(parent, name)? == Some(e) && self.pool.ld(e + E_INO)? == ino)
+    }
+
+    /// Pre-locks lookup of an entry to remove: (entry object, its kind, its
+    /// inode). Without locks the entry may be freed under us: then look again.
+    pub(crate) fn probe_entry(&self, parent: u64, name: &[u8]) -> Result<(u64, Obj, u64)> {
+        loop {
+            let e = self.find_name(parent, name)?.ok_or(Error::NotFound)?;
+            let ino = self.pool.ld(e + E_INO)?;
+            if let Some(o) = self.try_obj(e)? {
+                return Ok((e, o, ino));
+            }
+        }
     }
 
     /// Removes a non-directory entry.
@@ -364,11 +376,17 @@ impl Engine {
                 (hash::name_key(parent, name), Mode::Write),
                 (hash::ino_key(ino), Mode::Write),
             ]);
+            // Re-read under the locks: the slot may have been freed and
+            // reused by a new entry of the same name meanwhile.
             if self.find_ino(parent)? != Some(content)
-                || self.find_name(parent, name)? != Some(e)
                 || self.pool.ld(content + C_MOD_EPOCH)? < self.epoch as u64
+                || !self.same_entry(parent, name, e, ino)?
             {
                 continue;
+            }
+            let o = self.obj(e)?;
+            if matches!(o, Obj::Dir { .. }) {
+                return Err(Error::IsDir);
             }
             let target = self.inode(ino)?;
             let towner = self.owner_of(target)?;
@@ -589,11 +607,7 @@ impl Engine {
             let (access, content) = self.open_dir(parent)?;
             perm::check(cred, self.dir_owner(access)?, X)?;
             let (e, o, ino) = self.probe_entry(parent, name)?;
-            let Obj::Dir {
-                access: da,
-                content: dc,
-            } = o
-            else {
+            let Obj::Dir { content: dc, .. } = o else {
                 return Err(Error::NotDir);
             };
             if self.pool.ld(dc + C_MOD_EPOCH)? < self.epoch as u64 {
@@ -606,9 +620,19 @@ impl Engine {
                 (hash::ino_key(ino), Mode::Write),
             ]);
             if self.find_ino(parent)? != Some(content)
-                || self.find_name(parent, name)? != Some(e)
                 || self.pool.ld(content + C_MOD_EPOCH)? < self.epoch as u64
+                || !self.same_entry(parent, name, e, ino)?
             {
+                continue;
+            }
+            let Obj::Dir {
+                access: da,
+                content: dc,
+            } = self.obj(e)?
+            else {
+                return Err(Error::NotDir);
+            };
+            if self.pool.ld(dc + C_MOD_EPOCH)? < self.epoch as u64 {
                 continue;
             }
             perm::may_delete(cred, self.dir_owner(access)?, self.dir_owner(da)?.uid)?;

@@ -59,13 +59,11 @@ impl Engine {
             let (a2, c2) = self.open_dir(newparent)?;
             perm::check(cred, self.dir_owner(a1)?, X)?;
             perm::check(cred, self.dir_owner(a2)?, X)?;
-            let s = self.find_name(parent, name)?.ok_or(Error::NotFound)?;
-            let t = self.find_name(newparent, newname)?;
-            let so = self.obj(s)?;
-            let sino = self.pool.ld(s + E_INO)?;
-            let (to, tino) = match t {
-                Some(t) => (Some(self.obj(t)?), self.pool.ld(t + E_INO)?),
-                None => (None, 0),
+            let (s, so, sino) = self.probe_entry(parent, name)?;
+            let (t, to, tino) = match self.probe_entry(newparent, newname) {
+                Ok((t, to, tino)) => (Some(t), Some(to), tino),
+                Err(Error::NotFound) => (None, None, 0),
+                Err(e) => return Err(e),
             };
             if exchange && t.is_none() {
                 return Err(Error::NotFound);
@@ -121,12 +119,28 @@ impl Engine {
                 keys.push((hash::ino_key(tino), Mode::Write));
             }
             let _g = self.locks.lock(&keys);
+            // Re-read both names under the locks (a freed slot is soon
+            // reused, so compare inode numbers too) and take their kinds now.
+            let t_same = match t {
+                Some(t) => self.same_entry(newparent, newname, t, tino)?,
+                None => self.find_name(newparent, newname)?.is_none(),
+            };
             if self.find_ino(parent)? != Some(c1)
                 || self.find_ino(newparent)? != Some(c2)
-                || self.find_name(parent, name)? != Some(s)
-                || self.find_name(newparent, newname)? != t
+                || !self.same_entry(parent, name, s, sino)?
+                || !t_same
                 || self.pool.ld(c1 + C_MOD_EPOCH)? < self.epoch as u64
                 || self.pool.ld(c2 + C_MOD_EPOCH)? < self.epoch as u64
+            {
+                continue;
+            }
+            let so = self.obj(s)?;
+            let to = match t {
+                Some(t) => Some(self.obj(t)?),
+                None => None,
+            };
+            if matches!(so, Obj::Dir { .. }) != s_dir
+                || matches!(to, Some(Obj::Dir { .. })) != t_dir
             {
                 continue;
             }
