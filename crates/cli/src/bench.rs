@@ -345,16 +345,26 @@ fn timed(n: usize, f: &(dyn Fn(usize) -> Result<u64> + Sync)) -> Result<(u64, f6
     Ok((total, secs))
 }
 
-/// Stride through 0..n in a fixed pseudo-random order.
-fn shuffled(n: u64, k: u64) -> u64 {
-    if n <= 1 {
-        return 0;
+/// A fixed pseudo-random order of 0..n: `k -> (k * step + 7) mod n` with
+/// `step` coprime to n (computed once per phase, not per operation).
+struct Shuffle {
+    n: u64,
+    step: u64,
+}
+
+impl Shuffle {
+    fn new(n: u64) -> Shuffle {
+        let n = n.max(1);
+        let mut step = 0x9E37_79B9_7F4A_7C15u64 % n;
+        while gcd(step, n) != 1 {
+            step += 1;
+        }
+        Shuffle { n, step }
     }
-    let mut step = 0x9E37_79B9_7F4A_7C15u64 % n;
-    while gcd(step, n) != 1 {
-        step += 1;
+    #[inline]
+    fn at(&self, k: u64) -> u64 {
+        (k.wrapping_mul(self.step) + 7) % self.n
     }
-    (k.wrapping_mul(step) + 7) % n
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
@@ -428,9 +438,10 @@ fn run_one(
         }
     }
     if want("stat") {
+        let order = Shuffle::new(per);
         let (n, s) = timed(threads, &|th| {
             for k in 0..per {
-                t.stat(dirs[th], &name(b'f', th, shuffled(per, k)))?;
+                t.stat(dirs[th], &name(b'f', th, order.at(k)))?;
             }
             Ok(per)
         })?;
@@ -439,7 +450,7 @@ fn run_one(
             let (n, s) = timed(threads, &|th| {
                 let mut buf = Vec::with_capacity(o.batch);
                 for k in 0..per {
-                    buf.push(name(b'f', th, shuffled(per, k)));
+                    buf.push(name(b'f', th, order.at(k)));
                     if buf.len() == o.batch || k + 1 == per {
                         t.stat_batch(dirs[th], &buf)?;
                         buf.clear();
