@@ -422,6 +422,24 @@ impl HashIndex {
         Ok(false)
     }
 
+    /// Makes the key of hash `h` (as judged by `same_key`) map to `obj`:
+    /// nothing if it already does, replace if another object has the key,
+    /// insert otherwise. Idempotent, for journal redo.
+    pub fn put(
+        &self,
+        pool: &Pool,
+        h: u64,
+        obj: u64,
+        same_key: &mut dyn FnMut(u64) -> Result<bool>,
+        m: &mut IxMem,
+    ) -> Result<()> {
+        match self.lookup(pool, h, &mut |c| Ok(c == obj || same_key(c)?))? {
+            Some(f) if f.obj == obj => Ok(()),
+            Some(f) => self.replace(pool, h, f.obj, obj, m).map(|_| ()),
+            None => self.insert(pool, h, obj, m).map(|_| ()),
+        }
+    }
+
     /// Removes the entry (hash `h`) pointing at `obj`; false if absent.
     pub fn remove(&self, pool: &Pool, h: u64, obj: u64, m: &mut IxMem) -> Result<bool> {
         self.swap(pool, h, obj, 0, m)

@@ -1,11 +1,14 @@
 //! Every operation once, with its main error cases, on a real pool file.
 
+mod common;
+
+use common::Scratch;
 use solofs_meta::*;
 
-fn fresh(name: &str) -> (tempdir::Dir, Engine) {
-    let d = tempdir::Dir::new(name);
+fn fresh(name: &str) -> (Scratch, Engine) {
+    let d = Scratch::new(name);
     let e = Engine::format(
-        &d.path.join("pool"),
+        &d.pool(),
         &Config {
             shards: 3,
             ..Config::default()
@@ -13,26 +16,6 @@ fn fresh(name: &str) -> (tempdir::Dir, Engine) {
     )
     .unwrap();
     (d, e)
-}
-
-mod tempdir {
-    pub struct Dir {
-        pub path: std::path::PathBuf,
-    }
-    impl Dir {
-        pub fn new(name: &str) -> Dir {
-            let path =
-                std::env::temp_dir().join(format!("solofs-test-{name}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&path);
-            std::fs::create_dir_all(&path).unwrap();
-            Dir { path }
-        }
-    }
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.path);
-        }
-    }
 }
 
 fn errno<T: std::fmt::Debug>(r: Result<T>) -> i32 {
@@ -138,8 +121,8 @@ fn links_symlinks_rename() {
 
 #[test]
 fn setattr_xattr_reopen() {
-    let d = tempdir::Dir::new("reopen");
-    let p = d.path.join("pool");
+    let d = Scratch::new("reopen");
+    let p = d.pool();
     let r = Cred::root();
     let ino;
     {
@@ -178,8 +161,8 @@ fn setattr_xattr_reopen() {
 
 #[test]
 fn pmem_mode_flushes_and_reopens() {
-    let d = tempdir::Dir::new("pmem");
-    let p = d.path.join("pool");
+    let d = Scratch::new("pmem");
+    let p = d.pool();
     let r = Cred::root();
     let e = Engine::format(
         &p,

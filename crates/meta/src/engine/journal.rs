@@ -252,20 +252,15 @@ impl Engine {
             Op::NamePut(o) => {
                 let parent = p.ld(o + E_PARENT)?;
                 let name = self.entry_name(o)?;
-                let h = hash::name_key(parent, &name);
                 let shard = self.shard_of(parent);
-                let ix = &self.shards[shard as usize].name;
-                let found = ix.lookup(p, h, &mut |c| self.entry_key_is(c, parent, &name))?;
                 let mut m = self.ixmem(ctx, shard);
-                match found {
-                    Some(f) if f.obj == o => {}
-                    Some(f) => {
-                        ix.replace(p, h, f.obj, o, &mut m)?;
-                    }
-                    None => {
-                        ix.insert(p, h, o, &mut m)?;
-                    }
-                }
+                self.shards[shard as usize].name.put(
+                    p,
+                    hash::name_key(parent, &name),
+                    o,
+                    &mut |c| self.entry_key_is(c, parent, &name),
+                    &mut m,
+                )?;
             }
             Op::NameDel(o) => {
                 let parent = p.ld(o + E_PARENT)?;
@@ -281,22 +276,15 @@ impl Engine {
             }
             Op::InoPut(o) => {
                 let ino = self.ino_of_obj(o)?;
-                let h = hash::ino_key(ino);
                 let shard = self.shard_of(ino);
-                let ix = &self.shards[shard as usize].ino;
-                let found = ix.lookup(p, h, &mut |c| {
-                    Ok(c == o || self.ino_of_obj(c).ok() == Some(ino))
-                })?;
                 let mut m = self.ixmem(ctx, shard);
-                match found {
-                    Some(f) if f.obj == o => {}
-                    Some(f) => {
-                        ix.replace(p, h, f.obj, o, &mut m)?;
-                    }
-                    None => {
-                        ix.insert(p, h, o, &mut m)?;
-                    }
-                }
+                self.shards[shard as usize].ino.put(
+                    p,
+                    hash::ino_key(ino),
+                    o,
+                    &mut |c| Ok(self.ino_of_obj(c).ok() == Some(ino)),
+                    &mut m,
+                )?;
             }
             Op::InoDel(o) => {
                 let ino = self.ino_of_obj(o)?;

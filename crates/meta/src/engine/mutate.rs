@@ -99,6 +99,31 @@ impl Engine {
         Ok(())
     }
 
+    /// The checks and locks every create-like operation starts with:
+    /// writable engine, a valid new name, a current directory, search
+    /// permission, no such name (EEXIST comes before write permission, as in
+    /// Linux), write permission. Returns (content, directory owner, locks).
+    fn begin_create(
+        &self,
+        cred: &Cred,
+        parent: u64,
+        name: &[u8],
+    ) -> Result<(u64, perm::Owner, crate::locks::Guard<'_>)> {
+        self.check_writable()?;
+        if is_dot(name) {
+            return Err(Error::Exists);
+        }
+        check_name(name)?;
+        let (access, content, g) = self.enter_dir_for_create(parent, name)?;
+        let downer = self.dir_owner(access)?;
+        perm::check(cred, downer, X)?;
+        if self.find_name(parent, name)?.is_some() {
+            return Err(Error::Exists);
+        }
+        perm::check(cred, downer, W)?;
+        Ok((content, downer, g))
+    }
+
     /// Locks for a new entry in `parent`, after which the directory is
     /// current (repaired) and still exists. Returns (access, content, guard).
     fn enter_dir_for_create(
@@ -131,19 +156,8 @@ impl Engine {
         size: u64,
         target: &[u8],
     ) -> Result<Attr> {
-        self.check_writable()?;
-        if is_dot(name) {
-            return Err(Error::Exists);
-        }
-        check_name(name)?;
         self.with_ctx(|ctx| {
-            let (access, content, _g) = self.enter_dir_for_create(parent, name)?;
-            let downer = self.dir_owner(access)?;
-            perm::check(cred, downer, X)?;
-            if self.find_name(parent, name)?.is_some() {
-                return Err(Error::Exists);
-            }
-            perm::check(cred, downer, W)?;
+            let (content, downer, _g) = self.begin_create(cred, parent, name)?;
             let gid = if downer.mode & S_ISGID != 0 {
                 downer.gid
             } else {
@@ -263,19 +277,8 @@ impl Engine {
 
     /// Creates a directory.
     pub fn mkdir(&self, cred: &Cred, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
-        self.check_writable()?;
-        if is_dot(name) {
-            return Err(Error::Exists);
-        }
-        check_name(name)?;
         self.with_ctx(|ctx| {
-            let (access, content, _g) = self.enter_dir_for_create(parent, name)?;
-            let downer = self.dir_owner(access)?;
-            perm::check(cred, downer, X)?;
-            if self.find_name(parent, name)?.is_some() {
-                return Err(Error::Exists);
-            }
-            perm::check(cred, downer, W)?;
+            let (content, downer, _g) = self.begin_create(cred, parent, name)?;
             let (gid, sgid) = if downer.mode & S_ISGID != 0 {
                 (downer.gid, S_ISGID)
             } else {
@@ -398,29 +401,13 @@ impl Engine {
                     self.delete_file(ctx, parent, content, name, f, t)?
                 }
                 Obj::File(f) => {
-                    let nl = self.nlink(f)? - 1;
-                    let mw = self.pool.ld(f + F_MODE)?;
-                    let j = self.journal(ctx);
-                    let ops = vec![
+                    // Its own name goes; the file stays for its other names.
+                    let (more, _) = self.unname_ops(f, t, true)?;
+                    let mut ops = vec![
                         Op::NameDel(f),
                         Op::ListRetire {
                             content,
                             pos: self.pool.ld(f + E_POS)?,
-                        },
-                        Op::Set {
-                            obj: f,
-                            field: 0,
-                            val: state(K_FILE, S_DETACHED, self.epoch),
-                        },
-                        Op::Set {
-                            obj: f,
-                            field: F_MODE,
-                            val: (mw & 0xFFFF_FFFF) | (nl as u64) << 32,
-                        },
-                        Op::Set {
-                            obj: f,
-                            field: F_CTIME,
-                            val: t as u64,
                         },
                         Op::Raise {
                             content,
@@ -428,6 +415,8 @@ impl Engine {
                             ctime_only: false,
                         },
                     ];
+                    ops.extend(more);
+                    let j = self.journal(ctx);
                     self.j_commit(ctx, j, ops)?;
                     self.pool
                         .u64(content + C_NDENTS)?
@@ -437,8 +426,8 @@ impl Engine {
                     let Obj::File(f) = target else {
                         return Err(Error::Corrupt("link entry to a directory".into()));
                     };
-                    let nl = self.nlink(f)?.saturating_sub(1);
-                    let j = self.journal(ctx);
+                    let dead_l = dead(K_LINK, self.epoch);
+                    let (more, gone) = self.unname_ops(f, t, false)?;
                     let mut ops = vec![
                         Op::NameDel(l),
                         Op::ListRetire {
@@ -448,7 +437,7 @@ impl Engine {
                         Op::Set {
                             obj: l,
                             field: 0,
-                            val: dead(K_LINK, self.epoch),
+                            val: dead_l,
                         },
                         Op::Raise {
                             content,
@@ -457,29 +446,16 @@ impl Engine {
                         },
                         Op::Free {
                             obj: l,
-                            dead: dead(K_LINK, self.epoch),
+                            dead: dead_l,
                         },
                     ];
-                    if nl == 0 {
-                        ops.extend(self.free_file_ops(f)?);
-                    } else {
-                        let mw = self.pool.ld(f + F_MODE)?;
-                        ops.push(Op::Set {
-                            obj: f,
-                            field: F_MODE,
-                            val: (mw & 0xFFFF_FFFF) | (nl as u64) << 32,
-                        });
-                        ops.push(Op::Set {
-                            obj: f,
-                            field: F_CTIME,
-                            val: t as u64,
-                        });
-                    }
+                    ops.extend(more);
+                    let j = self.journal(ctx);
                     self.j_commit(ctx, j, ops)?;
                     self.pool
                         .u64(content + C_NDENTS)?
                         .fetch_sub(1, Ordering::AcqRel);
-                    if nl == 0 {
+                    if gone {
                         self.clear_intent(ctx, -1)?;
                     }
                 }
@@ -487,6 +463,38 @@ impl Engine {
             }
             return Ok(());
         })
+    }
+
+    /// Journal operations that take one name away from file `f` at time
+    /// `t`: free it if that was its last name, else count one link less
+    /// (and, with `detach`, mark it as having no entry of its own). Returns
+    /// the operations and whether the file goes.
+    pub(crate) fn unname_ops(&self, f: u64, t: i64, detach: bool) -> Result<(Vec<Op>, bool)> {
+        let nl = self.nlink(f)?.saturating_sub(1);
+        if nl == 0 {
+            return Ok((self.free_file_ops(f)?, true));
+        }
+        let mw = self.pool.ld(f + F_MODE)?;
+        let mut ops = vec![
+            Op::Set {
+                obj: f,
+                field: F_MODE,
+                val: (mw & 0xFFFF_FFFF) | (nl as u64) << 32,
+            },
+            Op::Set {
+                obj: f,
+                field: F_CTIME,
+                val: t as u64,
+            },
+        ];
+        if detach {
+            ops.push(Op::Set {
+                obj: f,
+                field: 0,
+                val: state(K_FILE, S_DETACHED, self.epoch),
+            });
+        }
+        Ok((ops, false))
     }
 
     pub(crate) fn nlink(&self, f: u64) -> Result<u32> {

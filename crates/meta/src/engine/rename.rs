@@ -323,47 +323,14 @@ impl Engine {
         let kind = st_kind(self.pool.ld(t.entry)?);
         match t.obj {
             Obj::File(f) => {
-                let nl = self.nlink(f)?;
-                if nl <= 1 {
-                    ops.extend(self.free_file_ops(f)?);
-                    return Ok(());
-                }
-                let mw = self.pool.ld(f + F_MODE)?;
-                ops.push(Op::Set {
-                    obj: f,
-                    field: 0,
-                    val: state(K_FILE, S_DETACHED, self.epoch),
-                });
-                ops.push(Op::Set {
-                    obj: f,
-                    field: F_MODE,
-                    val: (mw & 0xFFFF_FFFF) | ((nl - 1) as u64) << 32,
-                });
-                ops.push(Op::Set {
-                    obj: f,
-                    field: F_CTIME,
-                    val: t0 as u64,
-                });
+                // The replaced name was the file's own entry: the file is
+                // freed, or detached if it has other names.
+                ops.extend(self.unname_ops(f, t0, true)?.0);
                 return Ok(());
             }
             Obj::Link(_) => {
                 if let Obj::File(f) = self.inode(t.ino)? {
-                    let nl = self.nlink(f)?.saturating_sub(1);
-                    if nl == 0 {
-                        ops.extend(self.free_file_ops(f)?);
-                    } else {
-                        let mw = self.pool.ld(f + F_MODE)?;
-                        ops.push(Op::Set {
-                            obj: f,
-                            field: F_MODE,
-                            val: (mw & 0xFFFF_FFFF) | (nl as u64) << 32,
-                        });
-                        ops.push(Op::Set {
-                            obj: f,
-                            field: F_CTIME,
-                            val: t0 as u64,
-                        });
-                    }
+                    ops.extend(self.unname_ops(f, t0, false)?.0);
                 }
             }
             Obj::Dir { content, .. } => {
