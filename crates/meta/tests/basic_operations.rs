@@ -26,6 +26,7 @@ fn errno<T: std::fmt::Debug>(r: Result<T>) -> i32 {
 fn create_lookup_unlink() {
     let (_d, e) = fresh("cru");
     let r = Cred::root();
+    assert!(!e.open_stats().was_unclean, "a new pool opens clean");
     let a = e.create(&r, ROOT_INO, b"f", 0o644).unwrap();
     assert_eq!(a.mode, S_IFREG | 0o644);
     assert_eq!(a.nlink, 1);

@@ -41,7 +41,11 @@ fn shared_and_private_directories_under_eight_threads() {
                     let name = format!("t{t}-{i}");
                     let a = e.create(&r, shared, name.as_bytes(), 0o644).unwrap();
                     e.create(&r, private, name.as_bytes(), 0o644).unwrap();
-                    assert_eq!(e.lookup(&r, shared, name.as_bytes()).unwrap().ino, a.ino);
+                    let back = e.lookup(&r, shared, name.as_bytes());
+                    let back = back.unwrap_or_else(|err| {
+                        panic!("lookup of {name} right after its create: {err}")
+                    });
+                    assert_eq!(back.ino, a.ino);
                     if i % 3 == 0 {
                         e.unlink(&r, shared, name.as_bytes()).unwrap();
                         assert_eq!(

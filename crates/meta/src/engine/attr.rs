@@ -211,8 +211,17 @@ impl Engine {
                 })?;
                 if let Some((k, child, mode, name)) = got {
                     let kind = FileType::from_mode(mode).unwrap_or(FileType::Regular);
+                    // Attributes are read without the child's lock: an
+                    // entry removed meanwhile (its memory maybe reused) is
+                    // recognised by its inode number and skipped.
                     let attr = if plus && k != K_LINK {
-                        Some(self.attr_of(self.obj(o)?)?)
+                        match self.try_obj(o)? {
+                            Some(ob) => match self.attr_of(ob) {
+                                Ok(a) if a.ino == child => Some(a),
+                                _ => return Ok(true),
+                            },
+                            None => return Ok(true),
+                        }
                     } else {
                         None
                     };

@@ -170,6 +170,8 @@ impl Engine {
         ix.insert(&pool, hash::ino_key(ROOT_INO), c, &mut m)?;
         drop(ix);
         pool.sync_all()?;
+        pool.st(H_CLEAN, 1)?;
+        pool.persist(H_CLEAN, 8);
         drop(alloc);
         drop(pool);
         Engine::open_with(path, cfg.reserve)
