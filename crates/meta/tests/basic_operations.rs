@@ -183,3 +183,35 @@ fn pmem_mode_flushes_and_reopens() {
     assert!(e.lookup(&r, ROOT_INO, b"g").is_ok());
     assert!(e.fsck(false).unwrap().is_clean());
 }
+
+#[test]
+fn readdir_plus_gives_each_entrys_attributes() {
+    let (_d, e) = fresh("plus");
+    let r = Cred::root();
+    let d = e.mkdir(&r, ROOT_INO, b"d", 0o755).unwrap();
+    let f = e.create(&r, d.ino, b"f", 0o600).unwrap();
+    e.mkdir(&r, d.ino, b"sub", 0o700).unwrap();
+    e.symlink(&r, d.ino, b"s", b"f").unwrap();
+    e.link(&r, f.ino, d.ino, b"hard").unwrap();
+    let plus = e.readdir_plus(&r, d.ino, 0, 100).unwrap();
+    assert_eq!(plus.len(), 4);
+    for (ent, attr) in plus {
+        let want = e.lookup(&r, d.ino, &ent.name).unwrap();
+        assert_eq!(attr, want, "{:?}", String::from_utf8_lossy(&ent.name));
+        assert_eq!(ent.ino, want.ino);
+        assert_eq!(ent.kind, want.kind());
+    }
+    e.setattr(
+        &r,
+        d.ino,
+        &SetAttr {
+            mode: Some(0o711),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        errno(e.readdir_plus(&Cred::user(5, 5), d.ino, 0, 100)),
+        libc::EACCES
+    );
+}
