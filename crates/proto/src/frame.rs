@@ -56,10 +56,13 @@ pub fn put_frame(out: &mut Vec<u8>, ty: FrameType, body: impl FnOnce(&mut Vec<u8
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
 }
 
+/// A complete frame found in a buffer: type, payload, bytes it occupied.
+pub type Split<'a> = (FrameType, &'a [u8], usize);
+
 /// Splits the first complete frame off `buf`: Ok(None) if more bytes are
 /// needed, else (type, payload, bytes consumed). Errors on an oversized or
 /// empty length or an unknown type.
-pub fn split_frame(buf: &[u8], max: u32) -> Result<Option<(FrameType, &[u8], usize)>, DecodeError> {
+pub fn split_frame(buf: &[u8], max: u32) -> Result<Option<Split<'_>>, DecodeError> {
     if buf.len() < 4 {
         return Ok(None);
     }
