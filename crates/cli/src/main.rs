@@ -4,13 +4,16 @@ use solofs_meta::{Config, Durability, Engine};
 use std::path::PathBuf;
 
 mod bench;
+mod serve;
 
 const USAGE: &str = "\
 solofs — a file system whose whole namespace lives on one metadata server
 
 USAGE:
-    solofs mkfs POOL [--shards N] [--durability process|pmem]
-    solofs fsck POOL [--repair]
+    solofs mkfs (--data DIR | POOL) [--shards N] [--durability process|pmem]
+    solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--config FILE]
+    solofs stats METRICS_ADDR [--interval SECS] [--count N]
+    solofs fsck (--data DIR | POOL) [--repair]
     solofs bench [OPTIONS]        (see `solofs bench --help`)
 ";
 
@@ -32,6 +35,8 @@ fn run() -> Result<()> {
         Some("mkfs") => mkfs(rest),
         Some("fsck") => fsck(rest),
         Some("bench") => bench::main(rest),
+        Some("serve") => serve::serve(rest),
+        Some("stats") => serve::stats(rest),
         Some("-h" | "--help" | "help") => {
             print!("{USAGE}");
             Ok(())
@@ -52,11 +57,17 @@ fn mkfs(args: Vec<std::ffi::OsString>) -> Result<()> {
                 let v: String = p.value()?.parse()?;
                 cfg.durability = Durability::parse(&v).context("durability is process or pmem")?;
             }
+            Long("data") => {
+                let d: PathBuf = p.value()?.into();
+                std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+                serve::ensure_secret(&d)?;
+                path = Some(serve::pool_path(&d));
+            }
             Value(v) if path.is_none() => path = Some(v.into()),
             _ => return Err(a.unexpected().into()),
         }
     }
-    let path = path.context("mkfs needs a pool file path")?;
+    let path = path.context("mkfs needs --data DIR or a pool file path")?;
     let e =
         Engine::format(&path, &cfg).with_context(|| format!("formatting {}", path.display()))?;
     println!(
@@ -77,6 +88,7 @@ fn fsck(args: Vec<std::ffi::OsString>) -> Result<()> {
     while let Some(a) = p.next()? {
         match a {
             Long("repair") => repair = true,
+            Long("data") => path = Some(serve::pool_path(&PathBuf::from(p.value()?))),
             Value(v) if path.is_none() => path = Some(v.into()),
             _ => return Err(a.unexpected().into()),
         }
@@ -98,6 +110,12 @@ fn fsck(args: Vec<std::ffi::OsString>) -> Result<()> {
             String::new()
         }
     );
+    if !r.pending_repair.is_empty() {
+        println!(
+            "  {} directories modified before a crash wait for lazy repair on first use (fsck --repair does them now)",
+            r.pending_repair.len()
+        );
+    }
     for p in r.problems.iter().take(50) {
         println!("  {p:?}");
     }

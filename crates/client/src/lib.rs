@@ -1,1 +1,573 @@
+//! # solofs-client — talk to a SoloFS metadata server
+//!
+//! A [`Client`] is cheap to clone and safe to use from many threads: all
+//! callers share one connection, their requests are coalesced into shared
+//! frames (whoever finds the connection idle writes everything queued), and a
+//! reader thread hands each reply to the caller waiting for its id. So many
+//! threads pipeline naturally; [`Client::submit`] sends a whole batch in one
+//! frame for deep pipelines from one thread.
+//!
+//! If the connection breaks, the next call reconnects. Read-only requests
+//! that were in flight are resent once; a write in flight reports
+//! [`ClientError::ConnectionLost`], because it may or may not have been
+//! applied.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
 
+use solofs_meta::{Attr, Cred, DirEntry, SetAttr, StatFs};
+use solofs_proto::{
+    auth_mac, decode_replies, put_frame, split_frame, Body, FrameType, Reader, Reply, Request,
+    Writer, MAGIC, MAX_FRAME, NONCE_LEN, PROTOCOL_VERSION,
+};
+pub use solofs_proto::{Loc, Op, Target};
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Errors of client calls.
+#[derive(Debug)]
+pub enum ClientError {
+    /// The server executed the request and it failed with this errno.
+    Errno(i32),
+    /// Connecting or talking to the server failed.
+    Io(io::Error),
+    /// The server refused the handshake (message from the server).
+    Refused(String),
+    /// The connection broke while a write was in flight: it may or may not
+    /// have been applied.
+    ConnectionLost,
+    /// No reply within the timeout.
+    Timeout,
+    /// The server sent something that is not valid protocol.
+    Protocol(String),
+}
+
+impl ClientError {
+    /// The errno this error corresponds to.
+    pub fn errno(&self) -> i32 {
+        match self {
+            ClientError::Errno(e) => *e,
+            ClientError::Io(_) | ClientError::Protocol(_) => 5, // EIO
+            ClientError::Refused(_) => 13,                      // EACCES
+            ClientError::ConnectionLost => 104,                 // ECONNRESET
+            ClientError::Timeout => 110,                        // ETIMEDOUT
+        }
+    }
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientError::Errno(e) => {
+                write!(f, "server error: {}", io::Error::from_raw_os_error(*e))
+            }
+            ClientError::Io(e) => write!(f, "connection: {e}"),
+            ClientError::Refused(m) => write!(f, "server refused the connection: {m}"),
+            ClientError::ConnectionLost => {
+                write!(f, "connection lost while a change was in flight; it may or may not have been applied")
+            }
+            ClientError::Timeout => write!(f, "no reply from the server in time"),
+            ClientError::Protocol(m) => write!(f, "protocol error: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+impl From<io::Error> for ClientError {
+    fn from(e: io::Error) -> Self {
+        ClientError::Io(e)
+    }
+}
+
+/// Result of client calls.
+pub type Result<T> = std::result::Result<T, ClientError>;
+
+/// Connection options.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// How long a call waits for its reply.
+    pub timeout: Duration,
+    /// How long connecting may take.
+    pub connect_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+type Pending = Mutex<HashMap<u64, SyncSender<Reply>>>;
+
+struct Conn {
+    out: Mutex<Out>,
+    pending: Arc<Pending>,
+    dead: Arc<AtomicBool>,
+}
+
+struct Out {
+    stream: TcpStream,
+    queued: Vec<u8>,
+    count: u32,
+    writing: bool,
+}
+
+struct Inner {
+    addr: String,
+    secret: Vec<u8>,
+    opts: Options,
+    conn: Mutex<Option<Arc<Conn>>>,
+    next_id: AtomicU64,
+}
+
+/// A client of one metadata server.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl Client {
+    /// Connects and authenticates with the volume secret.
+    pub fn connect(addr: &str, secret: &[u8]) -> Result<Client> {
+        Client::connect_with(addr, secret, Options::default())
+    }
+
+    /// Connects with explicit options.
+    pub fn connect_with(addr: &str, secret: &[u8], opts: Options) -> Result<Client> {
+        let c = Client {
+            inner: Arc::new(Inner {
+                addr: addr.to_string(),
+                secret: secret.to_vec(),
+                opts,
+                conn: Mutex::new(None),
+                next_id: AtomicU64::new(1),
+            }),
+        };
+        c.conn()?;
+        Ok(c)
+    }
+
+    fn conn(&self) -> Result<Arc<Conn>> {
+        let mut g = self.inner.conn.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = &*g {
+            if !c.dead.load(Ordering::SeqCst) {
+                return Ok(c.clone());
+            }
+        }
+        let c = Arc::new(handshake(&self.inner)?);
+        *g = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Runs one operation as `cred`.
+    pub fn call(&self, cred: &Cred, op: Op) -> Result<Body> {
+        let mut r = self.submit(&[(cred.clone(), op)])?;
+        r.pop()
+            .ok_or_else(|| ClientError::Protocol("no reply".into()))?
+    }
+
+    /// Sends a batch of operations in one frame and waits for all replies
+    /// (in order). Each element is that operation's own result.
+    pub fn submit(&self, ops: &[(Cred, Op)]) -> Result<Vec<Result<Body>>> {
+        for attempt in 0..2 {
+            let conn = self.conn()?;
+            let mut rxs = Vec::with_capacity(ops.len());
+            let mut buf = Vec::new();
+            {
+                let mut p = conn.pending.lock().unwrap_or_else(|e| e.into_inner());
+                for (cred, op) in ops {
+                    let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+                    let (tx, rx) = sync_channel(1);
+                    p.insert(id, tx);
+                    rxs.push((id, rx));
+                    Request {
+                        id,
+                        cred: cred.clone(),
+                        op: op.clone(),
+                    }
+                    .encode(&mut buf);
+                }
+            }
+            // The reader marks the connection dead before it drops the
+            // waiters; requests registered after that would never hear back.
+            let sent = if conn.dead.load(Ordering::SeqCst) {
+                Err(ClientError::ConnectionLost)
+            } else {
+                send(&conn, buf, ops.len() as u32)
+            };
+            let mut out = Vec::with_capacity(ops.len());
+            let mut lost = sent.is_err();
+            for (id, rx) in &rxs {
+                if lost {
+                    break;
+                }
+                match rx.recv_timeout(self.inner.opts.timeout) {
+                    Ok(rep) => out.push(rep.result.map_err(ClientError::Errno)),
+                    Err(RecvTimeoutError::Timeout) => {
+                        conn.pending
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .remove(id);
+                        return Err(ClientError::Timeout);
+                    }
+                    Err(RecvTimeoutError::Disconnected) => lost = true,
+                }
+            }
+            if !lost {
+                return Ok(out);
+            }
+            conn.dead.store(true, Ordering::SeqCst);
+            {
+                let mut p = conn.pending.lock().unwrap_or_else(|e| e.into_inner());
+                for (id, _) in &rxs {
+                    p.remove(id);
+                }
+            }
+            if attempt == 0 && ops.iter().all(|(_, op)| op.is_read_only()) {
+                continue; // safe to resend on a new connection
+            }
+            return Err(ClientError::ConnectionLost);
+        }
+        Err(ClientError::ConnectionLost)
+    }
+
+    // ----- typed helpers -----
+
+    fn attr(&self, cred: &Cred, op: Op) -> Result<Attr> {
+        match self.call(cred, op)? {
+            Body::Attr(a) => Ok(a),
+            b => Err(unexpected(b)),
+        }
+    }
+
+    fn empty(&self, cred: &Cred, op: Op) -> Result<()> {
+        match self.call(cred, op)? {
+            Body::Empty => Ok(()),
+            b => Err(unexpected(b)),
+        }
+    }
+
+    /// Round trip that does nothing on the server.
+    pub fn noop(&self) -> Result<()> {
+        self.empty(&Cred::root(), Op::Noop)
+    }
+    /// lookup(parent, name), or stat of a path (`Loc::Path`).
+    pub fn lookup(&self, cred: &Cred, loc: Loc) -> Result<Attr> {
+        self.attr(cred, Op::Lookup { loc, follow: true })
+    }
+    /// lstat of a path (or lookup(parent, name)).
+    pub fn lstat(&self, cred: &Cred, loc: Loc) -> Result<Attr> {
+        self.attr(cred, Op::Lookup { loc, follow: false })
+    }
+    /// Attributes of an inode.
+    pub fn getattr(&self, cred: &Cred, t: Target) -> Result<Attr> {
+        self.attr(cred, Op::Getattr(t))
+    }
+    /// Changes attributes.
+    pub fn setattr(&self, cred: &Cred, t: Target, sa: SetAttr) -> Result<Attr> {
+        self.attr(cred, Op::Setattr(t, sa))
+    }
+    /// Creates a regular file (exclusive).
+    pub fn create(&self, cred: &Cred, loc: Loc, mode: u32) -> Result<Attr> {
+        self.attr(cred, Op::Create { loc, mode })
+    }
+    /// Creates a node.
+    pub fn mknod(&self, cred: &Cred, loc: Loc, mode: u32, rdev: u64) -> Result<Attr> {
+        self.attr(cred, Op::Mknod { loc, mode, rdev })
+    }
+    /// Creates a directory.
+    pub fn mkdir(&self, cred: &Cred, loc: Loc, mode: u32) -> Result<Attr> {
+        self.attr(cred, Op::Mkdir { loc, mode })
+    }
+    /// Creates a symlink.
+    pub fn symlink(&self, cred: &Cred, loc: Loc, target: &[u8]) -> Result<Attr> {
+        self.attr(
+            cred,
+            Op::Symlink {
+                loc,
+                target: target.to_vec(),
+            },
+        )
+    }
+    /// Reads a symlink.
+    pub fn readlink(&self, cred: &Cred, t: Target) -> Result<Vec<u8>> {
+        match self.call(cred, Op::Readlink(t))? {
+            Body::Bytes(b) => Ok(b),
+            b => Err(unexpected(b)),
+        }
+    }
+    /// Removes a non-directory.
+    pub fn unlink(&self, cred: &Cred, loc: Loc) -> Result<()> {
+        self.empty(cred, Op::Unlink(loc))
+    }
+    /// Removes an empty directory.
+    pub fn rmdir(&self, cred: &Cred, loc: Loc) -> Result<()> {
+        self.empty(cred, Op::Rmdir(loc))
+    }
+    /// Adds a name for a file.
+    pub fn link(&self, cred: &Cred, from: Target, to: Loc) -> Result<Attr> {
+        self.attr(cred, Op::Link { from, to })
+    }
+    /// Renames.
+    pub fn rename(&self, cred: &Cred, from: Loc, to: Loc, flags: u32) -> Result<()> {
+        self.empty(cred, Op::Rename { from, to, flags })
+    }
+    /// Lists a directory from `cookie` (at most `max` entries).
+    pub fn readdir(
+        &self,
+        cred: &Cred,
+        dir: Target,
+        cookie: u64,
+        max: u32,
+    ) -> Result<Vec<DirEntry>> {
+        match self.call(cred, Op::Readdir { dir, cookie, max })? {
+            Body::Entries(v) => Ok(v),
+            b => Err(unexpected(b)),
+        }
+    }
+    /// Lists with attributes.
+    pub fn readdir_plus(
+        &self,
+        cred: &Cred,
+        dir: Target,
+        cookie: u64,
+        max: u32,
+    ) -> Result<Vec<(DirEntry, Attr)>> {
+        match self.call(cred, Op::ReaddirPlus { dir, cookie, max })? {
+            Body::EntriesPlus(v) => Ok(v),
+            b => Err(unexpected(b)),
+        }
+    }
+    /// File-system statistics.
+    pub fn statfs(&self) -> Result<StatFs> {
+        match self.call(&Cred::root(), Op::Statfs)? {
+            Body::StatFs(s) => Ok(s),
+            b => Err(unexpected(b)),
+        }
+    }
+    /// Value of an extended attribute.
+    pub fn getxattr(&self, cred: &Cred, target: Target, name: &[u8]) -> Result<Vec<u8>> {
+        match self.call(
+            cred,
+            Op::Getxattr {
+                target,
+                name: name.to_vec(),
+            },
+        )? {
+            Body::Bytes(b) => Ok(b),
+            b => Err(unexpected(b)),
+        }
+    }
+    /// Sets an extended attribute.
+    pub fn setxattr(
+        &self,
+        cred: &Cred,
+        target: Target,
+        name: &[u8],
+        value: &[u8],
+        flags: u32,
+    ) -> Result<()> {
+        self.empty(
+            cred,
+            Op::Setxattr {
+                target,
+                name: name.to_vec(),
+                value: value.to_vec(),
+                flags,
+            },
+        )
+    }
+    /// Names of the extended attributes.
+    pub fn listxattr(&self, cred: &Cred, target: Target) -> Result<Vec<Vec<u8>>> {
+        match self.call(cred, Op::Listxattr(target))? {
+            Body::Names(v) => Ok(v),
+            b => Err(unexpected(b)),
+        }
+    }
+    /// Removes an extended attribute.
+    pub fn removexattr(&self, cred: &Cred, target: Target, name: &[u8]) -> Result<()> {
+        self.empty(
+            cred,
+            Op::Removexattr {
+                target,
+                name: name.to_vec(),
+            },
+        )
+    }
+    /// Checks permission bits.
+    pub fn access(&self, cred: &Cred, target: Target, mask: u32) -> Result<()> {
+        self.empty(cred, Op::Access { target, mask })
+    }
+}
+
+/// `Loc::At(parent, name)`.
+pub fn at(parent: u64, name: &[u8]) -> Loc {
+    Loc::At(parent, name.to_vec())
+}
+
+/// `Loc::Path(path)`.
+pub fn path(p: &str) -> Loc {
+    Loc::Path(p.as_bytes().to_vec())
+}
+
+fn unexpected(b: Body) -> ClientError {
+    ClientError::Protocol(format!("unexpected reply body {b:?}"))
+}
+
+/// Queues encoded requests; the caller that finds no write in progress
+/// writes everything queued (its own and others') as one frame.
+fn send(conn: &Conn, buf: Vec<u8>, count: u32) -> Result<()> {
+    let mut o = conn.out.lock().unwrap_or_else(|e| e.into_inner());
+    o.queued.extend_from_slice(&buf);
+    o.count += count;
+    if o.writing {
+        return Ok(());
+    }
+    o.writing = true;
+    loop {
+        let body = std::mem::take(&mut o.queued);
+        let n = std::mem::take(&mut o.count);
+        let mut frame = Vec::with_capacity(body.len() + 9);
+        put_frame(&mut frame, FrameType::Requests, |b| {
+            b.extend_from_slice(&n.to_le_bytes());
+            b.extend_from_slice(&body);
+        });
+        let mut stream = o.stream.try_clone()?;
+        drop(o);
+        let r = stream.write_all(&frame);
+        o = conn.out.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = r {
+            o.writing = false;
+            conn.dead.store(true, Ordering::SeqCst);
+            // Wake the reader (and through it every waiter).
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            return Err(e.into());
+        }
+        if o.queued.is_empty() {
+            o.writing = false;
+            return Ok(());
+        }
+    }
+}
+
+fn read_frame(s: &mut TcpStream, buf: &mut Vec<u8>) -> Result<(FrameType, Vec<u8>)> {
+    let mut tmp = [0u8; 64 * 1024];
+    loop {
+        if let Some((ty, payload, n)) =
+            split_frame(buf, MAX_FRAME).map_err(|e| ClientError::Protocol(e.to_string()))?
+        {
+            let p = payload.to_vec();
+            buf.drain(..n);
+            return Ok((ty, p));
+        }
+        let n = s.read(&mut tmp)?;
+        if n == 0 {
+            return Err(ClientError::Io(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "server closed the connection",
+            )));
+        }
+        buf.extend_from_slice(&tmp[..n]);
+    }
+}
+
+fn server_error(payload: &[u8]) -> ClientError {
+    let mut r = Reader::new(payload);
+    let _errno = r.u32();
+    let msg = r
+        .bytes(4096)
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .unwrap_or_default();
+    ClientError::Refused(msg)
+}
+
+fn handshake(inner: &Inner) -> Result<Conn> {
+    let addr = inner.addr.to_socket_addrs()?.next().ok_or_else(|| {
+        ClientError::Io(io::Error::new(
+            io::ErrorKind::NotFound,
+            "address resolves to nothing",
+        ))
+    })?;
+    let mut s = TcpStream::connect_timeout(&addr, inner.opts.connect_timeout)?;
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(inner.opts.connect_timeout))?;
+    let mut out = Vec::new();
+    put_frame(&mut out, FrameType::Hello, |b| {
+        let mut w = Writer(b);
+        w.u32(MAGIC);
+        w.u16(PROTOCOL_VERSION);
+    });
+    s.write_all(&out)?;
+    let mut buf = Vec::new();
+    let (ty, p) = read_frame(&mut s, &mut buf)?;
+    if ty == FrameType::Error {
+        return Err(server_error(&p));
+    }
+    if ty != FrameType::Challenge {
+        return Err(ClientError::Protocol("expected CHALLENGE".into()));
+    }
+    let mut r = Reader::new(&p);
+    let bad = |_| ClientError::Protocol("bad CHALLENGE".into());
+    let version = r.u16().map_err(bad)?;
+    if version != PROTOCOL_VERSION {
+        return Err(ClientError::Protocol(format!(
+            "server speaks protocol {version}"
+        )));
+    }
+    let nonce = r.take(NONCE_LEN).map_err(bad)?.to_vec();
+    let volume = r.take(16).map_err(bad)?.to_vec();
+    let mac = auth_mac(&inner.secret, &nonce, &volume);
+    out.clear();
+    put_frame(&mut out, FrameType::Auth, |b| b.extend_from_slice(&mac));
+    s.write_all(&out)?;
+    let (ty, p) = read_frame(&mut s, &mut buf)?;
+    match ty {
+        FrameType::Welcome => {}
+        FrameType::Error => return Err(server_error(&p)),
+        _ => return Err(ClientError::Protocol("expected WELCOME".into())),
+    }
+    s.set_read_timeout(None)?;
+    let pending: Arc<Pending> = Arc::new(Mutex::new(HashMap::new()));
+    let dead = Arc::new(AtomicBool::new(false));
+    let mut rs = s.try_clone()?;
+    let (p2, d2) = (pending.clone(), dead.clone());
+    std::thread::Builder::new()
+        .name("solofs-client-reader".into())
+        .spawn(move || {
+            while let Ok((ty, payload)) = read_frame(&mut rs, &mut buf) {
+                if ty != FrameType::Replies {
+                    break; // ERROR or nonsense: the connection is over
+                }
+                let Ok(replies) = decode_replies(&payload) else {
+                    break;
+                };
+                let mut p = p2.lock().unwrap_or_else(|e| e.into_inner());
+                for rep in replies {
+                    if let Some(tx) = p.remove(&rep.id) {
+                        let _ = tx.try_send(rep);
+                    }
+                }
+            }
+            d2.store(true, Ordering::SeqCst);
+            // Waking every waiter: their senders are dropped here.
+            p2.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        })?;
+    Ok(Conn {
+        out: Mutex::new(Out {
+            stream: s,
+            queued: Vec::new(),
+            count: 0,
+            writing: false,
+        }),
+        pending,
+        dead,
+    })
+}

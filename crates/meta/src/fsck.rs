@@ -42,8 +42,6 @@ pub enum Problem {
     WrongParent { dir: u64 },
     /// An entry still marked in progress (creating/deleting).
     InProgress { obj: u64 },
-    /// A directory modified by a crashed run and not yet repaired.
-    PendingRepair { dir: u64 },
     /// An allocated object nothing refers to.
     Leaked { obj: u64 },
     /// A referenced object whose allocation bit is clear.
@@ -63,6 +61,11 @@ pub struct FsckReport {
     pub objects: u64,
     /// What is wrong (after repair, if repair was asked for).
     pub problems: Vec<Problem>,
+    /// Directories a crashed run modified that no operation has touched
+    /// since: not an error — lazy repair fixes each on first use (and
+    /// `fsck --repair` fixes them all). Their counters and in-progress
+    /// children are not checked until then.
+    pub pending_repair: Vec<u64>,
     /// Problems fixed by repair.
     pub repaired: u64,
 }
@@ -82,11 +85,9 @@ impl Engine {
         }
         let before = self.check()?;
         let mut fixed = 0u64;
-        for p in &before.problems {
-            if let Problem::PendingRepair { dir } = p {
-                self.repair_dir(*dir)?;
-                fixed += 1;
-            }
+        for &dir in &before.pending_repair {
+            self.repair_dir(dir)?;
+            fixed += 1;
         }
         let mid = self.check()?;
         for p in &mid.problems {
@@ -150,8 +151,9 @@ impl Engine {
             if pool.ld(c + C_PARENT)? != parent {
                 r.problems.push(Problem::WrongParent { dir });
             }
-            if pool.ld(c + C_MOD_EPOCH)? < self.epoch as u64 {
-                r.problems.push(Problem::PendingRepair { dir });
+            let pending = pool.ld(c + C_MOD_EPOCH)? < self.epoch as u64;
+            if pending {
+                r.pending_repair.push(dir);
             }
             let ctime = pool.ld(c + C_CTIME)? as i64;
             let end = pool.ld(c + C_NEXT_POS)?;
@@ -174,7 +176,7 @@ impl Engine {
                 }
                 reach.insert(o);
                 entries.insert(o);
-                if st_status(s) != S_NORMAL {
+                if st_status(s) != S_NORMAL && !pending {
                     r.problems.push(Problem::InProgress { obj: o });
                 }
                 count += 1;

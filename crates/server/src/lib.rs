@@ -1,1 +1,302 @@
+//! # solofs-server — the SoloFS metadata server
+//!
+//! Serves one engine over TCP (docs/protocol.md). An acceptor hands each
+//! connection to one of N workers (default: one per core); a worker runs its
+//! connections to completion: it reads everything a connection has sent,
+//! executes every complete frame of requests in order (runs of lookups as one
+//! batched engine call), and answers with one write per batch of replies. No
+//! request is handed to another thread.
+//!
+//! What it must not do: trust anything a client sends. Every frame is length
+//! checked before it is buffered, every field before it is used; a malformed
+//! frame gets an ERROR frame and a closed connection, and never changes the
+//! namespace.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
 
+mod conn;
+mod exec;
+pub mod metrics;
+
+pub use exec::{execute, execute_batch, squash};
+
+use metrics::Metrics;
+use mio::net::TcpListener;
+use mio::{Events, Interest, Poll, Token, Waker};
+use solofs_meta::Engine;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Server configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Address to listen on (`127.0.0.1:0` picks a free port).
+    pub listen: String,
+    /// Worker threads (0 = one per core).
+    pub workers: usize,
+    /// Volume secret clients must prove they know.
+    pub secret: Vec<u8>,
+    /// Most simultaneous connections; more are refused.
+    pub max_connections: usize,
+    /// Connections idle this long are closed.
+    pub idle_timeout: Duration,
+    /// Map uid/gid 0 to 65534.
+    pub root_squash: bool,
+    /// Where to serve Prometheus metrics (`None`: nowhere).
+    pub metrics_listen: Option<String>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            listen: "127.0.0.1:7420".into(),
+            workers: 0,
+            secret: Vec::new(),
+            max_connections: 1024,
+            idle_timeout: Duration::from_secs(600),
+            root_squash: false,
+            metrics_listen: None,
+        }
+    }
+}
+
+/// State shared by the acceptor, the workers and shutdown handles.
+pub(crate) struct Shared {
+    pub engine: Arc<Engine>,
+    pub cfg: Config,
+    pub stop: AtomicBool,
+    pub connections: AtomicUsize,
+    pub volume: [u8; 16],
+    pub urandom: Mutex<Option<std::fs::File>>,
+}
+
+/// Stops a running server from another thread (or a signal handler thread).
+#[derive(Clone)]
+pub struct Handle {
+    shared: Arc<Shared>,
+    wakers: Arc<Vec<Arc<Waker>>>,
+}
+
+impl Handle {
+    /// Asks the server to stop: it stops accepting, finishes the batches it
+    /// is executing, closes its connections, and `run` returns.
+    pub fn shutdown(&self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        for w in self.wakers.iter() {
+            let _ = w.wake();
+        }
+    }
+}
+
+struct WorkerSlot {
+    tx: Sender<mio::net::TcpStream>,
+    waker: Arc<Waker>,
+}
+
+/// A bound, not yet running server.
+pub struct Server {
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    poll: Poll,
+    workers: Vec<(
+        WorkerSlot,
+        Poll,
+        Receiver<mio::net::TcpStream>,
+        Arc<Metrics>,
+    )>,
+    handle: Handle,
+    metrics: Vec<Arc<Metrics>>,
+    metrics_listener: Option<std::net::TcpListener>,
+}
+
+const LISTENER: Token = Token(usize::MAX - 1);
+const WAKE: Token = Token(usize::MAX);
+
+impl Server {
+    /// Binds the listening socket(s) and prepares the workers.
+    pub fn bind(engine: Arc<Engine>, cfg: Config) -> io::Result<Server> {
+        let addr: SocketAddr = cfg.listen.parse().map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("listen address {:?}: {e}", cfg.listen),
+            )
+        })?;
+        let mut listener = TcpListener::bind(addr)?;
+        let poll = Poll::new()?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let n = if cfg.workers == 0 {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        } else {
+            cfg.workers
+        };
+        let acceptor_waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
+        let mut workers = Vec::new();
+        let mut wakers = vec![acceptor_waker];
+        let mut metrics = Vec::new();
+        for _ in 0..n {
+            let p = Poll::new()?;
+            let waker = Arc::new(Waker::new(p.registry(), WAKE)?);
+            let (tx, rx) = channel();
+            let m = Arc::new(Metrics::default());
+            metrics.push(m.clone());
+            wakers.push(waker.clone());
+            workers.push((WorkerSlot { tx, waker }, p, rx, m));
+        }
+        let metrics_listener = match &cfg.metrics_listen {
+            Some(a) => Some(std::net::TcpListener::bind(a)?),
+            None => None,
+        };
+        let volume = engine.volume_id();
+        let shared = Arc::new(Shared {
+            engine,
+            cfg,
+            stop: AtomicBool::new(false),
+            connections: AtomicUsize::new(0),
+            volume,
+            urandom: Mutex::new(std::fs::File::open("/dev/urandom").ok()),
+        });
+        let handle = Handle {
+            shared: shared.clone(),
+            wakers: Arc::new(wakers),
+        };
+        Ok(Server {
+            shared,
+            listener,
+            poll,
+            workers,
+            handle,
+            metrics,
+            metrics_listener,
+        })
+    }
+
+    /// The address clients connect to.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// The metrics endpoint's address, if any.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+    }
+
+    /// A handle that stops the server.
+    pub fn handle(&self) -> Handle {
+        self.handle.clone()
+    }
+
+    /// Serves until `Handle::shutdown`.
+    pub fn run(mut self) -> io::Result<()> {
+        let mut threads = Vec::new();
+        let mut slots = Vec::new();
+        for (slot, p, rx, m) in self.workers.drain(..) {
+            let shared = self.shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("solofs-worker".into())
+                    .spawn(move || {
+                        conn::worker(shared, p, rx, m);
+                    })?,
+            );
+            slots.push(slot);
+        }
+        if let Some(l) = self.metrics_listener.take() {
+            let (shared, ms) = (self.shared.clone(), self.metrics.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name("solofs-metrics".into())
+                    .spawn(move || {
+                        metrics::serve(l, shared, ms);
+                    })?,
+            );
+        }
+        let mut events = Events::with_capacity(64);
+        let mut next = 0usize;
+        while !self.shared.stop.load(Ordering::SeqCst) {
+            if let Err(e) = self
+                .poll
+                .poll(&mut events, Some(Duration::from_millis(500)))
+            {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            loop {
+                match self.listener.accept() {
+                    Ok((stream, _)) => {
+                        if self.shared.connections.load(Ordering::SeqCst)
+                            >= self.shared.cfg.max_connections
+                        {
+                            conn::refuse(stream, "too many connections");
+                            continue;
+                        }
+                        self.shared.connections.fetch_add(1, Ordering::SeqCst);
+                        let _ = stream.set_nodelay(true);
+                        let slot = &slots[next % slots.len()];
+                        next += 1;
+                        if slot.tx.send(stream).is_ok() {
+                            let _ = slot.waker.wake();
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => break, // e.g. EMFILE: try again at the next event
+                }
+            }
+        }
+        for s in &slots {
+            let _ = s.waker.wake();
+        }
+        drop(slots);
+        for t in threads {
+            let _ = t.join();
+        }
+        Ok(())
+    }
+
+    /// Per-worker metrics (summed by the metrics endpoint).
+    pub fn metrics(&self) -> Vec<Arc<Metrics>> {
+        self.metrics.clone()
+    }
+}
+
+impl Shared {
+    pub(crate) fn nonce(&self) -> [u8; solofs_proto::NONCE_LEN] {
+        use std::io::Read;
+        let mut n = [0u8; solofs_proto::NONCE_LEN];
+        let ok = self
+            .urandom
+            .lock()
+            .map(|mut f| {
+                f.as_mut()
+                    .map(|f| f.read_exact(&mut n).is_ok())
+                    .unwrap_or(false)
+            })
+            .unwrap_or(false);
+        if !ok {
+            // No /dev/urandom: fall back to time and a counter (still unique).
+            static CTR: AtomicUsize = AtomicUsize::new(0);
+            let t = Instant::now().elapsed().as_nanos() as u64 ^ solofs_meta_clock();
+            n[..8].copy_from_slice(&t.to_le_bytes());
+            n[8..16].copy_from_slice(&(CTR.fetch_add(1, Ordering::Relaxed) as u64).to_le_bytes());
+        }
+        n
+    }
+}
+
+fn solofs_meta_clock() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}

@@ -291,6 +291,13 @@ impl Engine {
         self.pool.sync_all()
     }
 
+    /// The volume id recorded at format time.
+    pub fn volume_id(&self) -> [u8; 16] {
+        let mut v = [0u8; 16];
+        let _ = self.pool.read_bytes(H_VOLID, &mut v);
+        v
+    }
+
     /// The pool file's path.
     pub fn path(&self) -> &Path {
         &self.path

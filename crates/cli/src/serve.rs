@@ -1,0 +1,302 @@
+//! `solofs serve` and its configuration, `solofs stats`.
+//!
+//! A data directory holds the pool (`meta.pool`) and the volume secret
+//! (`secret`, created by `solofs mkfs --data DIR`). Settings come from, in
+//! increasing priority: defaults, a config file (`--config FILE`, a flat TOML
+//! subset: `key = "string" | integer | true/false`), `SOLOFS_*` environment
+//! variables, and flags.
+
+use anyhow::{bail, Context, Result};
+use solofs_meta::Engine;
+use solofs_server::{Config, Server};
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Pool file inside a data directory.
+pub fn pool_path(data: &Path) -> PathBuf {
+    data.join("meta.pool")
+}
+
+/// Secret file inside a data directory.
+pub fn secret_path(data: &Path) -> PathBuf {
+    data.join("secret")
+}
+
+/// Creates a random secret file (hex, mode 0600) if there is none.
+pub fn ensure_secret(data: &Path) -> Result<()> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let p = secret_path(data);
+    if p.exists() {
+        return Ok(());
+    }
+    let mut raw = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut raw)?;
+    let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&p)?;
+    std::io::Write::write_all(&mut f, hex.as_bytes())?;
+    Ok(())
+}
+
+/// Reads the volume secret of a data directory.
+pub fn read_secret(data: &Path) -> Result<Vec<u8>> {
+    let s = std::fs::read_to_string(secret_path(data))
+        .with_context(|| format!("reading the volume secret {}", secret_path(data).display()))?;
+    Ok(s.trim().as_bytes().to_vec())
+}
+
+/// Parses a flat TOML subset: `key = "str" | 123 | true | false`, `#` comments.
+pub fn parse_toml(text: &str) -> Result<HashMap<String, String>> {
+    let mut m = HashMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() || line.starts_with('[') {
+            continue;
+        }
+        let (k, v) = line
+            .split_once('=')
+            .with_context(|| format!("config line {}: expected key = value", i + 1))?;
+        let v = v.trim();
+        let v = if let Some(s) = v.strip_prefix('"') {
+            s.strip_suffix('"')
+                .with_context(|| format!("config line {}: unterminated string", i + 1))?
+                .to_string()
+        } else if v == "true" || v == "false" || v.parse::<i64>().is_ok() {
+            v.to_string()
+        } else {
+            bail!(
+                "config line {}: value must be a \"string\", an integer or true/false",
+                i + 1
+            );
+        };
+        m.insert(k.trim().to_string(), v);
+    }
+    Ok(m)
+}
+
+struct Settings {
+    data: Option<PathBuf>,
+    cfg: Config,
+}
+
+const KEYS: [&str; 7] = [
+    "data",
+    "listen",
+    "workers",
+    "metrics",
+    "root_squash",
+    "idle_timeout_secs",
+    "max_connections",
+];
+
+fn apply(s: &mut Settings, key: &str, v: &str) -> Result<()> {
+    match key {
+        "data" => s.data = Some(v.into()),
+        "listen" => s.cfg.listen = v.into(),
+        "workers" => s.cfg.workers = v.parse().context("workers is a number")?,
+        "metrics" => s.cfg.metrics_listen = if v.is_empty() { None } else { Some(v.into()) },
+        "root_squash" => s.cfg.root_squash = v == "true" || v == "1",
+        "idle_timeout_secs" => {
+            s.cfg.idle_timeout =
+                Duration::from_secs(v.parse().context("idle_timeout_secs is a number")?)
+        }
+        "max_connections" => {
+            s.cfg.max_connections = v.parse().context("max_connections is a number")?
+        }
+        _ => bail!("unknown setting {key:?} (known: {})", KEYS.join(", ")),
+    }
+    Ok(())
+}
+
+pub fn serve(args: Vec<OsString>) -> Result<()> {
+    use lexopt::prelude::*;
+    let mut flags: Vec<(String, String)> = Vec::new();
+    let mut config: Option<PathBuf> = None;
+    let mut p = lexopt::Parser::from_args(args);
+    while let Some(a) = p.next()? {
+        match a {
+            Long("config") => config = Some(p.value()?.into()),
+            Long("root-squash") => flags.push(("root_squash".into(), "true".into())),
+            Long(k) if KEYS.contains(&k.replace('-', "_").as_str()) => {
+                let k = k.replace('-', "_");
+                flags.push((k, p.value()?.parse()?));
+            }
+            Long("help") | Short('h') => {
+                println!("solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--root-squash]\n             [--idle-timeout-secs S] [--max-connections N] [--config FILE]\nEnvironment: SOLOFS_DATA, SOLOFS_LISTEN, SOLOFS_WORKERS, SOLOFS_METRICS, SOLOFS_ROOT_SQUASH, ...");
+                return Ok(());
+            }
+            _ => return Err(a.unexpected().into()),
+        }
+    }
+    let mut s = Settings {
+        data: None,
+        cfg: Config::default(),
+    };
+    if let Some(c) = &config {
+        let text =
+            std::fs::read_to_string(c).with_context(|| format!("reading {}", c.display()))?;
+        for (k, v) in parse_toml(&text)? {
+            apply(&mut s, &k, &v)?;
+        }
+    }
+    for k in KEYS {
+        if let Ok(v) = std::env::var(format!("SOLOFS_{}", k.to_uppercase())) {
+            apply(&mut s, k, &v)?;
+        }
+    }
+    for (k, v) in &flags {
+        apply(&mut s, k, v)?;
+    }
+    let data = s
+        .data
+        .clone()
+        .context("serve needs --data DIR (or SOLOFS_DATA, or data = \"…\" in the config)")?;
+    let mut cfg = s.cfg;
+    cfg.secret = read_secret(&data)?;
+    let engine = Arc::new(
+        Engine::open(&pool_path(&data))
+            .with_context(|| format!("opening {}", pool_path(&data).display()))?,
+    );
+    let stats = engine.open_stats().clone();
+    let server = Server::bind(engine.clone(), cfg).context("binding the listening socket")?;
+    let handle = server.handle();
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])?;
+    let sig_handle = signals.handle();
+    std::thread::spawn(move || {
+        if signals.forever().next().is_some() {
+            handle.shutdown();
+        }
+    });
+    println!("listening on {}", server.local_addr()?);
+    if let Some(m) = server.metrics_addr() {
+        println!("metrics on http://{m}/metrics");
+    }
+    if stats.was_unclean {
+        println!(
+            "previous run did not stop cleanly: epoch {}, {} journal records redone, {} interrupted operations resolved; directories repair on first use",
+            engine.epoch(),
+            stats.journals_redone,
+            stats.intents_resolved
+        );
+    }
+    use std::io::Write;
+    std::io::stdout().flush()?;
+    server.run()?;
+    sig_handle.close();
+    let engine =
+        Arc::try_unwrap(engine).map_err(|_| anyhow::anyhow!("engine still in use at shutdown"))?;
+    engine.close()?;
+    println!("stopped; pool closed cleanly");
+    Ok(())
+}
+
+/// `solofs stats METRICS_ADDR`: a live view of a server's metrics.
+pub fn stats(args: Vec<OsString>) -> Result<()> {
+    use lexopt::prelude::*;
+    let mut p = lexopt::Parser::from_args(args);
+    let mut addr = None;
+    let mut interval = 1.0f64;
+    let mut count = u64::MAX;
+    while let Some(a) = p.next()? {
+        match a {
+            Long("interval") => interval = p.value()?.parse()?,
+            Long("count") => count = p.value()?.parse()?,
+            Value(v) if addr.is_none() => {
+                addr = Some(v.into_string().map_err(|_| anyhow::anyhow!("address"))?)
+            }
+            _ => return Err(a.unexpected().into()),
+        }
+    }
+    let addr = addr.context("stats needs the metrics address (host:port)")?;
+    let mut prev = scrape(&addr)?;
+    for _ in 0..count {
+        std::thread::sleep(Duration::from_secs_f64(interval));
+        let cur = scrape(&addr)?;
+        let mut line = String::new();
+        let mut total = 0.0;
+        let mut rows: Vec<(String, f64)> = cur
+            .iter()
+            .filter_map(|(k, v)| {
+                let op = k
+                    .strip_prefix("solofs_ops_total{op=\"")?
+                    .strip_suffix("\"}")?;
+                let rate = (v - prev.get(k).copied().unwrap_or(0.0)) / interval;
+                Some((op.to_string(), rate))
+            })
+            .filter(|(_, r)| *r > 0.0)
+            .collect();
+        rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+        for (op, r) in &rows {
+            total += r;
+            line.push_str(&format!(" {op} {r:.0}/s"));
+        }
+        println!(
+            "{:.0} ops/s |{} | connections {} | pool {:.1} MiB | inodes {}",
+            total,
+            if line.is_empty() {
+                " idle".to_string()
+            } else {
+                line
+            },
+            cur.get("solofs_connections").copied().unwrap_or(0.0),
+            cur.get("solofs_pool_used_bytes").copied().unwrap_or(0.0) / 1048576.0,
+            cur.get("solofs_inodes").copied().unwrap_or(0.0)
+        );
+        prev = cur;
+    }
+    Ok(())
+}
+
+fn scrape(addr: &str) -> Result<HashMap<String, f64>> {
+    use std::io::{Read, Write};
+    let mut s =
+        std::net::TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut body = String::new();
+    s.read_to_string(&mut body)?;
+    let body = body
+        .split("\r\n\r\n")
+        .nth(1)
+        .context("not an HTTP response")?;
+    Ok(body
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_subset() {
+        let m = parse_toml(
+            "# c\nlisten = \"127.0.0.1:9\" # x\nworkers = 3\nroot_squash = true\n[ignored]\n",
+        )
+        .unwrap();
+        assert_eq!(m["listen"], "127.0.0.1:9");
+        assert_eq!(m["workers"], "3");
+        assert_eq!(m["root_squash"], "true");
+        assert!(parse_toml("listen = \"open").is_err());
+        assert!(parse_toml("listen = bare").is_err());
+        assert!(parse_toml("novalue").is_err());
+    }
+}

@@ -1,0 +1,139 @@
+//! Starts the real `solofs serve` process on a loopback port for a test.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_solofs");
+
+/// A scratch data directory, removed on drop.
+pub struct Scratch {
+    pub path: PathBuf,
+}
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        let path = std::env::temp_dir().join(format!("solofs-srv-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        let st = Command::new(BIN)
+            .args(["mkfs", "--data"])
+            .arg(&path)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success(), "mkfs failed");
+        Scratch { path }
+    }
+    pub fn secret(&self) -> Vec<u8> {
+        std::fs::read_to_string(self.path.join("secret"))
+            .unwrap()
+            .trim()
+            .as_bytes()
+            .to_vec()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A running server process; killed (SIGTERM, then SIGKILL) on drop.
+pub struct ServerProc {
+    pub child: Child,
+    pub addr: String,
+    pub metrics: String,
+}
+
+impl ServerProc {
+    pub fn start(data: &Path) -> ServerProc {
+        ServerProc::start_at(data, "127.0.0.1:0")
+    }
+
+    pub fn start_at(data: &Path, listen: &str) -> ServerProc {
+        let mut child = Command::new(BIN)
+            .args([
+                "serve",
+                "--workers",
+                "2",
+                "--metrics",
+                "127.0.0.1:0",
+                "--listen",
+                listen,
+                "--data",
+            ])
+            .arg(data)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut addr = String::new();
+        let mut metrics = String::new();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            if let Some(a) = line.strip_prefix("listening on ") {
+                addr = a.to_string();
+            }
+            if let Some(m) = line.strip_prefix("metrics on http://") {
+                metrics = m.trim_end_matches("/metrics").to_string();
+                break;
+            }
+        }
+        assert!(!addr.is_empty(), "server did not report its address");
+        // Keep draining stdout so the server never blocks on it.
+        std::thread::spawn(move || for _ in lines {});
+        ServerProc {
+            child,
+            addr,
+            metrics,
+        }
+    }
+
+    /// Stops the server with SIGTERM and waits; returns its exit status.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let st = self.child.wait().unwrap();
+        std::mem::forget(self);
+        st
+    }
+
+    /// Kills the server with SIGKILL (a crash).
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::mem::forget(self);
+    }
+
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// xorshift64*.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}

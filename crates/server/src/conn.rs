@@ -1,0 +1,338 @@
+//! A worker's event loop and the per-connection state machine.
+
+use crate::metrics::Metrics;
+use crate::Shared;
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token};
+use solofs_proto::{
+    put_frame, split_frame, verify_mac, FrameType, Reader, Reply, Request, RequestError, Writer,
+    MAGIC, MAX_BATCH, MAX_FRAME, PROTOCOL_VERSION,
+};
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const WAKE: Token = Token(usize::MAX);
+/// Stop reading from a connection while this many reply bytes wait to be
+/// written (backpressure: a client that does not read cannot make the
+/// server buffer without bound).
+const OUT_HIGH: usize = 8 << 20;
+
+#[derive(PartialEq)]
+enum State {
+    Hello,
+    Auth([u8; solofs_proto::NONCE_LEN]),
+    Ready,
+    Closing,
+}
+
+struct Conn {
+    stream: TcpStream,
+    inbuf: Vec<u8>,
+    outbuf: Vec<u8>,
+    state: State,
+    last: Instant,
+    writable: bool,
+}
+
+/// Sends an ERROR frame (best effort) to a connection we will not serve.
+pub fn refuse(mut stream: TcpStream, why: &str) {
+    let mut out = Vec::new();
+    error_frame(&mut out, libc_ebusy(), why);
+    let _ = stream.write(&out);
+}
+
+fn libc_ebusy() -> u32 {
+    16
+}
+
+fn error_frame(out: &mut Vec<u8>, errno: u32, msg: &str) {
+    put_frame(out, FrameType::Error, |b| {
+        let mut w = Writer(b);
+        w.u32(errno);
+        w.bytes(msg.as_bytes());
+    });
+}
+
+pub fn worker(shared: Arc<Shared>, mut poll: Poll, rx: Receiver<TcpStream>, m: Arc<Metrics>) {
+    let mut conns: HashMap<usize, Conn> = HashMap::new();
+    let mut next = 0usize;
+    let mut events = Events::with_capacity(256);
+    let mut replies = Vec::new();
+    let mut last_sweep = Instant::now();
+    loop {
+        if let Err(e) = poll.poll(&mut events, Some(Duration::from_millis(1000))) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                break;
+            }
+        }
+        if shared.stop.load(Ordering::SeqCst) {
+            break;
+        }
+        for ev in events.iter() {
+            if ev.token() == WAKE {
+                while let Ok(mut s) = rx.try_recv() {
+                    let t = next;
+                    next += 1;
+                    if poll
+                        .registry()
+                        .register(&mut s, Token(t), Interest::READABLE | Interest::WRITABLE)
+                        .is_ok()
+                    {
+                        conns.insert(
+                            t,
+                            Conn {
+                                stream: s,
+                                inbuf: Vec::new(),
+                                outbuf: Vec::new(),
+                                state: State::Hello,
+                                last: Instant::now(),
+                                writable: true,
+                            },
+                        );
+                        m.connections.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        shared.connections.fetch_sub(1, Ordering::SeqCst);
+                    }
+                }
+                continue;
+            }
+            let t = ev.token().0;
+            let Some(c) = conns.get_mut(&t) else { continue };
+            if ev.is_writable() {
+                c.writable = true;
+            }
+            let alive = service(&shared, c, &m, &mut replies);
+            if !alive {
+                if let Some(mut c) = conns.remove(&t) {
+                    let _ = poll.registry().deregister(&mut c.stream);
+                }
+                shared.connections.fetch_sub(1, Ordering::SeqCst);
+                m.connections.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        if last_sweep.elapsed() > Duration::from_secs(1) {
+            last_sweep = Instant::now();
+            let idle = shared.cfg.idle_timeout;
+            let dead: Vec<usize> = conns
+                .iter()
+                .filter(|(_, c)| c.last.elapsed() > idle)
+                .map(|(&t, _)| t)
+                .collect();
+            for t in dead {
+                if let Some(mut c) = conns.remove(&t) {
+                    let _ = poll.registry().deregister(&mut c.stream);
+                    shared.connections.fetch_sub(1, Ordering::SeqCst);
+                    m.connections.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+    for (_, mut c) in conns.drain() {
+        let _ = c.stream.flush();
+        shared.connections.fetch_sub(1, Ordering::SeqCst);
+        m.connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Reads what the connection sent, executes complete frames, writes the
+/// replies. Returns false when the connection is finished.
+fn service(shared: &Shared, c: &mut Conn, m: &Metrics, replies: &mut Vec<Reply>) -> bool {
+    loop {
+        let mut eof = false;
+        let mut stalled = false;
+        // Read everything available (edge-triggered), unless replies pile up.
+        let mut buf = [0u8; 64 * 1024];
+        loop {
+            if c.outbuf.len() > OUT_HIGH {
+                stalled = true;
+                break;
+            }
+            match c.stream.read(&mut buf) {
+                Ok(0) => {
+                    eof = true;
+                    break;
+                }
+                Ok(n) => {
+                    c.inbuf.extend_from_slice(&buf[..n]);
+                    c.last = Instant::now();
+                    m.reads.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return false,
+            }
+        }
+        process(shared, c, m, replies);
+        if !flush(c, m) {
+            return false;
+        }
+        if c.state == State::Closing && c.outbuf.is_empty() {
+            return false;
+        }
+        if eof {
+            return false;
+        }
+        if !(stalled && c.outbuf.len() <= OUT_HIGH) {
+            return true;
+        }
+    }
+}
+
+fn flush(c: &mut Conn, m: &Metrics) -> bool {
+    while !c.outbuf.is_empty() && c.writable {
+        match c.stream.write(&c.outbuf) {
+            Ok(0) => return false,
+            Ok(n) => {
+                c.outbuf.drain(..n);
+                m.writes.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.writable = false,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+/// Handles every complete frame in the input buffer.
+fn process(shared: &Shared, c: &mut Conn, m: &Metrics, replies: &mut Vec<Reply>) {
+    let mut used = 0;
+    while c.state != State::Closing {
+        let (ty, payload, n) = match split_frame(&c.inbuf[used..], MAX_FRAME) {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(e) => {
+                fail(c, m, &e.to_string());
+                break;
+            }
+        };
+        let payload = payload.to_vec();
+        used += n;
+        frame(shared, c, m, ty, &payload, replies);
+    }
+    c.inbuf.drain(..used.min(c.inbuf.len()));
+    if c.state == State::Closing {
+        c.inbuf.clear();
+    }
+}
+
+fn fail(c: &mut Conn, m: &Metrics, why: &str) {
+    error_frame(&mut c.outbuf, 71, why); // EPROTO
+    c.state = State::Closing;
+    m.protocol_errors.fetch_add(1, Ordering::Relaxed);
+}
+
+fn frame(
+    shared: &Shared,
+    c: &mut Conn,
+    m: &Metrics,
+    ty: FrameType,
+    payload: &[u8],
+    replies: &mut Vec<Reply>,
+) {
+    let mut r = Reader::new(payload);
+    match (&c.state, ty) {
+        (State::Hello, FrameType::Hello) => {
+            let ok = r.u32().ok() == Some(MAGIC)
+                && r.u16().ok() == Some(PROTOCOL_VERSION)
+                && r.end().is_ok();
+            if !ok {
+                return fail(
+                    c,
+                    m,
+                    "bad HELLO: wrong magic or unsupported protocol version",
+                );
+            }
+            let nonce = shared.nonce();
+            put_frame(&mut c.outbuf, FrameType::Challenge, |b| {
+                let mut w = Writer(b);
+                w.u16(PROTOCOL_VERSION);
+                w.raw(&nonce);
+                w.raw(&shared.volume);
+            });
+            c.state = State::Auth(nonce);
+        }
+        (State::Auth(nonce), FrameType::Auth) => {
+            let mac = r.take(32).ok();
+            let ok = mac
+                .is_some_and(|mac| verify_mac(&shared.cfg.secret, nonce, &shared.volume, mac))
+                && r.end().is_ok();
+            if !ok {
+                m.auth_failures.fetch_add(1, Ordering::Relaxed);
+                error_frame(
+                    &mut c.outbuf,
+                    13,
+                    "authentication failed: wrong volume secret",
+                ); // EACCES
+                c.state = State::Closing;
+                return;
+            }
+            put_frame(&mut c.outbuf, FrameType::Welcome, |b| {
+                let mut w = Writer(b);
+                w.u32(MAX_FRAME);
+                w.u32(MAX_BATCH);
+                w.u64(solofs_meta::ROOT_INO);
+            });
+            c.state = State::Ready;
+        }
+        (State::Ready, FrameType::Requests) => requests(shared, c, m, &mut r, replies),
+        _ => fail(c, m, "unexpected frame for the connection's state"),
+    }
+}
+
+fn requests(shared: &Shared, c: &mut Conn, m: &Metrics, r: &mut Reader, replies: &mut Vec<Reply>) {
+    let Ok(count) = r.u32() else {
+        return fail(c, m, "truncated REQUESTS frame");
+    };
+    if count > MAX_BATCH {
+        return fail(c, m, "too many requests in one frame");
+    }
+    let mut reqs = Vec::with_capacity(count as usize);
+    let mut unknown = None;
+    for _ in 0..count {
+        match Request::decode(r) {
+            Ok(mut q) => {
+                crate::exec::squash(&mut q.cred, shared.cfg.root_squash);
+                reqs.push(q);
+            }
+            Err(RequestError::UnknownOp(id)) => {
+                unknown = Some(id);
+                break;
+            }
+            Err(RequestError::Malformed(e)) => return fail(c, m, &e.to_string()),
+        }
+    }
+    if unknown.is_none() && r.end().is_err() {
+        return fail(c, m, "trailing bytes after the requests");
+    }
+    replies.clear();
+    let t0 = Instant::now();
+    crate::exec::execute_batch(&shared.engine, &reqs, replies);
+    let per = t0.elapsed().as_nanos() as u64 / reqs.len().max(1) as u64;
+    for (q, rep) in reqs.iter().zip(replies.iter()) {
+        m.record(q.op.code(), per, rep.result.is_err());
+    }
+    if let Some(id) = unknown {
+        replies.push(Reply {
+            id,
+            result: Err(95),
+        }); // EOPNOTSUPP
+    }
+    put_frame(&mut c.outbuf, FrameType::Replies, |b| {
+        b.extend_from_slice(&(replies.len() as u32).to_le_bytes());
+        for rep in replies.iter() {
+            rep.encode(b);
+        }
+    });
+    if unknown.is_some() {
+        fail(
+            c,
+            m,
+            "unknown operation code; the rest of the frame cannot be read",
+        );
+    }
+}

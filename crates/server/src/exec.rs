@@ -1,0 +1,171 @@
+//! Executes decoded requests on the engine.
+
+use solofs_meta::{Cred, Engine, Error, Result};
+use solofs_proto::{Body, Loc, Op, Reply, Request, Target};
+
+/// Applies root squash (uid/gid 0 → `nobody`) if configured.
+pub fn squash(cred: &mut Cred, root_squash: bool) {
+    if root_squash && cred.uid == 0 {
+        cred.uid = 65534;
+        cred.gid = 65534;
+        cred.groups.clear();
+    }
+}
+
+fn at(e: &Engine, cred: &Cred, loc: &Loc) -> Result<(u64, Vec<u8>)> {
+    match loc {
+        Loc::At(p, n) => Ok((*p, n.clone())),
+        Loc::Path(p) => e.resolve_parent(cred, p),
+    }
+}
+
+fn ino(e: &Engine, cred: &Cred, t: &Target) -> Result<u64> {
+    match t {
+        Target::Ino(i) => Ok(*i),
+        Target::Path(p) => e.resolve(cred, p, true),
+        Target::PathNoFollow(p) => e.resolve(cred, p, false),
+    }
+}
+
+/// Runs one request.
+pub fn execute(e: &Engine, req: &Request) -> Reply {
+    let c = &req.cred;
+    let r: Result<Body> = (|| {
+        Ok(match &req.op {
+            Op::Noop => Body::Empty,
+            Op::Lookup {
+                loc: Loc::At(p, n), ..
+            } => Body::Attr(e.lookup(c, *p, n)?),
+            Op::Lookup {
+                loc: Loc::Path(p),
+                follow,
+            } => Body::Attr(e.getattr(e.resolve(c, p, *follow)?)?),
+            Op::Getattr(t) => Body::Attr(e.getattr(ino(e, c, t)?)?),
+            Op::Setattr(t, sa) => Body::Attr(e.setattr(c, ino(e, c, t)?, sa)?),
+            Op::Create { loc, mode } => {
+                let (p, n) = at(e, c, loc)?;
+                Body::Attr(e.create(c, p, &n, *mode)?)
+            }
+            Op::Mknod { loc, mode, rdev } => {
+                let (p, n) = at(e, c, loc)?;
+                Body::Attr(e.mknod(c, p, &n, *mode, *rdev)?)
+            }
+            Op::Mkdir { loc, mode } => {
+                let (p, n) = at(e, c, loc)?;
+                Body::Attr(e.mkdir(c, p, &n, *mode)?)
+            }
+            Op::Symlink { loc, target } => {
+                let (p, n) = at(e, c, loc)?;
+                Body::Attr(e.symlink(c, p, &n, target)?)
+            }
+            Op::Readlink(t) => Body::Bytes(e.readlink(ino(e, c, t)?)?),
+            Op::Unlink(loc) => {
+                let (p, n) = at(e, c, loc)?;
+                e.unlink(c, p, &n)?;
+                Body::Empty
+            }
+            Op::Rmdir(loc) => {
+                let (p, n) = at(e, c, loc)?;
+                e.rmdir(c, p, &n)?;
+                Body::Empty
+            }
+            Op::Link { from, to } => {
+                let i = ino(e, c, from)?;
+                let (p, n) = at(e, c, to)?;
+                Body::Attr(e.link(c, i, p, &n)?)
+            }
+            Op::Rename { from, to, flags } => {
+                let (p1, n1) = at(e, c, from)?;
+                let (p2, n2) = at(e, c, to)?;
+                e.rename(c, p1, &n1, p2, &n2, *flags)?;
+                Body::Empty
+            }
+            Op::Readdir { dir, cookie, max } => Body::Entries(e.readdir(
+                c,
+                ino(e, c, dir)?,
+                *cookie,
+                (*max).min(MAX_LIST) as usize,
+            )?),
+            Op::ReaddirPlus { dir, cookie, max } => Body::EntriesPlus(e.readdir_plus(
+                c,
+                ino(e, c, dir)?,
+                *cookie,
+                (*max).min(MAX_LIST) as usize,
+            )?),
+            Op::Statfs => Body::StatFs(e.statfs()?),
+            Op::Getxattr { target, name } => {
+                Body::Bytes(e.getxattr(c, ino(e, c, target)?, name)?)
+            }
+            Op::Setxattr {
+                target,
+                name,
+                value,
+                flags,
+            } => {
+                e.setxattr(c, ino(e, c, target)?, name, value, *flags)?;
+                Body::Empty
+            }
+            Op::Listxattr(t) => Body::Names(e.listxattr(c, ino(e, c, t)?)?),
+            Op::Removexattr { target, name } => {
+                e.removexattr(c, ino(e, c, target)?, name)?;
+                Body::Empty
+            }
+            Op::Access { target, mask } => {
+                e.access(c, ino(e, c, target)?, *mask)?;
+                Body::Empty
+            }
+        })
+    })();
+    Reply {
+        id: req.id,
+        result: r.map_err(|err: Error| err.errno()),
+    }
+}
+
+/// Most entries one readdir reply carries (keeps replies well under the
+/// frame limit: 4096 × (255-byte name + 24) ≈ 1.1 MiB).
+pub const MAX_LIST: u32 = 4096;
+
+/// Runs a batch. Runs of plain lookups go through the engine's batched
+/// lookup, so their cache misses overlap.
+pub fn execute_batch(e: &Engine, reqs: &[Request], out: &mut Vec<Reply>) {
+    let mut i = 0;
+    while i < reqs.len() {
+        let run = reqs[i..]
+            .iter()
+            .take_while(|r| {
+                matches!(
+                    r.op,
+                    Op::Lookup {
+                        loc: Loc::At(..),
+                        ..
+                    }
+                ) && r.cred == reqs[i].cred
+            })
+            .count();
+        if run >= 4 {
+            let keys: Vec<(u64, &[u8])> = reqs[i..i + run]
+                .iter()
+                .map(|r| match &r.op {
+                    Op::Lookup {
+                        loc: Loc::At(p, n), ..
+                    } => (*p, &n[..]),
+                    _ => unreachable!("selected above"),
+                })
+                .collect();
+            for (r, res) in reqs[i..i + run]
+                .iter()
+                .zip(e.lookup_batch(&reqs[i].cred, &keys))
+            {
+                out.push(Reply {
+                    id: r.id,
+                    result: res.map(Body::Attr).map_err(|err| err.errno()),
+                });
+            }
+            i += run;
+        } else {
+            out.push(execute(e, &reqs[i]));
+            i += 1;
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! Metrics: each worker counts into its own `Metrics` (no shared cache
+//! lines on the request path); the endpoint sums them into Prometheus text.
+
+use crate::Shared;
+use solofs_proto::Op;
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Upper bounds of the latency histogram buckets, in nanoseconds.
+pub const BUCKETS_NS: [u64; 12] = [
+    1_000,
+    2_000,
+    5_000,
+    10_000,
+    20_000,
+    50_000,
+    100_000,
+    200_000,
+    500_000,
+    1_000_000,
+    10_000_000,
+    u64::MAX,
+];
+
+/// One operation's counters.
+#[derive(Default)]
+pub struct OpStats {
+    /// Requests executed.
+    pub count: AtomicU64,
+    /// Requests that failed (any errno).
+    pub errors: AtomicU64,
+    /// Sum of execution times (ns).
+    pub sum_ns: AtomicU64,
+    /// Histogram (cumulative when rendered).
+    pub buckets: [AtomicU64; 12],
+}
+
+/// One worker's counters.
+pub struct Metrics {
+    /// Per operation code.
+    pub ops: Vec<OpStats>,
+    /// Open connections on this worker.
+    pub connections: AtomicU64,
+    /// read(2) calls that returned data.
+    pub reads: AtomicU64,
+    /// write(2) calls.
+    pub writes: AtomicU64,
+    /// Malformed frames (connections closed).
+    pub protocol_errors: AtomicU64,
+    /// Failed handshakes.
+    pub auth_failures: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics {
+            ops: (0..Op::COUNT).map(|_| OpStats::default()).collect(),
+            connections: AtomicU64::new(0),
+            reads: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            protocol_errors: AtomicU64::new(0),
+            auth_failures: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Metrics {
+    /// Counts one executed request.
+    #[inline]
+    pub fn record(&self, op: u16, ns: u64, err: bool) {
+        let Some(s) = self.ops.get(op as usize) else {
+            return;
+        };
+        s.count.fetch_add(1, Ordering::Relaxed);
+        if err {
+            s.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        s.sum_ns.fetch_add(ns, Ordering::Relaxed);
+        let b = BUCKETS_NS
+            .iter()
+            .position(|&u| ns <= u)
+            .unwrap_or(BUCKETS_NS.len() - 1);
+        s.buckets[b].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn sum(ms: &[Arc<Metrics>], f: impl Fn(&Metrics) -> u64) -> u64 {
+    ms.iter().map(|m| f(m)).sum()
+}
+
+/// Renders all workers' metrics and engine gauges as Prometheus text.
+pub(crate) fn render(shared: &Shared, ms: &[Arc<Metrics>]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let ld = |x: &AtomicU64| x.load(Ordering::Relaxed);
+    let _ = writeln!(
+        s,
+        "# HELP solofs_ops_total Requests executed, by operation.\n# TYPE solofs_ops_total counter"
+    );
+    for op in 0..Op::COUNT {
+        let _ = writeln!(
+            s,
+            "solofs_ops_total{{op=\"{}\"}} {}",
+            Op::name(op as u16),
+            sum(ms, |m| ld(&m.ops[op].count))
+        );
+    }
+    let _ = writeln!(s, "# HELP solofs_op_errors_total Requests that failed, by operation.\n# TYPE solofs_op_errors_total counter");
+    for op in 0..Op::COUNT {
+        let _ = writeln!(
+            s,
+            "solofs_op_errors_total{{op=\"{}\"}} {}",
+            Op::name(op as u16),
+            sum(ms, |m| ld(&m.ops[op].errors))
+        );
+    }
+    let _ = writeln!(
+        s,
+        "# HELP solofs_op_seconds Request execution time.\n# TYPE solofs_op_seconds histogram"
+    );
+    for op in 0..Op::COUNT {
+        let name = Op::name(op as u16);
+        let mut cum = 0;
+        for (i, &b) in BUCKETS_NS.iter().enumerate() {
+            cum += sum(ms, |m| ld(&m.ops[op].buckets[i]));
+            let le = if b == u64::MAX {
+                "+Inf".to_string()
+            } else {
+                format!("{}", b as f64 / 1e9)
+            };
+            let _ = writeln!(
+                s,
+                "solofs_op_seconds_bucket{{op=\"{name}\",le=\"{le}\"}} {cum}"
+            );
+        }
+        let _ = writeln!(
+            s,
+            "solofs_op_seconds_sum{{op=\"{name}\"}} {}",
+            sum(ms, |m| ld(&m.ops[op].sum_ns)) as f64 / 1e9
+        );
+        let _ = writeln!(s, "solofs_op_seconds_count{{op=\"{name}\"}} {cum}");
+    }
+    let gauges: [(&str, &str, u64); 4] = [
+        (
+            "solofs_connections",
+            "Open client connections.",
+            sum(ms, |m| ld(&m.connections)),
+        ),
+        (
+            "solofs_socket_reads_total",
+            "read(2) calls that returned data.",
+            sum(ms, |m| ld(&m.reads)),
+        ),
+        (
+            "solofs_socket_writes_total",
+            "write(2) calls.",
+            sum(ms, |m| ld(&m.writes)),
+        ),
+        (
+            "solofs_protocol_errors_total",
+            "Connections closed for malformed input.",
+            sum(ms, |m| ld(&m.protocol_errors)),
+        ),
+    ];
+    for (n, h, v) in gauges {
+        let kind = if n.ends_with("_total") {
+            "counter"
+        } else {
+            "gauge"
+        };
+        let _ = writeln!(s, "# HELP {n} {h}\n# TYPE {n} {kind}\n{n} {v}");
+    }
+    let _ = writeln!(
+        s,
+        "# HELP solofs_auth_failures_total Failed handshakes.\n# TYPE solofs_auth_failures_total counter\nsolofs_auth_failures_total {}",
+        sum(ms, |m| ld(&m.auth_failures))
+    );
+    if let Ok(st) = shared.engine.statfs() {
+        let _ = writeln!(s, "# HELP solofs_pool_bytes Bytes of the pool file in use.\n# TYPE solofs_pool_bytes gauge\nsolofs_pool_bytes {}", st.pool_bytes);
+        let _ = writeln!(s, "# HELP solofs_pool_used_bytes Bytes of claimed segments.\n# TYPE solofs_pool_used_bytes gauge\nsolofs_pool_used_bytes {}", st.used_bytes);
+        let _ = writeln!(
+            s,
+            "# HELP solofs_inodes Inodes in use.\n# TYPE solofs_inodes gauge\nsolofs_inodes {}",
+            st.inodes
+        );
+    }
+    s
+}
+
+/// Serves `GET /metrics` until the server stops.
+pub(crate) fn serve(l: std::net::TcpListener, shared: Arc<Shared>, ms: Vec<Arc<Metrics>>) {
+    let _ = l.set_nonblocking(true);
+    while !shared.stop.load(Ordering::SeqCst) {
+        match l.accept() {
+            Ok((mut s, _)) => {
+                let _ = s.set_nonblocking(false);
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut req = [0u8; 2048];
+                let n = s.read(&mut req).unwrap_or(0);
+                let line = String::from_utf8_lossy(&req[..n]);
+                let (status, body) = if line.starts_with("GET /metrics") {
+                    ("200 OK", render(&shared, &ms))
+                } else {
+                    ("404 Not Found", "try /metrics\n".to_string())
+                };
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
