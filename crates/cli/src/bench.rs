@@ -18,8 +18,9 @@ const HELP: &str = "\
 solofs bench — metadata benchmark
 
 OPTIONS:
-    --target KIND:DIR   engine:DIR (in-process engine, pool in DIR) or
-                        path:DIR (syscalls in DIR). Repeatable; ratios are
+    --target KIND:DIR   engine:DIR (in-process engine, pool in DIR),
+                        path:DIR (syscalls in DIR) or server:HOST:PORT (a
+                        running `solofs serve`, see --secret-file). Repeatable; ratios are
                         against the first target. Default: engine:/dev/shm/solofs-bench
                         and path:/dev/shm/solofs-bench-tmpfs
     --files N           files per run, split over the threads (default 1000000)
@@ -28,14 +29,50 @@ OPTIONS:
                         directory for all threads) (default private,shared)
     --phases LIST       create,stat,readdir,rename,unlink,mkdir,rmdir (default all)
     --shards N          shards of the engine pool (default 4)
+    --depth N           requests in flight per client thread (server targets
+                        send N requests per frame); default 1
+    --secret-file F     the server's volume secret (DATA/secret)
+    --server-metrics A  the server's metrics address: adds server CPU and
+                        socket syscalls per request to each server phase
+    --phases LIST       also: noop (server targets only)
     --batch N           also run a stat phase that hands the engine N names per
                         call (as the server does with a batch of requests)
     --open-files LIST   also time opening an engine pool holding N files, for
                         each N (e.g. 1000000,10000000)
 ";
 
+/// Operations a phase runs in batches of `--depth`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Noop,
+    Create,
+    Stat,
+    Unlink,
+    Mkdir,
+    Rmdir,
+}
+
 /// A benchmark target: the operations every phase needs.
 trait Target: Sync {
+    /// Runs one kind of operation on several names. Targets that can have
+    /// requests in flight (the server) send them together; others loop.
+    fn batch(&self, _th: usize, kind: Kind, dir: u64, names: &[[u8; 16]]) -> Result<()> {
+        for n in names {
+            match kind {
+                Kind::Noop => {}
+                Kind::Create => self.create(dir, n)?,
+                Kind::Stat => self.stat(dir, n)?,
+                Kind::Unlink => self.unlink(dir, n)?,
+                Kind::Mkdir => self.mkdir(dir, n)?,
+                Kind::Rmdir => self.rmdir(dir, n)?,
+            }
+        }
+        Ok(())
+    }
+    /// True if the target has a `noop` (a transport ceiling).
+    fn has_noop(&self) -> bool {
+        false
+    }
     fn label(&self) -> String;
     /// Creates directories under the root before timing; returns handles.
     fn setup_dirs(&mut self, names: &[String]) -> Result<Vec<u64>>;
@@ -114,6 +151,117 @@ impl Target for EngineTarget {
     }
     fn used_bytes(&self) -> Option<u64> {
         self.e.statfs().ok().map(|s| s.used_bytes)
+    }
+}
+
+/// A metadata server through the client library.
+struct ServerTarget {
+    /// One connection per benchmark thread (so two threads are two clients).
+    cs: Vec<solofs_client::Client>,
+    c: solofs_client::Client,
+    cred: Cred,
+    addr: String,
+    prefix: String,
+}
+
+impl ServerTarget {
+    fn op(kind: Kind, dir: u64, n: &[u8]) -> solofs_client::Op {
+        use solofs_client::{at, Op};
+        match kind {
+            Kind::Noop => Op::Noop,
+            Kind::Create => Op::Create {
+                loc: at(dir, n),
+                mode: 0o644,
+            },
+            Kind::Stat => Op::Lookup {
+                loc: at(dir, n),
+                follow: true,
+            },
+            Kind::Unlink => Op::Unlink(at(dir, n)),
+            Kind::Mkdir => Op::Mkdir {
+                loc: at(dir, n),
+                mode: 0o755,
+            },
+            Kind::Rmdir => Op::Rmdir(at(dir, n)),
+        }
+    }
+    fn one(&self, kind: Kind, dir: u64, n: &[u8]) -> Result<()> {
+        self.c.call(&self.cred, Self::op(kind, dir, n))?;
+        Ok(())
+    }
+}
+
+impl Target for ServerTarget {
+    fn label(&self) -> String {
+        format!("server {}", self.addr)
+    }
+    fn batch(&self, th: usize, kind: Kind, dir: u64, names: &[[u8; 16]]) -> Result<()> {
+        let c = &self.cs[th % self.cs.len()];
+        if names.len() == 1 {
+            c.call(&self.cred, Self::op(kind, dir, &names[0]))?;
+            return Ok(());
+        }
+        let ops: Vec<_> = names
+            .iter()
+            .map(|n| (self.cred.clone(), Self::op(kind, dir, n)))
+            .collect();
+        for r in c.submit(&ops)? {
+            r?;
+        }
+        Ok(())
+    }
+    fn has_noop(&self) -> bool {
+        true
+    }
+    fn setup_dirs(&mut self, names: &[String]) -> Result<Vec<u64>> {
+        names
+            .iter()
+            .map(|n| {
+                let name = format!("{}-{n}", self.prefix);
+                Ok(self
+                    .c
+                    .mkdir(
+                        &self.cred,
+                        solofs_client::at(ROOT_INO, name.as_bytes()),
+                        0o755,
+                    )?
+                    .ino)
+            })
+            .collect()
+    }
+    fn mkdir(&self, p: u64, n: &[u8]) -> Result<()> {
+        self.one(Kind::Mkdir, p, n)
+    }
+    fn create(&self, d: u64, n: &[u8]) -> Result<()> {
+        self.one(Kind::Create, d, n)
+    }
+    fn stat(&self, d: u64, n: &[u8]) -> Result<()> {
+        self.one(Kind::Stat, d, n)
+    }
+    fn rename(&self, d: u64, a: &[u8], b: &[u8]) -> Result<()> {
+        use solofs_client::at;
+        Ok(self.c.rename(&self.cred, at(d, a), at(d, b), 0)?)
+    }
+    fn unlink(&self, d: u64, n: &[u8]) -> Result<()> {
+        self.one(Kind::Unlink, d, n)
+    }
+    fn rmdir(&self, p: u64, n: &[u8]) -> Result<()> {
+        self.one(Kind::Rmdir, p, n)
+    }
+    fn readdir(&self, d: u64) -> Result<u64> {
+        let (mut n, mut cookie) = (0, 0);
+        loop {
+            let v = self
+                .c
+                .readdir(&self.cred, solofs_client::Target::Ino(d), cookie, 4096)?;
+            let Some(last) = v.last() else { break };
+            cookie = last.cookie;
+            n += v.len() as u64;
+        }
+        Ok(n)
+    }
+    fn used_bytes(&self) -> Option<u64> {
+        self.c.statfs().ok().map(|s| s.used_bytes)
     }
 }
 
@@ -201,6 +349,9 @@ struct Opts {
     shards: u32,
     open_files: Vec<u64>,
     batch: usize,
+    depth: usize,
+    secret: Option<PathBuf>,
+    server_metrics: Option<String>,
 }
 
 fn parse(args: Vec<OsString>) -> Result<Opts> {
@@ -211,13 +362,16 @@ fn parse(args: Vec<OsString>) -> Result<Opts> {
         files: 1_000_000,
         threads: vec![1, 2],
         layouts: vec!["private".into(), "shared".into()],
-        phases: "create,stat,readdir,rename,unlink,mkdir,rmdir"
+        phases: "noop,create,stat,readdir,rename,unlink,mkdir,rmdir"
             .split(',')
             .map(String::from)
             .collect(),
         shards: 4,
         open_files: Vec::new(),
         batch: 1,
+        depth: 1,
+        secret: None,
+        server_metrics: None,
     };
     let list = |v: OsString| -> Result<Vec<String>> {
         Ok(v.into_string()
@@ -231,8 +385,8 @@ fn parse(args: Vec<OsString>) -> Result<Opts> {
             Long("target") => {
                 let v: String = p.value()?.parse()?;
                 let (k, d) = v.split_once(':').context("--target is KIND:DIR")?;
-                if k != "engine" && k != "path" {
-                    bail!("unknown target kind {k} (engine or path; server comes with the server)");
+                if k != "engine" && k != "path" && k != "server" {
+                    bail!("unknown target kind {k} (engine, path or server)");
                 }
                 o.targets.push((k.to_string(), PathBuf::from(d)));
             }
@@ -247,6 +401,9 @@ fn parse(args: Vec<OsString>) -> Result<Opts> {
             Long("phases") => o.phases = list(p.value()?)?,
             Long("shards") => o.shards = p.value()?.parse()?,
             Long("batch") => o.batch = p.value()?.parse()?,
+            Long("depth") => o.depth = p.value()?.parse::<usize>()?.max(1),
+            Long("secret-file") => o.secret = Some(p.value()?.into()),
+            Long("server-metrics") => o.server_metrics = Some(p.value()?.parse()?),
             Long("open-files") => {
                 o.open_files = list(p.value()?)?
                     .iter()
@@ -269,7 +426,35 @@ fn parse(args: Vec<OsString>) -> Result<Opts> {
     Ok(o)
 }
 
-fn make_target(kind: &str, dir: &Path, shards: u32) -> Result<Box<dyn Target>> {
+fn make_target(
+    kind: &str,
+    dir: &Path,
+    o: &Opts,
+    tag: &str,
+    threads: usize,
+) -> Result<Box<dyn Target>> {
+    let shards = o.shards;
+    if kind == "server" {
+        let addr = dir.to_string_lossy().to_string();
+        let sf = o
+            .secret
+            .as_ref()
+            .context("a server target needs --secret-file DATA/secret")?;
+        let secret =
+            std::fs::read_to_string(sf).with_context(|| format!("reading {}", sf.display()))?;
+        let c = solofs_client::Client::connect(&addr, secret.trim().as_bytes())?;
+        let cs = (0..threads.max(1))
+            .map(|_| solofs_client::Client::connect(&addr, secret.trim().as_bytes()))
+            .collect::<std::result::Result<_, _>>()?;
+        let prefix = format!("bench-{}-{tag}", std::process::id());
+        return Ok(Box::new(ServerTarget {
+            cs,
+            c,
+            cred: Cred::root(),
+            addr,
+            prefix,
+        }));
+    }
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     if kind == "engine" {
@@ -315,6 +500,31 @@ struct Row {
     phase: String,
     ops: u64,
     secs: f64,
+}
+
+/// Runs `count` operations of `kind` in thread `th`'s directory, `depth`
+/// per call to the target.
+#[allow(clippy::too_many_arguments)]
+fn run_items(
+    t: &dyn Target,
+    dirs: &[u64],
+    depth: usize,
+    kind: Kind,
+    prefix: u8,
+    count: u64,
+    order: Option<&Shuffle>,
+    th: usize,
+) -> Result<u64> {
+    let mut buf = Vec::with_capacity(depth);
+    for k in 0..count {
+        let i = order.map(|s| s.at(k)).unwrap_or(k);
+        buf.push(name(prefix, th, i));
+        if buf.len() == depth || k + 1 == count {
+            t.batch(th, kind, dirs[th], &buf)?;
+            buf.clear();
+        }
+    }
+    Ok(count)
 }
 
 /// Runs `f(thread)` on `n` threads started together; returns wall seconds.
@@ -384,7 +594,12 @@ fn run_one(
     extra: &mut Vec<String>,
 ) -> Result<()> {
     let (kind, dir) = &o.targets[ti];
-    let mut tg = make_target(kind, &dir.join(format!("t{threads}-{layout}")), o.shards)?;
+    let tdir = if kind == "server" {
+        dir.clone()
+    } else {
+        dir.join(format!("t{threads}-{layout}"))
+    };
+    let mut tg = make_target(kind, &tdir, o, &format!("t{threads}-{layout}"), threads)?;
     let per = o.files / threads as u64;
     let dirs: Vec<u64> = if layout == "shared" {
         let d = tg.setup_dirs(&["shared".to_string()])?[0];
@@ -416,18 +631,47 @@ fn run_one(
         );
     };
     let want = |p: &str| o.phases.iter().any(|x| x == p);
+    let depth = o.depth;
+    // Server-side cost of a phase, from the server's metrics endpoint.
+    let server_side = o.server_metrics.as_ref().filter(|_| kind == "server");
+    let sample = || server_side.and_then(|a| crate::serve::scrape(a).ok());
+    let mut measure = |phase: &str, run: &dyn Fn() -> Result<(u64, f64)>| -> Result<()> {
+        let a = sample();
+        let (n, secs) = run()?;
+        push(phase, n, secs);
+        if let (Some(a), Some(b)) = (a, sample()) {
+            let d = |k: &str| b.get(k).copied().unwrap_or(0.0) - a.get(k).copied().unwrap_or(0.0);
+            let sys = d("solofs_socket_reads_total") + d("solofs_socket_writes_total");
+            extra.push(format!(
+                "server {} thr {} {} depth {}: {:.2} us server CPU per request, {:.3} socket syscalls per request",
+                threads,
+                layout,
+                phase,
+                depth,
+                d("solofs_process_cpu_seconds_total") * 1e6 / n as f64,
+                sys / n as f64
+            ));
+        }
+        Ok(())
+    };
+    if want("noop") && t.has_noop() {
+        measure("noop", &|| {
+            timed(threads, &|th| {
+                run_items(t, &dirs, depth, Kind::Noop, b'n', per, None, th)
+            })
+        })?;
+    }
     let mut renamed = false;
+    let mut footprint = None;
     let before = t.used_bytes();
     if want("create") || want("stat") || want("readdir") || want("rename") || want("unlink") {
-        let (n, s) = timed(threads, &|th| {
-            for i in 0..per {
-                t.create(dirs[th], &name(b'f', th, i))?;
-            }
-            Ok(per)
+        measure("create", &|| {
+            timed(threads, &|th| {
+                run_items(t, &dirs, depth, Kind::Create, b'f', per, None, th)
+            })
         })?;
-        push("create", n, s);
         if let (Some(a), Some(b)) = (before, t.used_bytes()) {
-            extra.push(format!(
+            footprint = Some(format!(
                 "{} {} thr {}: pool bytes per file {:.1} ({} files, 16-byte names)",
                 t.label(),
                 threads,
@@ -439,26 +683,25 @@ fn run_one(
     }
     if want("stat") {
         let order = Shuffle::new(per);
-        let (n, s) = timed(threads, &|th| {
-            for k in 0..per {
-                t.stat(dirs[th], &name(b'f', th, order.at(k)))?;
-            }
-            Ok(per)
+        measure("stat", &|| {
+            timed(threads, &|th| {
+                run_items(t, &dirs, depth, Kind::Stat, b'f', per, Some(&order), th)
+            })
         })?;
-        push("stat", n, s);
         if o.batch > 1 {
-            let (n, s) = timed(threads, &|th| {
-                let mut buf = Vec::with_capacity(o.batch);
-                for k in 0..per {
-                    buf.push(name(b'f', th, order.at(k)));
-                    if buf.len() == o.batch || k + 1 == per {
-                        t.stat_batch(dirs[th], &buf)?;
-                        buf.clear();
+            measure(&format!("stat-b{}", o.batch), &|| {
+                timed(threads, &|th| {
+                    let mut buf = Vec::with_capacity(o.batch);
+                    for k in 0..per {
+                        buf.push(name(b'f', th, order.at(k)));
+                        if buf.len() == o.batch || k + 1 == per {
+                            t.stat_batch(dirs[th], &buf)?;
+                            buf.clear();
+                        }
                     }
-                }
-                Ok(per)
+                    Ok(per)
+                })
             })?;
-            push(&format!("stat-b{}", o.batch), n, s);
         }
     }
     if want("readdir") {
@@ -467,50 +710,47 @@ fn run_one(
         } else {
             dirs.clone()
         };
-        let (n, s) = timed(uniq.len(), &|th| t.readdir(uniq[th]))?;
-        push("readdir", n, s);
+        measure("readdir", &|| timed(uniq.len(), &|th| t.readdir(uniq[th])))?;
     }
     if want("rename") {
-        let (n, s) = timed(threads, &|th| {
-            for i in 0..per {
-                t.rename(dirs[th], &name(b'f', th, i), &name(b'r', th, i))?;
-            }
-            Ok(per)
+        measure("rename", &|| {
+            timed(threads, &|th| {
+                for i in 0..per {
+                    t.rename(dirs[th], &name(b'f', th, i), &name(b'r', th, i))?;
+                }
+                Ok(per)
+            })
         })?;
-        push("rename", n, s);
         renamed = true;
     }
     if want("unlink") {
         let p = if renamed { b'r' } else { b'f' };
-        let (n, s) = timed(threads, &|th| {
-            for i in 0..per {
-                t.unlink(dirs[th], &name(p, th, i))?;
-            }
-            Ok(per)
+        measure("unlink", &|| {
+            timed(threads, &|th| {
+                run_items(t, &dirs, depth, Kind::Unlink, p, per, None, th)
+            })
         })?;
-        push("unlink", n, s);
     }
     let dper = (per / 4).max(1);
     if want("mkdir") {
-        let (n, s) = timed(threads, &|th| {
-            for i in 0..dper {
-                t.mkdir(dirs[th], &name(b'd', th, i))?;
-            }
-            Ok(dper)
+        measure("mkdir", &|| {
+            timed(threads, &|th| {
+                run_items(t, &dirs, depth, Kind::Mkdir, b'd', dper, None, th)
+            })
         })?;
-        push("mkdir", n, s);
     }
     if want("rmdir") && want("mkdir") {
-        let (n, s) = timed(threads, &|th| {
-            for i in 0..dper {
-                t.rmdir(dirs[th], &name(b'd', th, i))?;
-            }
-            Ok(dper)
+        measure("rmdir", &|| {
+            timed(threads, &|th| {
+                run_items(t, &dirs, depth, Kind::Rmdir, b'd', dper, None, th)
+            })
         })?;
-        push("rmdir", n, s);
     }
+    extra.extend(footprint);
     drop(tg);
-    let _ = std::fs::remove_dir_all(dir.join(format!("t{threads}-{layout}")));
+    if kind != "server" {
+        let _ = std::fs::remove_dir_all(&tdir);
+    }
     Ok(())
 }
 

@@ -257,7 +257,8 @@ pub fn stats(args: Vec<OsString>) -> Result<()> {
     Ok(())
 }
 
-fn scrape(addr: &str) -> Result<HashMap<String, f64>> {
+/// Fetches and parses a server's metrics.
+pub fn scrape(addr: &str) -> Result<HashMap<String, f64>> {
     use std::io::{Read, Write};
     let mut s =
         std::net::TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;

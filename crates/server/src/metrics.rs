@@ -177,6 +177,11 @@ pub(crate) fn render(shared: &Shared, ms: &[Arc<Metrics>]) -> String {
         "# HELP solofs_auth_failures_total Failed handshakes.\n# TYPE solofs_auth_failures_total counter\nsolofs_auth_failures_total {}",
         sum(ms, |m| ld(&m.auth_failures))
     );
+    let _ = writeln!(
+        s,
+        "# HELP solofs_process_cpu_seconds_total CPU time of all server threads.\n# TYPE solofs_process_cpu_seconds_total counter\nsolofs_process_cpu_seconds_total {}",
+        cpu_seconds()
+    );
     if let Ok(st) = shared.engine.statfs() {
         let _ = writeln!(s, "# HELP solofs_pool_bytes Bytes of the pool file in use.\n# TYPE solofs_pool_bytes gauge\nsolofs_pool_bytes {}", st.pool_bytes);
         let _ = writeln!(s, "# HELP solofs_pool_used_bytes Bytes of claimed segments.\n# TYPE solofs_pool_used_bytes gauge\nsolofs_pool_used_bytes {}", st.used_bytes);
@@ -187,6 +192,24 @@ pub(crate) fn render(shared: &Shared, ms: &[Arc<Metrics>]) -> String {
         );
     }
     s
+}
+
+/// CPU time of every thread of this process (sum of
+/// `/proc/self/task/*/schedstat`, nanosecond resolution).
+pub fn cpu_seconds() -> f64 {
+    let mut ns = 0u64;
+    if let Ok(d) = std::fs::read_dir("/proc/self/task") {
+        for t in d.flatten() {
+            if let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) {
+                ns += s
+                    .split_whitespace()
+                    .next()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+    }
+    ns as f64 / 1e9
 }
 
 /// Serves `GET /metrics` until the server stops.
