@@ -69,6 +69,10 @@ trait Target: Sync {
         }
         Ok(())
     }
+    /// Waits for whatever thread `th` still has in flight.
+    fn finish(&self, _th: usize) -> Result<()> {
+        Ok(())
+    }
     /// True if the target has a `noop` (a transport ceiling).
     fn has_noop(&self) -> bool {
         false
@@ -158,6 +162,9 @@ impl Target for EngineTarget {
 struct ServerTarget {
     /// One connection per benchmark thread (so two threads are two clients).
     cs: Vec<solofs_client::Client>,
+    /// Per thread: the previous frame, still in flight while the next one
+    /// is sent (so `--depth N` keeps N requests in flight as two frames).
+    inflight: Vec<std::sync::Mutex<Option<solofs_client::Ticket>>>,
     c: solofs_client::Client,
     cred: Cred,
     addr: String,
@@ -201,12 +208,34 @@ impl Target for ServerTarget {
             c.call(&self.cred, Self::op(kind, dir, &names[0]))?;
             return Ok(());
         }
-        let ops: Vec<_> = names
-            .iter()
-            .map(|n| (self.cred.clone(), Self::op(kind, dir, n)))
-            .collect();
-        for r in c.submit(&ops)? {
-            r?;
+        // Two frames of half the depth each: the server works on one while
+        // this thread collects the other's replies and sends the next.
+        for half in names.chunks(names.len().div_ceil(2)) {
+            let ops: Vec<_> = half
+                .iter()
+                .map(|n| (self.cred.clone(), Self::op(kind, dir, n)))
+                .collect();
+            let ticket = c.submit_async(&ops)?;
+            let slot = &self.inflight[th % self.cs.len()];
+            let prev = slot
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .replace(ticket);
+            if let Some(prev) = prev {
+                for r in prev.wait()? {
+                    r?;
+                }
+            }
+        }
+        Ok(())
+    }
+    fn finish(&self, th: usize) -> Result<()> {
+        let slot = &self.inflight[th % self.cs.len()];
+        let prev = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(prev) = prev {
+            for r in prev.wait()? {
+                r?;
+            }
         }
         Ok(())
     }
@@ -447,8 +476,12 @@ fn make_target(
             .map(|_| solofs_client::Client::connect(&addr, secret.trim().as_bytes()))
             .collect::<std::result::Result<_, _>>()?;
         let prefix = format!("bench-{}-{tag}", std::process::id());
+        let inflight = (0..threads.max(1))
+            .map(|_| std::sync::Mutex::new(None))
+            .collect();
         return Ok(Box::new(ServerTarget {
             cs,
+            inflight,
             c,
             cred: Cred::root(),
             addr,
@@ -524,6 +557,7 @@ fn run_items(
             buf.clear();
         }
     }
+    t.finish(th)?;
     Ok(count)
 }
 

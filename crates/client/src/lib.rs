@@ -177,66 +177,47 @@ impl Client {
     /// Sends a batch of operations in one frame and waits for all replies
     /// (in order). Each element is that operation's own result.
     pub fn submit(&self, ops: &[(Cred, Op)]) -> Result<Vec<Result<Body>>> {
-        for attempt in 0..2 {
-            let conn = self.conn()?;
-            let mut rxs = Vec::with_capacity(ops.len());
-            let mut buf = Vec::new();
-            {
-                let mut p = conn.pending.lock().unwrap_or_else(|e| e.into_inner());
-                for (cred, op) in ops {
-                    let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-                    let (tx, rx) = sync_channel(1);
-                    p.insert(id, tx);
-                    rxs.push((id, rx));
-                    Request {
-                        id,
-                        cred: cred.clone(),
-                        op: op.clone(),
-                    }
-                    .encode(&mut buf);
+        self.submit_async(ops)?.wait()
+    }
+
+    /// Sends a batch of operations in one frame and returns at once; the
+    /// returned [`Ticket`] waits for the replies. Several tickets may be
+    /// outstanding, so one thread can keep the connection busy (a deep
+    /// pipeline) while it prepares the next batch.
+    pub fn submit_async(&self, ops: &[(Cred, Op)]) -> Result<Ticket> {
+        let conn = self.conn()?;
+        let mut rxs = Vec::with_capacity(ops.len());
+        let mut buf = Vec::new();
+        {
+            let mut p = conn.pending.lock().unwrap_or_else(|e| e.into_inner());
+            for (cred, op) in ops {
+                let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+                let (tx, rx) = sync_channel(1);
+                p.insert(id, tx);
+                rxs.push((id, rx));
+                Request {
+                    id,
+                    cred: cred.clone(),
+                    op: op.clone(),
                 }
+                .encode(&mut buf);
             }
-            // The reader marks the connection dead before it drops the
-            // waiters; requests registered after that would never hear back.
-            let sent = if conn.dead.load(Ordering::SeqCst) {
-                Err(ClientError::ConnectionLost)
-            } else {
-                send(&conn, buf, ops.len() as u32)
-            };
-            let mut out = Vec::with_capacity(ops.len());
-            let mut lost = sent.is_err();
-            for (id, rx) in &rxs {
-                if lost {
-                    break;
-                }
-                match rx.recv_timeout(self.inner.opts.timeout) {
-                    Ok(rep) => out.push(rep.result.map_err(ClientError::Errno)),
-                    Err(RecvTimeoutError::Timeout) => {
-                        conn.pending
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .remove(id);
-                        return Err(ClientError::Timeout);
-                    }
-                    Err(RecvTimeoutError::Disconnected) => lost = true,
-                }
-            }
-            if !lost {
-                return Ok(out);
-            }
-            conn.dead.store(true, Ordering::SeqCst);
-            {
-                let mut p = conn.pending.lock().unwrap_or_else(|e| e.into_inner());
-                for (id, _) in &rxs {
-                    p.remove(id);
-                }
-            }
-            if attempt == 0 && ops.iter().all(|(_, op)| op.is_read_only()) {
-                continue; // safe to resend on a new connection
-            }
-            return Err(ClientError::ConnectionLost);
         }
-        Err(ClientError::ConnectionLost)
+        // The reader marks the connection dead before it drops the
+        // waiters; requests registered after that would never hear back.
+        let sent = if conn.dead.load(Ordering::SeqCst) {
+            Err(ClientError::ConnectionLost)
+        } else {
+            send(&conn, buf, ops.len() as u32)
+        };
+        Ok(Ticket {
+            client: self.clone(),
+            conn,
+            rxs,
+            ops: ops.to_vec(),
+            lost: sent.is_err(),
+            retried: false,
+        })
     }
 
     // ----- typed helpers -----
@@ -405,6 +386,56 @@ impl Client {
     /// Checks permission bits.
     pub fn access(&self, cred: &Cred, target: Target, mask: u32) -> Result<()> {
         self.empty(cred, Op::Access { target, mask })
+    }
+}
+
+/// Replies still to come for a batch sent with [`Client::submit_async`].
+pub struct Ticket {
+    client: Client,
+    conn: Arc<Conn>,
+    rxs: Vec<(u64, std::sync::mpsc::Receiver<Reply>)>,
+    ops: Vec<(Cred, Op)>,
+    lost: bool,
+    retried: bool,
+}
+
+impl Ticket {
+    /// Waits for every reply of the batch, in order. If the connection broke,
+    /// a batch of read-only operations is resent once on a new connection;
+    /// any other batch reports [`ClientError::ConnectionLost`].
+    pub fn wait(mut self) -> Result<Vec<Result<Body>>> {
+        let mut out = Vec::with_capacity(self.rxs.len());
+        for (_, rx) in &self.rxs {
+            if self.lost {
+                break;
+            }
+            match rx.recv_timeout(self.client.inner.opts.timeout) {
+                Ok(rep) => out.push(rep.result.map_err(ClientError::Errno)),
+                Err(RecvTimeoutError::Timeout) => {
+                    self.forget();
+                    return Err(ClientError::Timeout);
+                }
+                Err(RecvTimeoutError::Disconnected) => self.lost = true,
+            }
+        }
+        if !self.lost {
+            return Ok(out);
+        }
+        self.conn.dead.store(true, Ordering::SeqCst);
+        self.forget();
+        if !self.retried && self.ops.iter().all(|(_, op)| op.is_read_only()) {
+            let mut again = self.client.submit_async(&self.ops)?;
+            again.retried = true;
+            return again.wait();
+        }
+        Err(ClientError::ConnectionLost)
+    }
+
+    fn forget(&self) {
+        let mut p = self.conn.pending.lock().unwrap_or_else(|e| e.into_inner());
+        for (id, _) in &self.rxs {
+            p.remove(id);
+        }
     }
 }
 
