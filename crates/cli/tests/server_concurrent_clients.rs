@@ -95,3 +95,66 @@ fn many_clients_and_one_shared_connection() {
     assert!(res.iter().all(|x| x.is_ok()));
     assert!(srv.stop().success());
 }
+
+#[test]
+fn several_batches_in_flight_from_one_thread() {
+    let s = Scratch::new("tickets");
+    let srv = ServerProc::start(&s.path);
+    let c = Client::connect(&srv.addr, &s.secret()).unwrap();
+    let r = Cred::root();
+    let d = c.mkdir(&r, at(ROOT_INO, b"d"), 0o755).unwrap().ino;
+    // Five frames outstanding at once, then waited for in reverse order.
+    let tickets: Vec<_> = (0..5)
+        .map(|b| {
+            let ops: Vec<_> = (0..50)
+                .map(|i| {
+                    (
+                        r.clone(),
+                        solofs_client::Op::Create {
+                            loc: at(d, format!("b{b}-{i}").as_bytes()),
+                            mode: 0o644,
+                        },
+                    )
+                })
+                .collect();
+            c.submit_async(&ops).unwrap()
+        })
+        .collect();
+    let mut inos = BTreeSet::new();
+    for t in tickets.into_iter().rev() {
+        for res in t.wait().unwrap() {
+            match res.unwrap() {
+                solofs_proto::Body::Attr(a) => assert!(inos.insert(a.ino)),
+                other => panic!("create replied {other:?}"),
+            }
+        }
+    }
+    assert_eq!(inos.len(), 250);
+    assert_eq!(c.getattr(&r, Target::Ino(d)).unwrap().size, 250);
+    // A failing request fails alone; its neighbours succeed.
+    let ops = vec![
+        (
+            r.clone(),
+            solofs_client::Op::Lookup {
+                loc: at(d, b"b0-0"),
+                follow: true,
+            },
+        ),
+        (
+            r.clone(),
+            solofs_client::Op::Lookup {
+                loc: at(d, b"missing"),
+                follow: true,
+            },
+        ),
+        (r.clone(), solofs_client::Op::Noop),
+    ];
+    let res = c.submit_async(&ops).unwrap().wait().unwrap();
+    assert!(res[0].is_ok() && res[2].is_ok());
+    assert_eq!(res[1].as_ref().unwrap_err().errno(), libc_enoent());
+    assert!(srv.stop().success());
+}
+
+fn libc_enoent() -> i32 {
+    2
+}
