@@ -53,6 +53,10 @@ impl ServerProc {
     }
 
     pub fn start_at(data: &Path, listen: &str) -> ServerProc {
+        ServerProc::start_with(data, listen, &[])
+    }
+
+    pub fn start_with(data: &Path, listen: &str, extra: &[&str]) -> ServerProc {
         let mut child = Command::new(BIN)
             .args([
                 "serve",
@@ -65,6 +69,7 @@ impl ServerProc {
                 "--data",
             ])
             .arg(data)
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
