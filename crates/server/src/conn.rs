@@ -20,6 +20,8 @@ const WAKE: Token = Token(usize::MAX);
 /// written (backpressure: a client that does not read cannot make the
 /// server buffer without bound).
 const OUT_HIGH: usize = 8 << 20;
+/// How long a worker keeps polling without sleeping after an event.
+const SPIN: Duration = Duration::from_micros(50);
 
 #[derive(PartialEq)]
 enum State {
@@ -63,14 +65,25 @@ pub fn worker(shared: Arc<Shared>, mut poll: Poll, rx: Receiver<TcpStream>, m: A
     let mut events = Events::with_capacity(256);
     let mut replies = Vec::new();
     let mut last_sweep = Instant::now();
+    let mut busy_until = Instant::now();
     loop {
-        if let Err(e) = poll.poll(&mut events, Some(Duration::from_millis(1000))) {
+        // Poll without sleeping for a moment after activity: waking a
+        // sleeping thread costs several µs each way on small VMs.
+        let timeout = if Instant::now() < busy_until {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(1000)
+        };
+        if let Err(e) = poll.poll(&mut events, Some(timeout)) {
             if e.kind() != io::ErrorKind::Interrupted {
                 break;
             }
         }
         if shared.stop.load(Ordering::SeqCst) {
             break;
+        }
+        if !events.is_empty() {
+            busy_until = Instant::now() + SPIN;
         }
         for ev in events.iter() {
             if ev.token() == WAKE {
