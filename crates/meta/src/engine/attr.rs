@@ -388,8 +388,7 @@ impl Engine {
                     return Err(Error::Corrupt("ino index points at a link entry".into()))
                 }
             }
-            self.j_commit(ctx, j, ops)?;
-            crate::crash_point!("setattr.after_apply");
+            self.j_commit(ctx, j, ops, "setattr")?;
             self.attr_of(obj)
         })
     }

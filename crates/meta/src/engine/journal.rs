@@ -189,15 +189,22 @@ impl Engine {
     }
 
     /// Commits and applies the record.
-    pub(crate) fn j_commit(&self, ctx: &mut Ctx, mut j: Journal, ops: Vec<Op>) -> Result<()> {
+    /// `op` names the operation's crash points (`op.after_commit`, …).
+    pub(crate) fn j_commit(
+        &self,
+        ctx: &mut Ctx,
+        mut j: Journal,
+        ops: Vec<Op>,
+        op: &'static str,
+    ) -> Result<()> {
         j.ops.extend(ops);
         self.write_ops(&mut j)?;
         self.set_jstate(&j, COMMITTED)?;
-        crate::crash_point!("journal.after_commit");
+        crate::crash::point(op, "after_commit");
         self.j_apply(ctx, &j.ops, true)
             .map_err(|e| self.poison(format!("applying a committed journal record failed: {e}")))?;
         self.set_jstate(&j, FREEING)?;
-        crate::crash_point!("journal.after_apply");
+        crate::crash::point(op, "after_apply");
         self.j_frees(&j.ops)?;
         self.pool.st(j.area, 0)?;
         self.pool.persist(j.area, 8);

@@ -25,7 +25,15 @@ use std::sync::atomic::Ordering;
 impl Engine {
     /// Creates a regular file (exclusive: EEXIST if the name exists).
     pub fn create(&self, cred: &Cred, parent: u64, name: &[u8], mode: u32) -> Result<Attr> {
-        self.make_file(cred, parent, name, S_IFREG | (mode & 0o7777), 0, b"")
+        self.make_file(
+            "create",
+            cred,
+            parent,
+            name,
+            S_IFREG | (mode & 0o7777),
+            0,
+            b"",
+        )
     }
 
     /// Creates a FIFO, socket, device or regular file.
@@ -53,7 +61,7 @@ impl Engine {
         } else {
             0
         };
-        self.make_file(cred, parent, name, t | (mode & 0o7777), rdev, b"")
+        self.make_file("mknod", cred, parent, name, t | (mode & 0o7777), rdev, b"")
     }
 
     /// Creates a symbolic link to `target`.
@@ -68,6 +76,7 @@ impl Engine {
             return Err(Error::Invalid("symlink target contains NUL"));
         }
         self.make_file(
+            "symlink",
             cred,
             parent,
             name,
@@ -147,8 +156,10 @@ impl Engine {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn make_file(
         &self,
+        op: &'static str,
         cred: &Cred,
         parent: u64,
         name: &[u8],
@@ -193,8 +204,8 @@ impl Engine {
             }
             p.st(f, state(K_FILE, S_CREATING, self.epoch))?;
             p.persist(f, bytes);
-            crate::crash_point!("create.after_write");
-            self.publish_new(ctx, parent, content, name, pos, f, ino, f, t, false)?;
+            crate::crash::point(op, "after_write");
+            self.publish_new(op, ctx, parent, content, name, pos, f, ino, f, t, false)?;
             self.clear_intent(ctx, 1)?;
             self.file_attr(f)
         })
@@ -205,6 +216,7 @@ impl Engine {
     #[allow(clippy::too_many_arguments)]
     fn publish_new(
         &self,
+        op: &'static str,
         ctx: &mut Ctx,
         parent: u64,
         content: u64,
@@ -239,7 +251,7 @@ impl Engine {
         if let Err(err) = list::set(&mut self.mem(ctx, pshard), content + C_LIST, pos, entry) {
             return Err(undo(self, ctx, err, false));
         }
-        crate::crash_point!("create.after_list");
+        crate::crash::point(op, "after_list");
         let mut m = self.ixmem(ctx, pshard);
         if let Err(err) = self.shards[pshard as usize].name.insert(
             &self.pool,
@@ -249,14 +261,14 @@ impl Engine {
         ) {
             return Err(undo(self, ctx, err, true));
         }
-        crate::crash_point!("create.after_publish");
+        crate::crash::point(op, "after_publish");
         let ishard = self.shard_of(ino);
         let mut m = self.ixmem(ctx, ishard);
         self.shards[ishard as usize]
             .ino
             .insert(&self.pool, hash::ino_key(ino), inode_obj, &mut m)
             .map_err(|e| self.poison(format!("publishing inode {ino} after commit: {e}")))?;
-        crate::crash_point!("create.after_ino_publish");
+        crate::crash::point(op, "after_ino_publish");
         self.raise_times(content, t, false)?;
         self.pool
             .u64(content + C_NDENTS)?
@@ -266,7 +278,7 @@ impl Engine {
                 .u64(content + C_NSUBDIRS)?
                 .fetch_add(1, Ordering::AcqRel);
         }
-        crate::crash_point!("create.after_parent");
+        crate::crash::point(op, "after_parent");
         for o in [inode_obj, entry] {
             let cur = self.pool.ld(o)?;
             self.pool.st(o, state(st_kind(cur), S_NORMAL, self.epoch))?;
@@ -334,8 +346,8 @@ impl Engine {
             p.st(a, state(K_DIR, S_CREATING, self.epoch))?;
             p.persist(c, DIRC_SIZE as u64);
             p.persist(a, a_bytes);
-            crate::crash_point!("mkdir.after_write");
-            self.publish_new(ctx, parent, content, name, pos, a, ino, c, t, true)?;
+            crate::crash::point("mkdir", "after_write");
+            self.publish_new("mkdir", ctx, parent, content, name, pos, a, ino, c, t, true)?;
             self.clear_intent(ctx, 1)?;
             self.dir_attr(a, c)
         })
@@ -417,7 +429,7 @@ impl Engine {
                     ];
                     ops.extend(more);
                     let j = self.journal(ctx);
-                    self.j_commit(ctx, j, ops)?;
+                    self.j_commit(ctx, j, ops, "unlink_detach")?;
                     self.pool
                         .u64(content + C_NDENTS)?
                         .fetch_sub(1, Ordering::AcqRel);
@@ -451,7 +463,7 @@ impl Engine {
                     ];
                     ops.extend(more);
                     let j = self.journal(ctx);
-                    self.j_commit(ctx, j, ops)?;
+                    self.j_commit(ctx, j, ops, "unlink_link")?;
                     self.pool
                         .u64(content + C_NDENTS)?
                         .fetch_sub(1, Ordering::AcqRel);
@@ -777,7 +789,7 @@ impl Engine {
                     val: state(K_LINK, S_NORMAL, self.epoch),
                 },
             ];
-            self.j_commit(ctx, j, ops)?;
+            self.j_commit(ctx, j, ops, "link")?;
             self.pool
                 .u64(content + C_NDENTS)?
                 .fetch_add(1, Ordering::AcqRel);

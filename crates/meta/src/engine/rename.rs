@@ -437,7 +437,16 @@ impl Engine {
                 _ => false,
             },
         };
-        self.j_commit(ctx, j, ops)?;
+        let name = if matches!(s.obj, Obj::Dir { .. }) && s.parent != p2 {
+            "rename_dir"
+        } else if t.is_some() {
+            "rename_replace"
+        } else if s.parent == p2 {
+            "rename_local"
+        } else {
+            "rename_move"
+        };
+        self.j_commit(ctx, j, ops, name)?;
         let s_dir = matches!(s.obj, Obj::Dir { .. });
         let t_dir = matches!(t.map(|t| t.obj), Some(Obj::Dir { .. }));
         let add = |c: u64, f: u64, d: i64| -> Result<()> {
@@ -518,7 +527,7 @@ impl Engine {
             t: t0,
             ctime_only: false,
         });
-        self.j_commit(ctx, j, ops)?;
+        self.j_commit(ctx, j, ops, "rename_exchange")?;
         if s.parent != t.parent {
             let sd = matches!(s.obj, Obj::Dir { .. }) as i64;
             let td = matches!(t.obj, Obj::Dir { .. }) as i64;

@@ -259,7 +259,7 @@ impl Engine {
                     dead: dead(K_XATTR, self.epoch),
                 });
             }
-            self.j_commit(ctx, j, ops)
+            self.j_commit(ctx, j, ops, "xattr")
         })
     }
 }

@@ -26,8 +26,9 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-/// Granule of the mapping: the file always grows by a multiple of this.
-pub const GROW_STEP: u64 = 64 << 20;
+/// Granule of the mapping: the file is always a multiple of this, and
+/// grows by at least a quarter of its size each time.
+pub const GROW_STEP: u64 = 2 << 20;
 const HUGE: usize = 2 << 20;
 
 /// A mapped pool file.
@@ -61,6 +62,7 @@ impl Pool {
             .map_err(|e| Error::io(format!("create pool {}", path.display()), e))?;
         lock_exclusive(&file, path)?;
         let len = round_up(initial.max(GROW_STEP), GROW_STEP);
+        debug_assert!(len >= initial);
         file.set_len(len)
             .map_err(|e| Error::io("size pool file".into(), e))?;
         Pool::map(file, len, reserve, durability)
