@@ -4,6 +4,7 @@ use solofs_meta::{Config, Durability, Engine};
 use std::path::PathBuf;
 
 mod bench;
+mod crashtest;
 mod serve;
 
 const USAGE: &str = "\
@@ -15,6 +16,7 @@ USAGE:
     solofs stats METRICS_ADDR [--interval SECS] [--count N]
     solofs fsck (--data DIR | POOL) [--repair]
     solofs bench [OPTIONS]        (see `solofs bench --help`)
+    solofs crash-test [--all-points | --point NAME]... [--rounds N]
 ";
 
 fn main() {
@@ -37,6 +39,7 @@ fn run() -> Result<()> {
         Some("bench") => bench::main(rest),
         Some("serve") => serve::serve(rest),
         Some("stats") => serve::stats(rest),
+        Some("crash-test") => crashtest::main(rest),
         Some("-h" | "--help" | "help") => {
             print!("{USAGE}");
             Ok(())

@@ -172,15 +172,11 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
         signal_hook::consts::SIGTERM,
     ])?;
     let sig_handle = signals.handle();
-    std::thread::spawn(move || {
+    let sig_thread = std::thread::spawn(move || {
         if signals.forever().next().is_some() {
             handle.shutdown();
         }
     });
-    println!("listening on {}", server.local_addr()?);
-    if let Some(m) = server.metrics_addr() {
-        println!("metrics on http://{m}/metrics");
-    }
     if stats.was_unclean {
         println!(
             "previous run did not stop cleanly: epoch {}, {} journal records redone, {} interrupted operations resolved; directories repair on first use",
@@ -189,10 +185,17 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
             stats.intents_resolved
         );
     }
+    // The address lines come last: tools wait for them.
+    println!("listening on {}", server.local_addr()?);
+    if let Some(m) = server.metrics_addr() {
+        println!("metrics on http://{m}/metrics");
+    }
     use std::io::Write;
     std::io::stdout().flush()?;
     server.run()?;
+    // The signal thread holds a handle (and so the engine) until it ends.
     sig_handle.close();
+    let _ = sig_thread.join();
     let engine =
         Arc::try_unwrap(engine).map_err(|_| anyhow::anyhow!("engine still in use at shutdown"))?;
     engine.close()?;

@@ -32,6 +32,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 const STRIPES: usize = 1024;
 const SPLITTING: u64 = 1;
+/// Split record flag: the new segment is allocated and being filled.
+const PREPARING: u64 = 2;
 /// Deepest local depth: the tag holds 24 hash bits.
 pub const MAX_DEPTH: u64 = 24;
 /// Buckets a displacement search may visit before the segment splits.
@@ -75,6 +77,8 @@ pub struct HashIndex {
     dir_ver: AtomicU64,
     dir_lock: Mutex<()>,
     epoch: u32,
+    pending_free: Mutex<Vec<u64>>,
+    has_pending: std::sync::atomic::AtomicBool,
 }
 
 #[inline]
@@ -171,6 +175,8 @@ impl HashIndex {
             dir_ver: AtomicU64::new(0),
             dir_lock: Mutex::new(()),
             epoch,
+            pending_free: Mutex::new(Vec::new()),
+            has_pending: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -262,7 +268,7 @@ impl HashIndex {
                 std::hint::spin_loop();
                 continue;
             }
-            if pool.ld(seg + IS_SPLIT)? & SPLITTING != 0 {
+            if pool.ld(seg + IS_SPLIT)? & (SPLITTING | PREPARING) != 0 {
                 if self.dir_ver.load(Ordering::Acquire) == dv && self.route(pool, h)?.2 == seg {
                     self.finish_crashed_split(pool, seg)?;
                 }
@@ -322,7 +328,7 @@ impl HashIndex {
             if self.route(pool, h)?.2 != seg {
                 continue;
             }
-            if pool.ld(seg + IS_SPLIT)? & SPLITTING != 0 {
+            if pool.ld(seg + IS_SPLIT)? & (SPLITTING | PREPARING) != 0 {
                 drop(g);
                 self.finish_crashed_split(pool, seg)?;
                 continue;
@@ -510,6 +516,11 @@ impl HashIndex {
             self.double(pool, dir, g, m)?;
         }
         let new = m.alloc(ISEG_SIZE as u64)?;
+        // Record the new segment first, so a crash while it is filled frees
+        // it instead of leaking it.
+        pool.st(seg + IS_SPLIT_EPOCH, self.epoch as u64)?;
+        pool.st(seg + IS_SPLIT, new | PREPARING)?;
+        pool.persist(seg + IS_SPLIT, 16);
         st.ver.fetch_add(1, Ordering::AcqRel);
         let prefix = pool.ld(seg + IS_PREFIX)?;
         pool.st(new, state(K_ISEG, S_NORMAL, 0))?;
@@ -569,31 +580,67 @@ impl HashIndex {
         Ok(())
     }
 
-    /// Finishes a split that a crash interrupted (first touch after restart).
+    /// Finishes (or, if the new segment was not complete, abandons) a split
+    /// that a crash interrupted (first touch after restart).
     fn finish_crashed_split(&self, pool: &Pool, seg: u64) -> Result<()> {
         let st = self.stripe(seg);
         let _w = st.lock.write();
         let sp = pool.ld(seg + IS_SPLIT)?;
-        if sp & SPLITTING == 0 {
+        if sp & (SPLITTING | PREPARING) == 0 {
             return Ok(());
-        }
-        let target = sp & !SPLITTING;
-        if st_kind(pool.ld(seg)?) != K_ISEG
-            || st_kind(pool.ld(target)?) != K_ISEG
-            || pool.ld(target + IS_DEPTH)? != pool.ld(seg + IS_DEPTH)? + 1
-        {
-            return Err(Error::Corrupt(format!(
-                "index segment {seg:#x} has a bad split record"
-            )));
         }
         if pool.ld(seg + IS_SPLIT_EPOCH)? as u32 == self.epoch {
             // A split of this run holds the lock while marked; cannot happen.
             return Err(Error::Corrupt("index split marked but not running".into()));
         }
+        let target = sp & !(SPLITTING | PREPARING);
+        if st_kind(pool.ld(seg)?) != K_ISEG {
+            return Err(Error::Corrupt(format!(
+                "index segment {seg:#x} has a bad split record"
+            )));
+        }
         st.ver.fetch_add(1, Ordering::AcqRel);
-        let r = self.complete_split(pool, seg, sp & !SPLITTING);
+        let r = if sp & PREPARING != 0 {
+            // The copy never completed: the old segment is intact.
+            self.pending_free.lock().push(target);
+            self.has_pending.store(true, Ordering::Release);
+            pool.st(seg + IS_SPLIT, 0)
+                .map(|_| pool.persist(seg + IS_SPLIT, 8))
+        } else if st_kind(pool.ld(target)?) != K_ISEG
+            || pool.ld(target + IS_DEPTH)? != pool.ld(seg + IS_DEPTH)? + 1
+        {
+            Err(Error::Corrupt(format!(
+                "index segment {seg:#x} has a bad split record"
+            )))
+        } else {
+            self.complete_split(pool, seg, target)
+        };
         st.ver.fetch_add(1, Ordering::AcqRel);
         r
+    }
+
+    /// Objects that crash repair found unreferenced (abandoned split
+    /// segments); the caller frees them with an allocation context.
+    pub fn take_pending_frees(&self) -> Vec<u64> {
+        if !self.has_pending.swap(false, Ordering::AcqRel) {
+            return Vec::new();
+        }
+        std::mem::take(&mut *self.pending_free.lock())
+    }
+
+    /// At open: finishes a directory swap that a crash interrupted (frees
+    /// whichever of the new and old directory is not in use).
+    pub fn recover_root(&self, pool: &Pool, alloc: &Allocator) -> Result<()> {
+        let cur = pool.ld(self.root + IR_DIR)?;
+        for w in [IR_NEW_DIR, IR_OLD_DIR] {
+            let d = pool.ld(self.root + w)?;
+            if d != 0 && d != cur && alloc.is_allocated(pool, d) {
+                alloc.free(pool, d)?;
+            }
+            pool.st(self.root + w, 0)?;
+        }
+        pool.persist(self.root + IR_NEW_DIR, 16);
+        Ok(())
     }
 
     /// Doubles the directory (called with the splitting segment locked).
@@ -612,6 +659,9 @@ impl HashIndex {
             )?;
         }
         pool.persist(nd, dir_size(g + 1));
+        pool.st(self.root + IR_NEW_DIR, nd)?;
+        pool.st(self.root + IR_OLD_DIR, dir)?;
+        pool.persist(self.root + IR_NEW_DIR, 16);
         self.dir_ver.fetch_add(1, Ordering::AcqRel);
         crate::crash_point!("index.double.before_swap");
         pool.st(self.root + IR_DIR, nd)?;
@@ -623,6 +673,9 @@ impl HashIndex {
         if m.alloc.is_allocated(pool, dir) {
             m.alloc.free(pool, dir)?;
         }
+        pool.st(self.root + IR_NEW_DIR, 0)?;
+        pool.st(self.root + IR_OLD_DIR, 0)?;
+        pool.persist(self.root + IR_NEW_DIR, 16);
         Ok(())
     }
 

@@ -43,6 +43,7 @@ pub const SEG_SIZE: u64 = 256 << 10;
 pub const C_INTENT: u64 = 0; // object offset of an in-flight create/delete
 pub const C_INTENT_EPOCH: u64 = 8;
 pub const C_INODES: u64 = 16; // inodes created minus removed by this context
+pub const C_INTENT2: u64 = 24; // a mkdir's content object
 pub const C_JOURNAL: u64 = 64; // journal state word; ops follow
 pub const C_JOURNAL_OPS: u64 = 128;
 /// Most journal operations in one record (3 words each).
@@ -162,6 +163,8 @@ pub const NODE_FANOUT: u64 = NODE_SIZE as u64 / 8;
 
 // Hash index.
 pub const IR_DIR: u64 = 8; // index root: directory offset
+pub const IR_NEW_DIR: u64 = 16; // index root: directory being installed
+pub const IR_OLD_DIR: u64 = 24; // index root: directory being freed
 pub const ID_DEPTH: u64 = 8; // directory: global depth
 pub const ID_ENTRIES: u64 = 64;
 pub const IS_DEPTH: u64 = 8; // segment: local depth

@@ -353,7 +353,23 @@ impl Engine {
 
     /// Runs `f` with this thread's context.
     pub(crate) fn with_ctx<T>(&self, f: impl FnOnce(&mut Ctx) -> Result<T>) -> Result<T> {
-        ctx::with_ctx(self.id, &self.ctxs, &self.alloc, f)
+        let r = ctx::with_ctx(self.id, &self.ctxs, &self.alloc, f);
+        self.free_abandoned()?;
+        r
+    }
+
+    /// Frees what crash repair of the indexes found unreferenced.
+    fn free_abandoned(&self) -> Result<()> {
+        for sh in &self.shards {
+            for ix in [&sh.name, &sh.ino] {
+                for o in ix.take_pending_frees() {
+                    if self.alloc.is_allocated(&self.pool, o) {
+                        self.alloc.free(&self.pool, o)?;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn mem<'a>(&'a self, ctx: &'a mut Ctx, shard: u32) -> EMem<'a> {

@@ -94,8 +94,16 @@ impl Engine {
         Ok(())
     }
 
+    fn set_intent2(&self, ctx: &Ctx, obj: u64) -> Result<()> {
+        let a = ctx_area(ctx.id);
+        self.pool.st(a + C_INTENT2, obj)?;
+        self.pool.persist(a + C_INTENT2, 8);
+        Ok(())
+    }
+
     fn clear_intent(&self, ctx: &Ctx, inodes: i64) -> Result<()> {
         let a = ctx_area(ctx.id);
+        self.pool.st(a + C_INTENT2, 0)?;
         self.pool.st(a + C_INTENT, 0)?;
         self.pool.persist(a, 8);
         if inodes != 0 {
@@ -300,12 +308,15 @@ impl Engine {
             let ino = self.next_ino(ctx)?;
             let nl = name.len() as u64;
             let a_bytes = D_NAME + pad8(nl);
+            // Each object is recorded as soon as it is allocated, so a crash
+            // between the two allocations leaks neither.
             let a = self.alloc.alloc(
                 &self.pool,
                 &mut ctx.cache,
                 self.shard_of(parent),
                 a_bytes as u32,
             )?;
+            self.set_intent(ctx, a)?;
             let c =
                 match self
                     .alloc
@@ -314,10 +325,11 @@ impl Engine {
                     Ok(c) => c,
                     Err(e) => {
                         self.alloc.free(&self.pool, a)?;
+                        self.clear_intent(ctx, 0)?;
                         return Err(e);
                     }
                 };
-            self.set_intent(ctx, a)?;
+            self.set_intent2(ctx, c)?;
             self.touch_epoch(content)?;
             let pos = self
                 .pool

@@ -37,6 +37,10 @@ pub struct RepairStats {
 impl Engine {
     pub(crate) fn recover_at_open(&mut self) -> Result<()> {
         let mut stats = self.open_stats.clone();
+        for sh in &self.shards {
+            sh.name.recover_root(&self.pool, &self.alloc)?;
+            sh.ino.recover_root(&self.pool, &self.alloc)?;
+        }
         self.with_ctx(|ctx| {
             for id in 0..MAX_CTX as usize {
                 if self.journal_recover(ctx, id)? {
@@ -46,12 +50,17 @@ impl Engine {
             for id in 0..MAX_CTX as usize {
                 let a = ctx_area(id);
                 let obj = self.pool.ld(a + C_INTENT)?;
+                let content = self.pool.ld(a + C_INTENT2)?;
                 if obj != 0 {
                     self.resolve_intent(ctx, obj)?;
-                    self.pool.st(a + C_INTENT, 0)?;
-                    self.pool.persist(a, 8);
                     stats.intents_resolved += 1;
                 }
+                if content != 0 {
+                    self.resolve_content_intent(obj, content)?;
+                }
+                self.pool.st(a + C_INTENT, 0)?;
+                self.pool.st(a + C_INTENT2, 0)?;
+                self.pool.persist(a, 32);
             }
             Ok(())
         })?;
@@ -79,6 +88,10 @@ impl Engine {
             return Ok(());
         }
         let s = self.pool.ld(o)?;
+        if s == 0 {
+            // Allocated, never written: nothing can refer to it.
+            return self.alloc.free(&self.pool, o);
+        }
         let (kind, status) = (st_kind(s), st_status(s));
         if !(kind == K_FILE || kind == K_DIR) || st_epoch(s) >= self.epoch {
             return Ok(());
@@ -111,6 +124,32 @@ impl Engine {
         self.free_entry_objects(ctx, o)
     }
 
+    /// A mkdir's content object: kept if its inode was published (the
+    /// mkdir committed), freed if it was never written or never published.
+    fn resolve_content_intent(&self, access: u64, c: u64) -> Result<()> {
+        if !self.alloc.is_allocated(&self.pool, c) {
+            return Ok(());
+        }
+        // Still referenced by a live access object: that object's repair
+        // decides (and frees both if it undoes the mkdir).
+        if access != 0
+            && self.alloc.is_allocated(&self.pool, access)
+            && st_kind(self.pool.ld(access)?) == K_DIR
+            && self.pool.ld(access + D_CONTENT)? == c
+        {
+            return Ok(());
+        }
+        let s = self.pool.ld(c)?;
+        let unpublished = s == 0
+            || (st_kind(s) == K_DIRC
+                && st_status(s) == S_CREATING
+                && self.find_ino(self.pool.ld(c + C_INO)?)? != Some(c));
+        if unpublished {
+            self.alloc.free(&self.pool, c)?;
+        }
+        Ok(())
+    }
+
     fn unpublish_inode(&self, ctx: &mut Ctx, o: u64) -> Result<()> {
         let io = match st_kind(self.pool.ld(o)?) {
             K_DIR => self.pool.ld(o + D_CONTENT)?,
@@ -123,7 +162,10 @@ impl Engine {
         match st_kind(self.pool.ld(o)?) {
             K_DIR => {
                 let c = self.pool.ld(o + D_CONTENT)?;
-                if self.alloc.is_allocated(&self.pool, c) && st_kind(self.pool.ld(c)?) == K_DIRC {
+                let owned = self.alloc.is_allocated(&self.pool, c)
+                    && st_kind(self.pool.ld(c)?) == K_DIRC
+                    && self.pool.ld(c + C_ACCESS)? == o;
+                if owned {
                     self.free_dir_objects(ctx, o, c)
                 } else {
                     self.alloc.free(&self.pool, o)

@@ -1,0 +1,589 @@
+//! `solofs crash-test`: kill a real server at every crash point (or at
+//! random moments), restart it on the same pool, and check what survived.
+//!
+//! After each crash: the restart did bounded work (journals and intents, no
+//! scan); the namespace holds every acknowledged operation, and each
+//! unacknowledged one is either fully there or fully absent; every directory
+//! is touched (so lazy repair runs); the server stops cleanly and fsck finds
+//! nothing wrong and nothing left pending.
+
+use anyhow::{bail, Context, Result};
+use solofs_client::{path, Client, ClientError, Loc, Op, Target};
+use solofs_meta::{Cred, FileType, SetAttr, RENAME_EXCHANGE, ROOT_INO};
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+type Tree = BTreeMap<String, FileType>;
+
+struct Proc {
+    child: Child,
+    addr: String,
+    restart_note: Option<String>,
+}
+
+fn start(bin: &Path, data: &Path, crash: Option<&str>, listen: &str) -> Result<Proc> {
+    let mut cmd = Command::new(bin);
+    cmd.args(["serve", "--workers", "2", "--listen", listen, "--data"])
+        .arg(data);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::null());
+    match crash {
+        Some(p) => cmd.env("SOLOFS_CRASH_POINT", p),
+        None => cmd.env_remove("SOLOFS_CRASH_POINT"),
+    };
+    let mut child = cmd.spawn().context("starting solofs serve")?;
+    let mut lines = BufReader::new(child.stdout.take().context("server stdout")?).lines();
+    let mut addr = None;
+    let mut note = None;
+    for line in lines.by_ref() {
+        let line = line?;
+        if line.starts_with("previous run did not stop cleanly") {
+            note = Some(line.clone());
+        }
+        if let Some(a) = line.strip_prefix("listening on ") {
+            addr = Some(a.to_string());
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    let addr = addr.context("the server did not report its address")?;
+    Ok(Proc {
+        child,
+        addr,
+        restart_note: note,
+    })
+}
+
+fn stop(mut p: Proc) -> Result<()> {
+    let _ = Command::new("kill")
+        .args(["-TERM", &p.child.id().to_string()])
+        .status();
+    let st = p.child.wait()?;
+    if !st.success() {
+        bail!("server did not stop cleanly: {st}");
+    }
+    Ok(())
+}
+
+fn fsck(bin: &Path, data: &Path) -> Result<()> {
+    let out = Command::new(bin)
+        .args(["fsck", "--data"])
+        .arg(data)
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() || text.contains("wait for lazy repair") {
+        bail!("fsck after the crash:\n{text}");
+    }
+    Ok(())
+}
+
+/// The whole namespace as path -> type (touching every directory).
+fn walk(c: &Client) -> Result<Tree> {
+    let r = Cred::root();
+    let mut t = Tree::new();
+    let mut stack = vec![(ROOT_INO, String::new())];
+    while let Some((d, p)) = stack.pop() {
+        let mut cookie = 0;
+        loop {
+            let v = c.readdir(&r, Target::Ino(d), cookie, 4096)?;
+            let Some(last) = v.last() else { break };
+            cookie = last.cookie;
+            for e in v {
+                let cp = format!("{p}/{}", String::from_utf8_lossy(&e.name));
+                if e.kind == FileType::Directory {
+                    stack.push((e.ino, cp.clone()));
+                }
+                t.insert(cp, e.kind);
+            }
+        }
+    }
+    Ok(t)
+}
+
+/// One step of the point workload.
+#[derive(Clone, Debug)]
+enum W {
+    Mkdir(&'static str),
+    Create(&'static str),
+    Mknod(&'static str),
+    Symlink(&'static str),
+    Chmod(&'static str),
+    Xattr(&'static str),
+    Link(&'static str, &'static str),
+    Unlink(&'static str),
+    Rmdir(&'static str),
+    Rename(&'static str, &'static str, u32),
+    Bulk(&'static str, u64),
+}
+
+fn workload() -> Vec<W> {
+    use W::*;
+    vec![
+        Mkdir("/a"),
+        Mkdir("/b"),
+        Mkdir("/a/sub"),
+        Create("/a/f1"),
+        Create("/a/f2"),
+        Create("/a/f3"),
+        Mknod("/a/fifo"),
+        Symlink("/a/s"),
+        Chmod("/a/f1"),
+        Xattr("/a/f1"),
+        Link("/a/f1", "/b/l1"),
+        Unlink("/b/l1"),
+        Link("/a/f2", "/b/l2"),
+        Unlink("/a/f2"),
+        Rename("/a/f3", "/a/f3r", 0),
+        Rename("/a/f3r", "/b/f3m", 0),
+        Create("/b/t"),
+        Rename("/b/f3m", "/b/t", 0),
+        Rename("/a/f1", "/b/t", RENAME_EXCHANGE),
+        Rename("/a/sub", "/b/sub", 0),
+        Unlink("/a/fifo"),
+        Rmdir("/b/sub"),
+        Mkdir("/c"),
+        Bulk("/c", 20_000),
+    ]
+}
+
+fn kind_of(t: &Tree, p: &str) -> Option<FileType> {
+    t.get(p).copied()
+}
+
+/// Applies one step to the model.
+fn apply(t: &mut Tree, w: &W) {
+    match w {
+        W::Mkdir(p) => {
+            t.insert(p.to_string(), FileType::Directory);
+        }
+        W::Create(p) => {
+            t.insert(p.to_string(), FileType::Regular);
+        }
+        W::Mknod(p) => {
+            t.insert(p.to_string(), FileType::Fifo);
+        }
+        W::Symlink(p) => {
+            t.insert(p.to_string(), FileType::Symlink);
+        }
+        W::Chmod(_) | W::Xattr(_) | W::Bulk(..) => {}
+        W::Link(a, b) => {
+            if let Some(k) = kind_of(t, a) {
+                t.insert(b.to_string(), k);
+            }
+        }
+        W::Unlink(p) | W::Rmdir(p) => {
+            t.remove(*p);
+        }
+        W::Rename(a, b, flags) => {
+            let take = |t: &mut Tree, root: &str| -> Vec<(String, FileType)> {
+                let sub: Vec<String> = t
+                    .keys()
+                    .filter(|k| *k == root || k.starts_with(&format!("{root}/")))
+                    .cloned()
+                    .collect();
+                sub.into_iter()
+                    .map(|k| {
+                        let v = t.remove(&k).unwrap_or(FileType::Regular);
+                        (k, v)
+                    })
+                    .collect()
+            };
+            let from = take(t, a);
+            let to = take(t, b);
+            for (k, v) in from {
+                t.insert(format!("{b}{}", &k[a.len()..]), v);
+            }
+            if *flags == RENAME_EXCHANGE {
+                for (k, v) in to {
+                    t.insert(format!("{a}{}", &k[b.len()..]), v);
+                }
+            }
+        }
+    }
+}
+
+fn op_of(w: &W) -> Op {
+    let p = |s: &str| Loc::Path(s.as_bytes().to_vec());
+    let tp = |s: &str| Target::Path(s.as_bytes().to_vec());
+    match w {
+        W::Mkdir(s) => Op::Mkdir {
+            loc: p(s),
+            mode: 0o755,
+        },
+        W::Create(s) => Op::Create {
+            loc: p(s),
+            mode: 0o644,
+        },
+        W::Mknod(s) => Op::Mknod {
+            loc: p(s),
+            mode: 0o010644,
+            rdev: 0,
+        },
+        W::Symlink(s) => Op::Symlink {
+            loc: p(s),
+            target: b"f1".to_vec(),
+        },
+        W::Chmod(s) => Op::Setattr(
+            tp(s),
+            SetAttr {
+                mode: Some(0o600),
+                ..Default::default()
+            },
+        ),
+        W::Xattr(s) => Op::Setxattr {
+            target: tp(s),
+            name: b"user.k".to_vec(),
+            value: b"v".to_vec(),
+            flags: 0,
+        },
+        W::Link(a, b) => Op::Link {
+            from: Target::PathNoFollow(a.as_bytes().to_vec()),
+            to: p(b),
+        },
+        W::Unlink(s) => Op::Unlink(p(s)),
+        W::Rmdir(s) => Op::Rmdir(p(s)),
+        W::Rename(a, b, f) => Op::Rename {
+            from: p(a),
+            to: p(b),
+            flags: *f,
+        },
+        W::Bulk(..) => Op::Noop,
+    }
+}
+
+fn lost(e: &ClientError) -> bool {
+    matches!(
+        e,
+        ClientError::ConnectionLost | ClientError::Io(_) | ClientError::Timeout
+    )
+}
+
+/// Is `actual` the model with each path in `either` present (as in `with`)
+/// or absent, and every other path exactly as in `model`?
+fn matches_model(
+    actual: &Tree,
+    base: &Tree,
+    with: &Tree,
+    either: &BTreeSet<String>,
+) -> std::result::Result<(), String> {
+    let keys: BTreeSet<&String> = actual
+        .keys()
+        .chain(base.keys())
+        .chain(with.keys())
+        .collect();
+    for k in keys {
+        let (a, b, w) = (actual.get(k), base.get(k), with.get(k));
+        if either.contains(k) {
+            if a.is_some() && a != w && a != b {
+                return Err(format!("{k}: {a:?}, expected {b:?} or {w:?}"));
+            }
+        } else if a != b && a != w {
+            return Err(format!("{k}: {a:?}, expected {b:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// Runs the point workload against a server armed to crash at `point`.
+fn one_point(bin: &Path, dir: &Path, point: &str) -> Result<String> {
+    let data = dir.join(point.replace('.', "_"));
+    let _ = std::fs::remove_dir_all(&data);
+    let st = Command::new(bin)
+        .args(["mkfs", "--data"])
+        .arg(&data)
+        .stdout(Stdio::null())
+        .status()?;
+    if !st.success() {
+        bail!("mkfs failed");
+    }
+    let secret = std::fs::read_to_string(data.join("secret"))?;
+    let srv = start(bin, &data, Some(point), "127.0.0.1:0")?;
+    let c = Client::connect(&srv.addr, secret.trim().as_bytes())?;
+    let r = Cred::root();
+    let mut model = Tree::new();
+    let mut either_ops: Vec<W> = Vec::new();
+    let mut either_paths: BTreeSet<String> = BTreeSet::new();
+    let mut crashed = false;
+    let mut acked = 0u64;
+    'work: for w in workload() {
+        if let W::Bulk(d, n) = w {
+            let mut i = 0;
+            while i < n {
+                let names: Vec<String> = (i..(i + 256).min(n))
+                    .map(|k| format!("{d}/bulk-{k:06}"))
+                    .collect();
+                let ops: Vec<_> = names
+                    .iter()
+                    .map(|p| {
+                        (
+                            r.clone(),
+                            Op::Create {
+                                loc: path(p),
+                                mode: 0o644,
+                            },
+                        )
+                    })
+                    .collect();
+                match c.submit(&ops) {
+                    Ok(res) => {
+                        for (p, x) in names.iter().zip(res) {
+                            x.map_err(|e| anyhow::anyhow!("{p}: {e}"))?;
+                            model.insert(p.clone(), FileType::Regular);
+                            acked += 1;
+                        }
+                    }
+                    Err(e) if lost(&e) => {
+                        either_paths.extend(names);
+                        crashed = true;
+                        break 'work;
+                    }
+                    Err(e) => bail!("bulk create: {e}"),
+                }
+                i += 256;
+            }
+            continue;
+        }
+        match c.call(&r, op_of(&w)) {
+            Ok(_) => {
+                apply(&mut model, &w);
+                acked += 1;
+            }
+            Err(e) if lost(&e) => {
+                either_ops.push(w);
+                crashed = true;
+                break;
+            }
+            Err(e) => bail!("{w:?} failed before any crash: {e}"),
+        }
+    }
+    let mut child = srv.child;
+    if !crashed {
+        let _ = child.kill();
+        bail!("the workload never reached crash point {point}");
+    }
+    let status = child.wait()?;
+    use std::os::unix::process::ExitStatusExt;
+    if status.signal() != Some(6) {
+        bail!("server ended with {status}, not by the crash point's abort");
+    }
+    // Restart on the same pool.
+    let t0 = Instant::now();
+    let srv = start(bin, &data, None, "127.0.0.1:0")?;
+    let c = Client::connect(&srv.addr, secret.trim().as_bytes())?;
+    c.noop()?;
+    let restart = t0.elapsed();
+    if srv.restart_note.is_none() {
+        bail!("the restarted server did not notice the crash");
+    }
+    let actual = walk(&c)?;
+    let mut with = model.clone();
+    for w in &either_ops {
+        apply(&mut with, w);
+        // Everything the operation may have touched may go either way.
+        let touched: Vec<String> = with
+            .keys()
+            .chain(model.keys())
+            .filter(|k| model.get(*k) != with.get(*k))
+            .cloned()
+            .collect();
+        either_paths.extend(touched);
+    }
+    for p in either_paths.iter() {
+        with.entry(p.clone()).or_insert(FileType::Regular);
+    }
+    matches_model(&actual, &model, &with, &either_paths)
+        .map_err(|e| anyhow::anyhow!("after crash at {point}: {e}"))?;
+    // A second walk: everything repaired is stable.
+    if walk(&c)? != actual {
+        bail!("the namespace changed between two walks after the restart");
+    }
+    stop(srv)?;
+    fsck(bin, &data)?;
+    let _ = std::fs::remove_dir_all(&data);
+    Ok(format!(
+        "{acked} acknowledged, {} in flight; restart {:.1} ms",
+        either_paths.len().max(either_ops.len()),
+        restart.as_secs_f64() * 1e3
+    ))
+}
+
+/// One random-kill round: clients work, the server is SIGKILLed at a random
+/// moment, restarted, and checked.
+fn one_round(bin: &Path, data: &Path, secret: &str, round: u64, seed: u64) -> Result<String> {
+    let srv = start(bin, data, None, "127.0.0.1:0")?;
+    let addr = srv.addr.clone();
+    let base = {
+        let c = Client::connect(&addr, secret.as_bytes())?;
+        walk(&c)?
+    };
+    let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let threads = 3;
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (addr, secret) = (addr.clone(), secret.to_string());
+            let start_ino = next();
+            std::thread::spawn(move || -> Result<(Vec<(String, bool)>, Option<String>)> {
+                // Each thread creates and removes files in its own directory
+                // and in a shared one; returns (path, exists) for every
+                // acknowledged change, and the path of the one in flight.
+                let c = Client::connect(&addr, secret.as_bytes())?;
+                let r = Cred::root();
+                let own = format!("/r{round}-t{t}");
+                let _ = c.mkdir(&r, path("/shared"), 0o777);
+                c.mkdir(&r, path(&own), 0o755)?;
+                let mut log = vec![(own.clone(), true)];
+                let mut k = start_ino;
+                for i in 0.. {
+                    k = k.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    let dir = if k >> 60 < 4 {
+                        "/shared".to_string()
+                    } else {
+                        own.clone()
+                    };
+                    let p = format!("{dir}/t{t}-{}", i / 2);
+                    let res = if i % 2 == 0 || (k >> 33) % 3 == 0 {
+                        c.create(&r, path(&p), 0o644).map(|_| true)
+                    } else {
+                        c.unlink(&r, path(&p)).map(|_| false)
+                    };
+                    match res {
+                        Ok(exists) => log.push((p, exists)),
+                        Err(ClientError::Errno(17)) | Err(ClientError::Errno(2)) => {}
+                        Err(e) if lost(&e) => return Ok((log, Some(p))),
+                        Err(e) => bail!("{p}: {e}"),
+                    }
+                }
+                Ok((log, None))
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(30 + next() % 300));
+    let mut child = srv.child;
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut acked: BTreeMap<String, bool> = BTreeMap::new();
+    let mut inflight = BTreeSet::new();
+    let mut count = 0;
+    for h in handles {
+        let (log, fl) = h
+            .join()
+            .map_err(|_| anyhow::anyhow!("client thread panicked"))??;
+        count += log.len();
+        for (p, e) in log {
+            acked.insert(p, e);
+        }
+        inflight.extend(fl);
+    }
+    let srv = start(bin, data, None, "127.0.0.1:0")?;
+    let c = Client::connect(&srv.addr, secret.as_bytes())?;
+    let actual = walk(&c)?;
+    for (p, exists) in &acked {
+        if inflight.contains(p) {
+            continue;
+        }
+        if actual.contains_key(p) != *exists {
+            bail!(
+                "round {round}: acknowledged {} of {p} was lost",
+                if *exists { "create" } else { "unlink" }
+            );
+        }
+    }
+    for p in actual.keys() {
+        if !base.contains_key(p)
+            && !acked.contains_key(p)
+            && !inflight.contains(p)
+            && p != "/shared"
+        {
+            bail!("round {round}: {p} exists but was never acknowledged nor in flight");
+        }
+    }
+    stop(srv)?;
+    fsck(bin, data)?;
+    Ok(format!(
+        "{count} acknowledged changes, {} in flight",
+        inflight.len()
+    ))
+}
+
+pub fn main(args: Vec<OsString>) -> Result<()> {
+    use lexopt::prelude::*;
+    let mut p = lexopt::Parser::from_args(args);
+    let mut points: Vec<String> = Vec::new();
+    let mut rounds = 0u64;
+    let mut dir = std::env::temp_dir().join(format!("solofs-crash-{}", std::process::id()));
+    let mut seed = 1u64;
+    while let Some(a) = p.next()? {
+        match a {
+            Long("point") => points.push(p.value()?.parse()?),
+            Long("all-points") => points = solofs_meta::crash::points(),
+            Long("rounds") => rounds = p.value()?.parse()?,
+            Long("dir") => dir = p.value()?.into(),
+            Long("seed") => seed = p.value()?.parse()?,
+            Long("help") | Short('h') => {
+                println!("solofs crash-test [--all-points | --point NAME]... [--rounds N] [--seed S] [--dir DIR]");
+                return Ok(());
+            }
+            _ => return Err(a.unexpected().into()),
+        }
+    }
+    if points.is_empty() && rounds == 0 {
+        points = solofs_meta::crash::points();
+        rounds = 20;
+    }
+    let bin = std::env::current_exe()?;
+    std::fs::create_dir_all(&dir)?;
+    let mut failed = 0;
+    for pt in &points {
+        match one_point(&bin, &dir, pt) {
+            Ok(msg) => println!("ok   {pt}: {msg}"),
+            Err(e) => {
+                println!("FAIL {pt}: {e:#}");
+                failed += 1;
+            }
+        }
+    }
+    if rounds > 0 {
+        let data: PathBuf = dir.join("random");
+        let _ = std::fs::remove_dir_all(&data);
+        let st = Command::new(&bin)
+            .args(["mkfs", "--data"])
+            .arg(&data)
+            .stdout(Stdio::null())
+            .status()?;
+        if !st.success() {
+            bail!("mkfs failed");
+        }
+        let secret = std::fs::read_to_string(data.join("secret"))?
+            .trim()
+            .to_string();
+        for round in 0..rounds {
+            match one_round(&bin, &data, &secret, round, seed + round) {
+                Ok(msg) => println!("ok   round {round}: {msg}"),
+                Err(e) => {
+                    println!("FAIL round {round}: {e:#}");
+                    failed += 1;
+                }
+            }
+        }
+    }
+    let total = points.len() as u64 + rounds;
+    println!(
+        "crash-test: {} crash points, {rounds} random kills: {} passed, {failed} failed",
+        points.len(),
+        total - failed
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    if failed > 0 {
+        bail!("{failed} crash scenarios failed");
+    }
+    Ok(())
+}
