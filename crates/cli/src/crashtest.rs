@@ -18,6 +18,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 type Tree = BTreeMap<String, FileType>;
+/// A client thread's log: (path, exists after the change) per acknowledged
+/// change, and the path of the change in flight when the server died.
+type ThreadLog = (Vec<(String, bool)>, Option<String>);
 
 struct Proc {
     child: Child,
@@ -431,7 +434,7 @@ fn one_round(bin: &Path, data: &Path, secret: &str, round: u64, seed: u64) -> Re
         .map(|t| {
             let (addr, secret) = (addr.clone(), secret.to_string());
             let start_ino = next();
-            std::thread::spawn(move || -> Result<(Vec<(String, bool)>, Option<String>)> {
+            std::thread::spawn(move || -> Result<ThreadLog> {
                 // Each thread creates and removes files in its own directory
                 // and in a shared one; returns (path, exists) for every
                 // acknowledged change, and the path of the one in flight.
