@@ -524,25 +524,46 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
     let mut rounds = 0u64;
     let mut dir = std::env::temp_dir().join(format!("solofs-crash-{}", std::process::id()));
     let mut seed = 1u64;
+    let mut restart: Option<PathBuf> = None;
     while let Some(a) = p.next()? {
         match a {
+            Long("restart-time") => restart = Some(p.value()?.into()),
             Long("point") => points.push(p.value()?.parse()?),
             Long("all-points") => points = solofs_meta::crash::points(),
             Long("rounds") => rounds = p.value()?.parse()?,
             Long("dir") => dir = p.value()?.into(),
             Long("seed") => seed = p.value()?.parse()?,
             Long("help") | Short('h') => {
-                println!("solofs crash-test [--all-points | --point NAME]... [--rounds N] [--seed S] [--dir DIR]");
+                println!("solofs crash-test [--all-points | --point NAME]... [--rounds N] [--seed S] [--dir DIR]\n       solofs crash-test --restart-time DATA_DIR");
                 return Ok(());
             }
             _ => return Err(a.unexpected().into()),
         }
     }
+    let bin = std::env::current_exe()?;
+    if let Some(data) = restart {
+        // Time from starting the server to the first served request.
+        let secret = std::fs::read_to_string(data.join("secret"))?;
+        let t0 = Instant::now();
+        let srv = start(&bin, &data, None, "127.0.0.1:0")?;
+        let c = Client::connect(&srv.addr, secret.trim().as_bytes())?;
+        let a = c.lookup(&Cred::root(), solofs_client::at(ROOT_INO, b"d0"))?;
+        let first = t0.elapsed();
+        println!(
+            "restart to first served request: {:.1} ms ({}; d0 has {} entries)",
+            first.as_secs_f64() * 1e3,
+            srv.restart_note
+                .as_deref()
+                .unwrap_or("previous run stopped cleanly"),
+            a.size
+        );
+        stop(srv)?;
+        return Ok(());
+    }
     if points.is_empty() && rounds == 0 {
         points = solofs_meta::crash::points();
         rounds = 20;
     }
-    let bin = std::env::current_exe()?;
     std::fs::create_dir_all(&dir)?;
     let mut failed = 0;
     for pt in &points {
