@@ -35,6 +35,7 @@ OPTIONS:
     --server-metrics A  the server's metrics address: adds server CPU and
                         socket syscalls per request to each server phase
     --phases LIST       also: noop (server targets only)
+    --json FILE         also write every result (and latency percentiles) as JSON
     --batch N           also run a stat phase that hands the engine N names per
                         call (as the server does with a batch of requests)
     --open-files LIST   also time opening an engine pool holding N files, for
@@ -379,6 +380,7 @@ struct Opts {
     open_files: Vec<u64>,
     batch: usize,
     depth: usize,
+    json: Option<PathBuf>,
     secret: Option<PathBuf>,
     server_metrics: Option<String>,
 }
@@ -399,6 +401,7 @@ fn parse(args: Vec<OsString>) -> Result<Opts> {
         open_files: Vec::new(),
         batch: 1,
         depth: 1,
+        json: None,
         secret: None,
         server_metrics: None,
     };
@@ -431,6 +434,7 @@ fn parse(args: Vec<OsString>) -> Result<Opts> {
             Long("shards") => o.shards = p.value()?.parse()?,
             Long("batch") => o.batch = p.value()?.parse()?,
             Long("depth") => o.depth = p.value()?.parse::<usize>()?.max(1),
+            Long("json") => o.json = Some(p.value()?.into()),
             Long("secret-file") => o.secret = Some(p.value()?.into()),
             Long("server-metrics") => o.server_metrics = Some(p.value()?.parse()?),
             Long("open-files") => {
@@ -533,6 +537,23 @@ struct Row {
     phase: String,
     ops: u64,
     secs: f64,
+    /// Latency percentiles p50, p99, p99.9 in microseconds (sampled).
+    lat: Option<[f64; 3]>,
+}
+
+/// Latency samples (ns per operation) of the running phase: every 8th call
+/// to the target is timed, so timing costs the tool little.
+static SAMPLES: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+const SAMPLE_EVERY: u64 = 8;
+
+fn take_percentiles() -> Option<[f64; 3]> {
+    let mut v = std::mem::take(&mut *SAMPLES.lock().unwrap_or_else(|e| e.into_inner()));
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_unstable();
+    let at = |q: f64| v[((v.len() as f64 * q) as usize).min(v.len() - 1)] as f64 / 1e3;
+    Some([at(0.5), at(0.99), at(0.999)])
 }
 
 /// Runs `count` operations of `kind` in thread `th`'s directory, `depth`
@@ -549,15 +570,28 @@ fn run_items(
     th: usize,
 ) -> Result<u64> {
     let mut buf = Vec::with_capacity(depth);
+    let mut samples = Vec::new();
+    let mut calls = 0u64;
     for k in 0..count {
         let i = order.map(|s| s.at(k)).unwrap_or(k);
         buf.push(name(prefix, th, i));
         if buf.len() == depth || k + 1 == count {
-            t.batch(th, kind, dirs[th], &buf)?;
+            calls += 1;
+            if calls % SAMPLE_EVERY == 0 {
+                let t0 = Instant::now();
+                t.batch(th, kind, dirs[th], &buf)?;
+                samples.push((t0.elapsed().as_nanos() as u64).min(u32::MAX as u64) as u32);
+            } else {
+                t.batch(th, kind, dirs[th], &buf)?;
+            }
             buf.clear();
         }
     }
     t.finish(th)?;
+    SAMPLES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .extend(samples);
     Ok(count)
 }
 
@@ -654,6 +688,7 @@ fn run_one(
             phase: phase.to_string(),
             ops,
             secs,
+            lat: take_percentiles(),
         });
         eprintln!(
             "  {:<22} {:>2} thr {:<7} {:<8} {:>10.0} ops/s",
@@ -670,6 +705,7 @@ fn run_one(
     let server_side = o.server_metrics.as_ref().filter(|_| kind == "server");
     let sample = || server_side.and_then(|a| crate::serve::scrape(a).ok());
     let mut measure = |phase: &str, run: &dyn Fn() -> Result<(u64, f64)>| -> Result<()> {
+        SAMPLES.lock().unwrap_or_else(|e| e.into_inner()).clear();
         let a = sample();
         let (n, secs) = run()?;
         push(phase, n, secs);
@@ -906,8 +942,30 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
             }
         }
     }
+    println!("\nlatency per call in µs (every {SAMPLE_EVERY}th call timed; a call carries --depth requests)");
+    for (ti, l) in labels.iter().enumerate() {
+        for r in rows.iter().filter(|r| r.target == ti) {
+            if let Some([p50, p99, p999]) = r.lat {
+                println!(
+                    "  {:<24} {:<7} {:>2} thr {:<9} p50 {:>9.2}  p99 {:>9.2}  p99.9 {:>9.2}",
+                    truncate(l, 24),
+                    r.layout,
+                    r.threads,
+                    r.phase,
+                    p50,
+                    p99,
+                    p999
+                );
+            }
+        }
+    }
     for x in &extra {
         println!("{x}");
+    }
+    if let Some(path) = &o.json {
+        std::fs::write(path, json(&o, &labels, &rows, &extra))
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
     }
     let engine_dir = o
         .targets
@@ -926,6 +984,52 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The run as JSON (hand-written: no serialization dependency).
+fn json(o: &Opts, labels: &[String], rows: &[Row], extra: &[String]) -> String {
+    let q = |s: &str| format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""));
+    let mut out = String::from("{\n");
+    out.push_str(&format!(
+        "  \"files\": {}, \"depth\": {}, \"threads\": {:?}, \"layouts\": [{}],\n",
+        o.files,
+        o.depth,
+        o.threads,
+        o.layouts
+            .iter()
+            .map(|l| q(l))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    out.push_str(&format!(
+        "  \"targets\": [{}],\n",
+        labels.iter().map(|l| q(l)).collect::<Vec<_>>().join(", ")
+    ));
+    out.push_str("  \"results\": [\n");
+    let items: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let lat = match r.lat {
+                Some([a, b, c]) => format!(", \"p50_us\": {a:.3}, \"p99_us\": {b:.3}, \"p999_us\": {c:.3}"),
+                None => String::new(),
+            };
+            format!(
+                "    {{\"target\": {}, \"layout\": {}, \"threads\": {}, \"phase\": {}, \"ops\": {}, \"seconds\": {:.6}, \"ops_per_sec\": {:.1}{lat}}}",
+                q(&labels[r.target]),
+                q(&r.layout),
+                r.threads,
+                q(&r.phase),
+                r.ops,
+                r.secs,
+                r.ops as f64 / r.secs
+            )
+        })
+        .collect();
+    out.push_str(&items.join(",\n"));
+    out.push_str("\n  ],\n  \"notes\": [");
+    out.push_str(&extra.iter().map(|x| q(x)).collect::<Vec<_>>().join(", "));
+    out.push_str("]\n}\n");
+    out
 }
 
 fn truncate(s: &str, n: usize) -> String {
