@@ -35,6 +35,11 @@ OPTIONS:
     --server-metrics A  the server's metrics address: adds server CPU and
                         socket syscalls per request to each server phase
     --phases LIST       also: noop (server targets only)
+    --name-len N        file name length, 16..=255 (default 16)
+    --prefix-every K    K consecutive names share their first N-16 bytes
+                        (HMFS §5.8 naming pattern; default 1: no sharing)
+    --stat-order O      random (default) or create (creation order)
+    --iterations N      run everything N times; the table shows medians
     --json FILE         also write every result (and latency percentiles) as JSON
     --batch N           also run a stat phase that hands the engine N names per
                         call (as the server does with a batch of requests)
@@ -57,7 +62,7 @@ enum Kind {
 trait Target: Sync {
     /// Runs one kind of operation on several names. Targets that can have
     /// requests in flight (the server) send them together; others loop.
-    fn batch(&self, _th: usize, kind: Kind, dir: u64, names: &[[u8; 16]]) -> Result<()> {
+    fn batch(&self, _th: usize, kind: Kind, dir: u64, names: &[Name]) -> Result<()> {
         for n in names {
             match kind {
                 Kind::Noop => {}
@@ -86,7 +91,7 @@ trait Target: Sync {
     fn stat(&self, dir: u64, name: &[u8]) -> Result<()>;
     /// Stats many names in one call (the engine overlaps their cache misses;
     /// system calls cannot, so path targets stat one by one).
-    fn stat_batch(&self, dir: u64, names: &[[u8; 16]]) -> Result<()> {
+    fn stat_batch(&self, dir: u64, names: &[Name]) -> Result<()> {
         for n in names {
             self.stat(dir, n)?;
         }
@@ -127,7 +132,7 @@ impl Target for EngineTarget {
         self.e.lookup(&self.cred, d, n)?;
         Ok(())
     }
-    fn stat_batch(&self, d: u64, names: &[[u8; 16]]) -> Result<()> {
+    fn stat_batch(&self, d: u64, names: &[Name]) -> Result<()> {
         let reqs: Vec<(u64, &[u8])> = names.iter().map(|n| (d, &n[..])).collect();
         for r in self.e.lookup_batch(&self.cred, &reqs) {
             r?;
@@ -203,7 +208,7 @@ impl Target for ServerTarget {
     fn label(&self) -> String {
         format!("server {}", self.addr)
     }
-    fn batch(&self, th: usize, kind: Kind, dir: u64, names: &[[u8; 16]]) -> Result<()> {
+    fn batch(&self, th: usize, kind: Kind, dir: u64, names: &[Name]) -> Result<()> {
         let c = &self.cs[th % self.cs.len()];
         if names.len() == 1 {
             c.call(&self.cred, Self::op(kind, dir, &names[0]))?;
@@ -383,6 +388,10 @@ struct Opts {
     json: Option<PathBuf>,
     secret: Option<PathBuf>,
     server_metrics: Option<String>,
+    name_len: usize,
+    prefix_every: u64,
+    stat_order: String,
+    iterations: usize,
 }
 
 fn parse(args: Vec<OsString>) -> Result<Opts> {
@@ -404,6 +413,10 @@ fn parse(args: Vec<OsString>) -> Result<Opts> {
         json: None,
         secret: None,
         server_metrics: None,
+        name_len: 16,
+        prefix_every: 1,
+        stat_order: "random".into(),
+        iterations: 1,
     };
     let list = |v: OsString| -> Result<Vec<String>> {
         Ok(v.into_string()
@@ -435,6 +448,10 @@ fn parse(args: Vec<OsString>) -> Result<Opts> {
             Long("batch") => o.batch = p.value()?.parse()?,
             Long("depth") => o.depth = p.value()?.parse::<usize>()?.max(1),
             Long("json") => o.json = Some(p.value()?.into()),
+            Long("name-len") => o.name_len = p.value()?.parse()?,
+            Long("prefix-every") => o.prefix_every = p.value()?.parse()?,
+            Long("stat-order") => o.stat_order = p.value()?.parse()?,
+            Long("iterations") => o.iterations = p.value()?.parse::<usize>()?.max(1),
             Long("secret-file") => o.secret = Some(p.value()?.into()),
             Long("server-metrics") => o.server_metrics = Some(p.value()?.parse()?),
             Long("open-files") => {
@@ -450,6 +467,13 @@ fn parse(args: Vec<OsString>) -> Result<Opts> {
             _ => return Err(a.unexpected().into()),
         }
     }
+    if !(16..=255).contains(&o.name_len) {
+        bail!("--name-len is 16..=255");
+    }
+    if o.stat_order != "random" && o.stat_order != "create" {
+        bail!("--stat-order is random or create");
+    }
+    let _ = NAMING.set((o.name_len, o.prefix_every));
     if o.targets.is_empty() {
         o.targets
             .push(("engine".into(), "/dev/shm/solofs-bench".into()));
@@ -518,13 +542,46 @@ fn make_target(
 
 /// A 16-byte name for item `i` of thread `t` (the footprint target is
 /// stated for 16-byte names).
-fn name(prefix: u8, t: usize, i: u64) -> [u8; 16] {
-    let mut n = [b'0'; 16];
-    n[0] = prefix;
-    n[1] = b"0123456789abcdef"[t % 16];
+/// A file name of up to 255 bytes, built without allocating.
+#[derive(Clone, Copy)]
+struct Name {
+    b: [u8; 255],
+    len: u8,
+}
+
+impl std::ops::Deref for Name {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.b[..self.len as usize]
+    }
+}
+
+/// Name length and how many consecutive items share a prefix (HMFS §5.8).
+static NAMING: std::sync::OnceLock<(usize, u64)> = std::sync::OnceLock::new();
+
+/// The name of item `i` of thread `t`: a unique 16-byte tail (`prefix`,
+/// thread, 14 digits), after `--name-len - 16` bytes that the
+/// `--prefix-every` consecutive items of a group share.
+fn name(prefix: u8, t: usize, i: u64) -> Name {
+    let (len, every) = *NAMING.get().unwrap_or(&(16, 1));
+    let mut n = Name {
+        b: [b'0'; 255],
+        len: len as u8,
+    };
+    let head = len - 16;
+    let mut g = (i / every.max(1)).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ t as u64;
+    for k in 0..head {
+        if k % 12 == 0 {
+            g = g.rotate_left(17).wrapping_mul(0xD6E8_FEB8_6659_FD93) | 1;
+        }
+        n.b[k] = b"abcdefghijklmnopqrstuvwxyz012345"[((g >> (5 * (k % 12))) & 31) as usize];
+    }
+    let tail = &mut n.b[head..head + 16];
+    tail[0] = prefix;
+    tail[1] = b"0123456789abcdef"[t % 16];
     let mut v = i;
     for k in (2..16).rev() {
-        n[k] = b'0' + (v % 10) as u8;
+        tail[k] = b'0' + (v % 10) as u8;
         v /= 10;
     }
     n
@@ -639,8 +696,15 @@ impl Shuffle {
         }
         Shuffle { n, step }
     }
+    /// Creation order.
+    fn identity() -> Shuffle {
+        Shuffle { n: 0, step: 1 }
+    }
     #[inline]
     fn at(&self, k: u64) -> u64 {
+        if self.n == 0 {
+            return k;
+        }
         (k.wrapping_mul(self.step) + 7) % self.n
     }
 }
@@ -742,17 +806,22 @@ fn run_one(
         })?;
         if let (Some(a), Some(b)) = (before, t.used_bytes()) {
             footprint = Some(format!(
-                "{} {} thr {}: pool bytes per file {:.1} ({} files, 16-byte names)",
+                "{} {} thr {}: pool bytes per file {:.1} ({} files, {}-byte names)",
                 t.label(),
                 threads,
                 layout,
                 (b - a) as f64 / o.files as f64,
-                per * threads as u64
+                per * threads as u64,
+                o.name_len
             ));
         }
     }
     if want("stat") {
-        let order = Shuffle::new(per);
+        let order = if o.stat_order == "create" {
+            Shuffle::identity()
+        } else {
+            Shuffle::new(per)
+        };
         measure("stat", &|| {
             timed(threads, &|th| {
                 run_items(t, &dirs, depth, Kind::Stat, b'f', per, Some(&order), th)
@@ -873,10 +942,15 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
         o.layouts,
         o.phases.join(",")
     );
-    for &threads in &o.threads {
-        for layout in &o.layouts {
-            for ti in 0..o.targets.len() {
-                run_one(&o, ti, threads, layout, &mut rows, &mut extra)?;
+    for it in 0..o.iterations {
+        if o.iterations > 1 {
+            eprintln!("iteration {}/{}", it + 1, o.iterations);
+        }
+        for &threads in &o.threads {
+            for layout in &o.layouts {
+                for ti in 0..o.targets.len() {
+                    run_one(&o, ti, threads, layout, &mut rows, &mut extra)?;
+                }
             }
         }
     }
@@ -893,7 +967,14 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
     for l in labels.iter().skip(1) {
         print!(" {:>12}", format!("first/{}", truncate(l, 5)));
     }
-    println!("   (ops/s)");
+    println!(
+        "   (ops/s{})",
+        if o.iterations > 1 {
+            format!(", median of {} iterations", o.iterations)
+        } else {
+            String::new()
+        }
+    );
     let mut keys: Vec<(usize, String, String)> = Vec::new();
     for r in &rows {
         let k = (r.threads, r.layout.clone(), r.phase.clone());
@@ -902,12 +983,17 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
         }
     }
     for (thr, layout, phase) in keys {
+        // The median over iterations.
         let rate = |ti: usize| {
-            rows.iter()
-                .find(|r| {
+            let mut v: Vec<f64> = rows
+                .iter()
+                .filter(|r| {
                     r.target == ti && r.threads == thr && r.layout == layout && r.phase == phase
                 })
                 .map(|r| r.ops as f64 / r.secs)
+                .collect();
+            v.sort_by(|a, b| a.total_cmp(b));
+            v.get(v.len() / 2).copied()
         };
         print!("{:<7} {:<4} {:<8}", layout, thr, phase);
         for ti in 0..labels.len() {
