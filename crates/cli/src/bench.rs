@@ -40,6 +40,9 @@ OPTIONS:
                         (HMFS §5.8 naming pattern; default 1: no sharing)
     --stat-order O      random (default) or create (creation order)
     --iterations N      run everything N times; the table shows medians
+    --mix NAME          also run a production operation mix (HMFS Table 5):
+                        baidu, alibaba or spotify, --files operations per run
+                        over 64 directories x 64 files per thread
     --json FILE         also write every result (and latency percentiles) as JSON
     --batch N           also run a stat phase that hands the engine N names per
                         call (as the server does with a batch of requests)
@@ -101,6 +104,8 @@ trait Target: Sync {
     fn unlink(&self, dir: u64, name: &[u8]) -> Result<()>;
     fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()>;
     fn readdir(&self, dir: u64) -> Result<u64>;
+    /// Attributes of a directory itself.
+    fn stat_dir(&self, dir: u64) -> Result<()>;
     /// Bytes of metadata storage in use (engine pools), if meaningful.
     fn used_bytes(&self) -> Option<u64>;
 }
@@ -158,6 +163,10 @@ impl Target for EngineTarget {
             n += batch.len() as u64;
         }
         Ok(n)
+    }
+    fn stat_dir(&self, d: u64) -> Result<()> {
+        self.e.getattr(d)?;
+        Ok(())
     }
     fn used_bytes(&self) -> Option<u64> {
         self.e.statfs().ok().map(|s| s.used_bytes)
@@ -295,6 +304,10 @@ impl Target for ServerTarget {
         }
         Ok(n)
     }
+    fn stat_dir(&self, d: u64) -> Result<()> {
+        self.c.getattr(&self.cred, solofs_client::Target::Ino(d))?;
+        Ok(())
+    }
     fn used_bytes(&self) -> Option<u64> {
         self.c.statfs().ok().map(|s| s.used_bytes)
     }
@@ -369,6 +382,10 @@ impl Target for PathTarget {
         let p = PathBuf::from(format!("/proc/self/fd/{}", self.fd(d).as_raw_fd()));
         Ok(std::fs::read_dir(&p)?.count() as u64)
     }
+    fn stat_dir(&self, d: u64) -> Result<()> {
+        rustix::fs::fstat(self.fd(d))?;
+        Ok(())
+    }
     fn used_bytes(&self) -> Option<u64> {
         None
     }
@@ -392,6 +409,7 @@ struct Opts {
     prefix_every: u64,
     stat_order: String,
     iterations: usize,
+    mix: Option<String>,
 }
 
 fn parse(args: Vec<OsString>) -> Result<Opts> {
@@ -417,6 +435,7 @@ fn parse(args: Vec<OsString>) -> Result<Opts> {
         prefix_every: 1,
         stat_order: "random".into(),
         iterations: 1,
+        mix: None,
     };
     let list = |v: OsString| -> Result<Vec<String>> {
         Ok(v.into_string()
@@ -452,6 +471,13 @@ fn parse(args: Vec<OsString>) -> Result<Opts> {
             Long("prefix-every") => o.prefix_every = p.value()?.parse()?,
             Long("stat-order") => o.stat_order = p.value()?.parse()?,
             Long("iterations") => o.iterations = p.value()?.parse::<usize>()?.max(1),
+            Long("mix") => {
+                let m: String = p.value()?.parse()?;
+                if mix_weights(&m).is_none() {
+                    bail!("--mix is baidu, alibaba or spotify");
+                }
+                o.mix = Some(m);
+            }
             Long("secret-file") => o.secret = Some(p.value()?.into()),
             Long("server-metrics") => o.server_metrics = Some(p.value()?.parse()?),
             Long("open-files") => {
@@ -542,6 +568,79 @@ fn make_target(
 
 /// A 16-byte name for item `i` of thread `t` (the footprint target is
 /// stated for 16-byte names).
+/// Operation ratios of production workloads (HMFS Table 5), in percent:
+/// stat, statdir, create, delete, mkdir, rmdir, rename, list, others
+/// ("others" runs as stat).
+fn mix_weights(name: &str) -> Option<[f64; 9]> {
+    Some(match name {
+        "baidu" => [93.05, 0.0, 1.44, 1.14, 0.08, 0.04, 0.12, 0.92, 3.21],
+        "alibaba" => [64.95, 0.28, 9.58, 11.88, 0.01, 0.0, 9.29, 3.92, 0.09],
+        "spotify" => [81.91, 3.96, 2.70, 0.75, 0.02, 0.0, 1.30, 9.01, 0.35],
+        _ => return None,
+    })
+}
+
+/// One thread's share of a mix: its directories and their live entries.
+fn run_mix(t: &dyn Target, w: &[f64; 9], dirs: &[u64], count: u64, th: usize) -> Result<u64> {
+    let mut live: Vec<Vec<u64>> = (0..dirs.len()).map(|_| (0..64).collect()).collect();
+    let mut subdirs: Vec<(usize, u64)> = Vec::new();
+    let mut next = 1_000_000u64;
+    let total: f64 = w.iter().sum();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ th as u64;
+    let mut rnd = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for _ in 0..count {
+        let mut pick = (rnd() % 1_000_000) as f64 / 1_000_000.0 * total;
+        let mut op = 0;
+        while op < 8 && pick >= w[op] {
+            pick -= w[op];
+            op += 1;
+        }
+        let d = (rnd() % dirs.len() as u64) as usize;
+        match op {
+            1 => t.stat_dir(dirs[d])?,
+            2 => {
+                t.create(dirs[d], &name(b'm', th, next))?;
+                live[d].push(next);
+                next += 1;
+            }
+            3 if !live[d].is_empty() => {
+                let k = (rnd() % live[d].len() as u64) as usize;
+                let id = live[d].swap_remove(k);
+                t.unlink(dirs[d], &name(b'm', th, id))?;
+            }
+            4 => {
+                t.mkdir(dirs[d], &name(b's', th, next))?;
+                subdirs.push((d, next));
+                next += 1;
+            }
+            5 if !subdirs.is_empty() => {
+                let (sd, id) = subdirs.swap_remove((rnd() % subdirs.len() as u64) as usize);
+                t.rmdir(dirs[sd], &name(b's', th, id))?;
+            }
+            6 if !live[d].is_empty() => {
+                let k = (rnd() % live[d].len() as u64) as usize;
+                t.rename(dirs[d], &name(b'm', th, live[d][k]), &name(b'm', th, next))?;
+                live[d][k] = next;
+                next += 1;
+            }
+            7 => {
+                t.readdir(dirs[d])?;
+            }
+            _ if !live[d].is_empty() => {
+                let k = (rnd() % live[d].len() as u64) as usize;
+                t.stat(dirs[d], &name(b'm', th, live[d][k]))?;
+            }
+            _ => t.stat_dir(dirs[d])?,
+        }
+    }
+    Ok(count)
+}
+
 /// A file name of up to 255 bytes, built without allocating.
 #[derive(Clone, Copy)]
 struct Name {
@@ -886,6 +985,44 @@ fn run_one(
         })?;
     }
     extra.extend(footprint);
+    if let Some(m) = &o.mix {
+        let w = mix_weights(m).context("mix")?;
+        let names: Vec<String> = (0..threads)
+            .flat_map(|th| (0..64).map(move |k| format!("mix{th}-{k}")))
+            .collect();
+        let mut tg2 = make_target(
+            kind,
+            &tdir.join("mix"),
+            o,
+            &format!("mix-t{threads}-{layout}"),
+            threads,
+        )?;
+        let handles = tg2.setup_dirs(&names)?;
+        let t2 = &*tg2;
+        for (i, &h) in handles.iter().enumerate() {
+            for f in 0..64 {
+                t2.create(h, &name(b'm', i / 64, f))?;
+            }
+        }
+        let per_dirs: Vec<Vec<u64>> = handles.chunks(64).map(|c| c.to_vec()).collect();
+        let (n, secs) = timed(threads, &|th| run_mix(t2, &w, &per_dirs[th], per, th))?;
+        rows.push(Row {
+            target: ti,
+            threads,
+            layout: layout.to_string(),
+            phase: format!("mix-{m}"),
+            ops: n,
+            secs,
+            lat: None,
+        });
+        eprintln!(
+            "  {:<22} {:>2} thr {:<7} mix-{m} {:>10.0} ops/s",
+            t2.label(),
+            threads,
+            layout,
+            n as f64 / secs
+        );
+    }
     drop(tg);
     if kind != "server" {
         let _ = std::fs::remove_dir_all(&tdir);
