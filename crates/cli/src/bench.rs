@@ -27,7 +27,8 @@ OPTIONS:
     --threads LIST      thread counts, e.g. 1,2 (default 1,2)
     --layout LIST       private (a directory per thread) and/or shared (one
                         directory for all threads) (default private,shared)
-    --phases LIST       create,stat,readdir,rename,unlink,mkdir,rmdir (default all)
+    --phases LIST       create,stat,readdir,rename,rename-across,unlink,mkdir,
+                        dirstat,rmdir (default all)
     --shards N          shards of the engine pool (default 4)
     --depth N           requests in flight per client thread (server targets
                         send N requests per frame); default 1
@@ -40,6 +41,8 @@ OPTIONS:
                         (HMFS §5.8 naming pattern; default 1: no sharing)
     --stat-order O      random (default) or create (creation order)
     --iterations N      run everything N times; the table shows medians
+    --overhead          also time a hand-written loop of engine creates and
+                        stats (same names and order) to show the tool's cost
     --mix NAME          also run a production operation mix (HMFS Table 5):
                         baidu, alibaba or spotify, --files operations per run
                         over 64 directories x 64 files per thread
@@ -101,6 +104,8 @@ trait Target: Sync {
         Ok(())
     }
     fn rename(&self, dir: u64, from: &[u8], to: &[u8]) -> Result<()>;
+    /// Rename into another directory.
+    fn rename_across(&self, from_dir: u64, from: &[u8], to_dir: u64, to: &[u8]) -> Result<()>;
     fn unlink(&self, dir: u64, name: &[u8]) -> Result<()>;
     fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()>;
     fn readdir(&self, dir: u64) -> Result<u64>;
@@ -167,6 +172,9 @@ impl Target for EngineTarget {
     fn stat_dir(&self, d: u64) -> Result<()> {
         self.e.getattr(d)?;
         Ok(())
+    }
+    fn rename_across(&self, d1: u64, a: &[u8], d2: u64, b: &[u8]) -> Result<()> {
+        Ok(self.e.rename(&self.cred, d1, a, d2, b, 0)?)
     }
     fn used_bytes(&self) -> Option<u64> {
         self.e.statfs().ok().map(|s| s.used_bytes)
@@ -308,6 +316,10 @@ impl Target for ServerTarget {
         self.c.getattr(&self.cred, solofs_client::Target::Ino(d))?;
         Ok(())
     }
+    fn rename_across(&self, d1: u64, a: &[u8], d2: u64, b: &[u8]) -> Result<()> {
+        use solofs_client::at;
+        Ok(self.c.rename(&self.cred, at(d1, a), at(d2, b), 0)?)
+    }
     fn used_bytes(&self) -> Option<u64> {
         self.c.statfs().ok().map(|s| s.used_bytes)
     }
@@ -386,6 +398,9 @@ impl Target for PathTarget {
         rustix::fs::fstat(self.fd(d))?;
         Ok(())
     }
+    fn rename_across(&self, d1: u64, a: &[u8], d2: u64, b: &[u8]) -> Result<()> {
+        Ok(rustix::fs::renameat(self.fd(d1), a, self.fd(d2), b)?)
+    }
     fn used_bytes(&self) -> Option<u64> {
         None
     }
@@ -410,6 +425,7 @@ struct Opts {
     stat_order: String,
     iterations: usize,
     mix: Option<String>,
+    overhead: bool,
 }
 
 fn parse(args: Vec<OsString>) -> Result<Opts> {
@@ -420,7 +436,7 @@ fn parse(args: Vec<OsString>) -> Result<Opts> {
         files: 1_000_000,
         threads: vec![1, 2],
         layouts: vec!["private".into(), "shared".into()],
-        phases: "noop,create,stat,readdir,rename,unlink,mkdir,rmdir"
+        phases: "noop,create,stat,readdir,rename,rename-across,unlink,mkdir,dirstat,rmdir"
             .split(',')
             .map(String::from)
             .collect(),
@@ -436,6 +452,7 @@ fn parse(args: Vec<OsString>) -> Result<Opts> {
         stat_order: "random".into(),
         iterations: 1,
         mix: None,
+        overhead: false,
     };
     let list = |v: OsString| -> Result<Vec<String>> {
         Ok(v.into_string()
@@ -471,6 +488,7 @@ fn parse(args: Vec<OsString>) -> Result<Opts> {
             Long("prefix-every") => o.prefix_every = p.value()?.parse()?,
             Long("stat-order") => o.stat_order = p.value()?.parse()?,
             Long("iterations") => o.iterations = p.value()?.parse::<usize>()?.max(1),
+            Long("overhead") => o.overhead = true,
             Long("mix") => {
                 let m: String = p.value()?.parse()?;
                 if mix_weights(&m).is_none() {
@@ -700,6 +718,8 @@ struct Row {
 /// Latency samples (ns per operation) of the running phase: every 8th call
 /// to the target is timed, so timing costs the tool little.
 static SAMPLES: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+/// Operations done in the running phase (threads add every 4096).
+static PROGRESS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 const SAMPLE_EVERY: u64 = 8;
 
 fn take_percentiles() -> Option<[f64; 3]> {
@@ -742,6 +762,9 @@ fn run_items(
             }
             buf.clear();
         }
+        if k % 4096 == 4095 {
+            PROGRESS.fetch_add(4096, std::sync::atomic::Ordering::Relaxed);
+        }
     }
     t.finish(th)?;
     SAMPLES
@@ -753,7 +776,10 @@ fn run_items(
 
 /// Runs `f(thread)` on `n` threads started together; returns wall seconds.
 fn timed(n: usize, f: &(dyn Fn(usize) -> Result<u64> + Sync)) -> Result<(u64, f64)> {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
     let bar = Barrier::new(n + 1);
+    let done = AtomicBool::new(false);
+    PROGRESS.store(0, Relaxed);
     let (ops, secs) = std::thread::scope(|s| {
         let hs: Vec<_> = (0..n)
             .map(|t| {
@@ -766,11 +792,38 @@ fn timed(n: usize, f: &(dyn Fn(usize) -> Result<u64> + Sync)) -> Result<(u64, f6
             .collect();
         bar.wait();
         let t0 = Instant::now();
+        // A progress line on long phases, when stderr is a terminal.
+        let monitor = {
+            use std::io::IsTerminal;
+            let done = &done;
+            std::io::stderr().is_terminal().then(|| {
+                s.spawn(move || {
+                    let mut shown = false;
+                    while !done.load(Relaxed) {
+                        std::thread::sleep(Duration::from_millis(250));
+                        let el = t0.elapsed().as_secs_f64();
+                        if el > 2.0 {
+                            let n = PROGRESS.load(Relaxed);
+                            eprint!("\r    … {n} operations, {:.0}/s, {el:.0} s ", n as f64 / el);
+                            shown = true;
+                        }
+                    }
+                    if shown {
+                        eprint!("\r{:60}\r", "");
+                    }
+                })
+            })
+        };
         let r: Vec<Result<u64>> = hs
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|_| bail!("thread panicked")))
             .collect();
-        (r, t0.elapsed().as_secs_f64())
+        let secs = t0.elapsed().as_secs_f64();
+        done.store(true, Relaxed);
+        if let Some(m) = monitor {
+            let _ = m.join();
+        }
+        (r, secs)
     });
     let mut total = 0;
     for r in ops {
@@ -841,6 +894,15 @@ fn run_one(
                 .map(|i| format!("private{i}"))
                 .collect::<Vec<_>>(),
         )?
+    };
+    let across: Vec<u64> = if o.phases.iter().any(|p| p == "rename-across") {
+        tg.setup_dirs(
+            &(0..threads)
+                .map(|i| format!("across{i}"))
+                .collect::<Vec<_>>(),
+        )?
+    } else {
+        Vec::new()
     };
     let t = &*tg;
     let mut push = |phase: &str, ops: u64, secs: f64| {
@@ -961,11 +1023,30 @@ fn run_one(
         })?;
         renamed = true;
     }
+    let mut moved = false;
+    if want("rename-across") {
+        let from = if renamed { b'r' } else { b'f' };
+        measure("rename-across", &|| {
+            timed(threads, &|th| {
+                for i in 0..per {
+                    t.rename_across(dirs[th], &name(from, th, i), across[th], &name(b'x', th, i))?;
+                }
+                Ok(per)
+            })
+        })?;
+        moved = true;
+    }
     if want("unlink") {
-        let p = if renamed { b'r' } else { b'f' };
+        let (udirs, p) = if moved {
+            (&across, b'x')
+        } else if renamed {
+            (&dirs, b'r')
+        } else {
+            (&dirs, b'f')
+        };
         measure("unlink", &|| {
             timed(threads, &|th| {
-                run_items(t, &dirs, depth, Kind::Unlink, p, per, None, th)
+                run_items(t, udirs, depth, Kind::Unlink, p, per, None, th)
             })
         })?;
     }
@@ -974,6 +1055,14 @@ fn run_one(
         measure("mkdir", &|| {
             timed(threads, &|th| {
                 run_items(t, &dirs, depth, Kind::Mkdir, b'd', dper, None, th)
+            })
+        })?;
+    }
+    if want("dirstat") && want("mkdir") {
+        let order = Shuffle::new(dper);
+        measure("dirstat", &|| {
+            timed(threads, &|th| {
+                run_items(t, &dirs, depth, Kind::Stat, b'd', dper, Some(&order), th)
             })
         })?;
     }
@@ -1030,6 +1119,36 @@ fn run_one(
     Ok(())
 }
 
+/// The same creates and random-order stats as the tool's engine phases, as
+/// a bare loop: the baseline for the tool's own overhead.
+fn hand_loop(dir: &Path, n: u64, shards: u32) -> Result<(f64, f64)> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir)?;
+    let e = Engine::format(
+        &dir.join("hand.pool"),
+        &Config {
+            shards,
+            ..Config::default()
+        },
+    )?;
+    let r = Cred::root();
+    let d = e.mkdir(&r, ROOT_INO, b"private0", 0o755)?.ino;
+    let t0 = Instant::now();
+    for i in 0..n {
+        e.create(&r, d, &name(b'f', 0, i), 0o644)?;
+    }
+    let create = n as f64 / t0.elapsed().as_secs_f64();
+    let order = Shuffle::new(n);
+    let t0 = Instant::now();
+    for k in 0..n {
+        e.lookup(&r, d, &name(b'f', 0, order.at(k)))?;
+    }
+    let stat = n as f64 / t0.elapsed().as_secs_f64();
+    drop(e);
+    let _ = std::fs::remove_dir_all(dir);
+    Ok((create, stat))
+}
+
 /// Times opening an engine pool that holds `n` files (built first).
 fn open_time(dir: &Path, n: u64, shards: u32) -> Result<(Duration, Duration)> {
     let _ = std::fs::remove_dir_all(dir);
@@ -1079,6 +1198,15 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
         o.layouts,
         o.phases.join(",")
     );
+    if o.overhead {
+        if let Some((_, d)) = o.targets.iter().find(|(k, _)| k == "engine") {
+            let (c, st) = hand_loop(&d.join("overhead"), o.files, o.shards)?;
+            extra.push(format!(
+                "hand-written engine loop, 1 thread, {} files: create {c:.0}/s, stat {st:.0}/s (compare with the tool's engine rows)",
+                o.files
+            ));
+        }
+    }
     for it in 0..o.iterations {
         if o.iterations > 1 {
             eprintln!("iteration {}/{}", it + 1, o.iterations);
@@ -1097,7 +1225,7 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
         .map(|(k, d)| format!("{k}:{}", d.display()))
         .collect();
     println!();
-    print!("{:<7} {:<4} {:<8}", "layout", "thr", "phase");
+    print!("{:<7} {:<4} {:<13}", "layout", "thr", "phase");
     for l in &labels {
         print!(" {:>14}", truncate(l, 14));
     }
@@ -1132,7 +1260,7 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
             v.sort_by(|a, b| a.total_cmp(b));
             v.get(v.len() / 2).copied()
         };
-        print!("{:<7} {:<4} {:<8}", layout, thr, phase);
+        print!("{:<7} {:<4} {:<13}", layout, thr, phase);
         for ti in 0..labels.len() {
             match rate(ti) {
                 Some(v) => print!(" {:>14.0}", v),
