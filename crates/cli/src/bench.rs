@@ -46,6 +46,8 @@ OPTIONS:
     --mix NAME          also run a production operation mix (HMFS Table 5):
                         baidu, alibaba or spotify, --files operations per run
                         over 64 directories x 64 files per thread
+    --plot FILE.png     also draw ops/s and p50 latency per phase and target
+                        (for the first thread count and layout)
     --json FILE         also write every result (and latency percentiles) as JSON
     --batch N           also run a stat phase that hands the engine N names per
                         call (as the server does with a batch of requests)
@@ -426,6 +428,7 @@ struct Opts {
     iterations: usize,
     mix: Option<String>,
     overhead: bool,
+    plot: Option<PathBuf>,
 }
 
 fn parse(args: Vec<OsString>) -> Result<Opts> {
@@ -453,6 +456,7 @@ fn parse(args: Vec<OsString>) -> Result<Opts> {
         iterations: 1,
         mix: None,
         overhead: false,
+        plot: None,
     };
     let list = |v: OsString| -> Result<Vec<String>> {
         Ok(v.into_string()
@@ -489,6 +493,7 @@ fn parse(args: Vec<OsString>) -> Result<Opts> {
             Long("stat-order") => o.stat_order = p.value()?.parse()?,
             Long("iterations") => o.iterations = p.value()?.parse::<usize>()?.max(1),
             Long("overhead") => o.overhead = true,
+            Long("plot") => o.plot = Some(p.value()?.into()),
             Long("mix") => {
                 let m: String = p.value()?.parse()?;
                 if mix_weights(&m).is_none() {
@@ -1312,6 +1317,45 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
     }
     for x in &extra {
         println!("{x}");
+    }
+    if let Some(path) = &o.plot {
+        let (thr, layout) = (o.threads[0], o.layouts[0].clone());
+        let mut phases: Vec<String> = Vec::new();
+        for r in rows
+            .iter()
+            .filter(|r| r.threads == thr && r.layout == layout)
+        {
+            if !phases.contains(&r.phase) {
+                phases.push(r.phase.clone());
+            }
+        }
+        let groups: Vec<crate::plot::Group> = phases
+            .iter()
+            .map(|ph| crate::plot::Group {
+                phase: ph.clone(),
+                values: (0..labels.len())
+                    .map(|ti| {
+                        let r = rows.iter().find(|r| {
+                            r.target == ti
+                                && r.threads == thr
+                                && r.layout == layout
+                                && &r.phase == ph
+                        });
+                        (
+                            r.map(|r| r.ops as f64 / r.secs),
+                            r.and_then(|r| r.lat.map(|l| l[0])),
+                        )
+                    })
+                    .collect(),
+            })
+            .collect();
+        let title = format!(
+            "solofs bench: {} files, {thr} thread(s), {layout} directories, depth {}",
+            o.files, o.depth
+        );
+        std::fs::write(path, crate::plot::render(&title, &labels, &groups))
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
     }
     if let Some(path) = &o.json {
         std::fs::write(path, json(&o, &labels, &rows, &extra))

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 mod bench;
 mod crashtest;
+mod plot;
 mod serve;
 
 const USAGE: &str = "\
