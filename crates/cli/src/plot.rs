@@ -2,10 +2,13 @@
 //! phase and target, drawn into an RGB bitmap and written as PNG with no
 //! dependency (stored deflate blocks, CRC-32, Adler-32).
 
+/// One target's values in a group: (ops/s, p50 µs).
+pub type Pair = (Option<f64>, Option<f64>);
+
 /// One bar group: a phase, and per target (ops/s, p50 µs).
 pub struct Group {
     pub phase: String,
-    pub values: Vec<(Option<f64>, Option<f64>)>,
+    pub values: Vec<Pair>,
 }
 
 const W: usize = 1000;
@@ -122,7 +125,7 @@ fn panel(
     height: usize,
     title: &str,
     groups: &[Group],
-    get: &dyn Fn(&(Option<f64>, Option<f64>)) -> Option<f64>,
+    get: &dyn Fn(&Pair) -> Option<f64>,
 ) {
     let vals: Vec<f64> = groups
         .iter()
