@@ -138,16 +138,7 @@ fn mutated_frames_never_crash_anything() {
     assert!(srv.alive());
     good.lookup(&Cred::root(), at(ROOT_INO, b".")).unwrap();
     assert!(srv.stop().success());
-    let out = std::process::Command::new(common::BIN)
-        .args(["fsck", "--data"])
-        .arg(&s.path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    common::assert_fsck_clean(&s.path);
 }
 
 fn handshake(addr: &str, secret: &[u8]) -> std::net::TcpStream {

@@ -28,14 +28,5 @@ fn reconnects_after_a_crash_and_restart() {
     assert_eq!(c.lookup(&r, at(d.ino, b"f99")).unwrap().nlink, 1);
     c.create(&r, at(d.ino, b"after"), 0o644).unwrap();
     assert!(srv.stop().success());
-    let out = std::process::Command::new(common::BIN)
-        .args(["fsck", "--data"])
-        .arg(&s.path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    common::assert_fsck_clean(&s.path);
 }

@@ -147,14 +147,5 @@ fn random_operations_match_the_engine() {
     assert!(c.statfs().unwrap().pool_bytes > 0);
     let st = srv.stop();
     assert!(st.success(), "server exit {st:?}");
-    let out = std::process::Command::new(common::BIN)
-        .args(["fsck", "--data"])
-        .arg(&s.path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    common::assert_fsck_clean(&s.path);
 }

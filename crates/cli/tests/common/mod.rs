@@ -142,3 +142,17 @@ impl Rng {
         self.next() % n
     }
 }
+
+/// Runs `solofs fsck --data DIR` and fails the test unless it is clean.
+pub fn assert_fsck_clean(data: &Path) {
+    let out = Command::new(BIN)
+        .args(["fsck", "--data"])
+        .arg(data)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

@@ -132,6 +132,21 @@ pub(crate) fn dead(kind: u8, epoch: u32) -> u64 {
     state(kind, S_DEAD, epoch)
 }
 
+/// Journal ops that mark `obj` (of `kind`) dead and free it.
+pub(crate) fn kill(obj: u64, kind: u8, epoch: u32) -> [Op; 2] {
+    [
+        Op::Set {
+            obj,
+            field: 0,
+            val: dead(kind, epoch),
+        },
+        Op::Free {
+            obj,
+            dead: dead(kind, epoch),
+        },
+    ]
+}
+
 impl Engine {
     pub(crate) fn journal(&self, ctx: &Ctx) -> Journal {
         Journal {

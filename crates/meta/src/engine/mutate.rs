@@ -11,7 +11,7 @@
 //! leaves a state that lazy repair recognises from status, epoch and times.
 
 use super::ctx::Ctx;
-use super::journal::{dead, Op};
+use super::journal::{dead, kill, Op};
 use super::{attr::pad8, check_name, is_dot, Engine, Obj};
 use crate::error::{Error, Result};
 use crate::hash;
@@ -541,15 +541,7 @@ impl Engine {
         ];
         let x = self.pool.ld(f + F_XATTR)?;
         if x != 0 {
-            ops.push(Op::Set {
-                obj: x,
-                field: 0,
-                val: dead(K_XATTR, self.epoch),
-            });
-            ops.push(Op::Free {
-                obj: x,
-                dead: dead(K_XATTR, self.epoch),
-            });
+            ops.extend(kill(x, K_XATTR, self.epoch));
         }
         Ok(ops)
     }

@@ -13,7 +13,7 @@
 
 use super::attr::pad8;
 use super::ctx::Ctx;
-use super::journal::{dead, Journal, Op};
+use super::journal::{dead, kill, Journal, Op};
 use super::{check_name, is_dot, Engine, Obj};
 use crate::error::{Error, Result};
 use crate::hash;
@@ -343,15 +343,7 @@ impl Engine {
                 ops.push(Op::DestroyList(content));
                 let x = self.pool.ld(content + C_XATTR)?;
                 if x != 0 {
-                    ops.push(Op::Set {
-                        obj: x,
-                        field: 0,
-                        val: dead(K_XATTR, self.epoch),
-                    });
-                    ops.push(Op::Free {
-                        obj: x,
-                        dead: dead(K_XATTR, self.epoch),
-                    });
+                    ops.extend(kill(x, K_XATTR, self.epoch));
                 }
                 ops.push(Op::Free {
                     obj: content,
