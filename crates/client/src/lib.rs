@@ -113,6 +113,16 @@ struct Conn {
     dead: Arc<AtomicBool>,
 }
 
+impl Drop for Conn {
+    /// The reader thread holds a clone of the socket: shut it down so the
+    /// server sees the client go (and the reader thread ends).
+    fn drop(&mut self) {
+        if let Ok(o) = self.out.lock() {
+            let _ = o.stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
 struct Out {
     stream: TcpStream,
     queued: Vec<u8>,
