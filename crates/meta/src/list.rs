@@ -33,13 +33,28 @@ fn capacity(depth: u64) -> u64 {
     PAGE_SLOTS.saturating_mul(NODE_FANOUT.saturating_pow(depth as u32))
 }
 
+/// Deepest radix tree (56 × 512^6 positions).
+const MAX_LIST_DEPTH: u64 = 6;
+
 fn split_root(w: u64) -> (u64, u64) {
     (w & !15, w & 15)
 }
 
+/// The root word at `root`, with its depth checked (a corrupt depth would
+/// otherwise overflow the position arithmetic).
+fn read_root(pool: &Pool, root: u64) -> Result<(u64, u64)> {
+    let (node, depth) = split_root(pool.ld(root)?);
+    if depth > MAX_LIST_DEPTH {
+        return Err(Error::Corrupt(format!(
+            "directory list at {root:#x} claims depth {depth}"
+        )));
+    }
+    Ok((node, depth))
+}
+
 /// Offset of the slot word for `pos`, or None if its page does not exist.
 pub fn slot(pool: &Pool, root: u64, pos: u64) -> Result<Option<u64>> {
-    let (mut node, depth) = split_root(pool.ld(root)?);
+    let (mut node, depth) = read_root(pool, root)?;
     if node == 0 || pos >= capacity(depth) {
         return Ok(None);
     }
@@ -95,7 +110,7 @@ fn install<M: Mem>(m: &mut M, at: u64, child: u64) -> Result<u64> {
 pub fn slot_mut<M: Mem>(m: &mut M, root: u64, pos: u64) -> Result<u64> {
     loop {
         let rw = m.pool().ld(root)?;
-        let (node, depth) = split_root(rw);
+        let (node, depth) = read_root(m.pool(), root)?;
         if node == 0 {
             let p = new_page(m)?;
             let w = m.pool().u64(root)?;
@@ -109,7 +124,7 @@ pub fn slot_mut<M: Mem>(m: &mut M, root: u64, pos: u64) -> Result<u64> {
             continue;
         }
         if pos >= capacity(depth) {
-            if depth >= 6 {
+            if depth >= MAX_LIST_DEPTH {
                 return Err(Error::NoSpace);
             }
             let n = new_node(m)?;
@@ -184,7 +199,7 @@ pub fn skip<M: Mem>(m: &mut M, root: u64, pos: u64) -> Result<()> {
 }
 
 fn unlink_page<M: Mem>(m: &mut M, root: u64, leaf: u64, page: u64) -> Result<()> {
-    let (node, depth) = split_root(m.pool().ld(root)?);
+    let (node, depth) = read_root(m.pool(), root)?;
     if depth == 0 {
         return Ok(()); // keep a lone root page
     }
@@ -218,7 +233,7 @@ pub fn scan(
     end: u64,
     f: &mut dyn FnMut(u64, u64) -> Result<bool>,
 ) -> Result<()> {
-    let (node, depth) = split_root(pool.ld(root)?);
+    let (node, depth) = read_root(pool, root)?;
     if node == 0 {
         return Ok(());
     }
@@ -276,7 +291,7 @@ pub fn for_each_node(
         }
         f(n, depth == 0)
     }
-    let (node, depth) = split_root(pool.ld(root)?);
+    let (node, depth) = read_root(pool, root)?;
     if node == 0 {
         return Ok(());
     }
