@@ -2,9 +2,8 @@
 //!
 //! A data directory holds the pool (`meta.pool`) and the volume secret
 //! (`secret`, created by `solofs mkfs --data DIR`). Settings come from, in
-//! increasing priority: defaults, a config file (`--config FILE`, a flat TOML
-//! subset: `key = "string" | integer | true/false`), `SOLOFS_*` environment
-//! variables, and flags.
+//! increasing priority: defaults, a TOML config file (`--config FILE`, keys
+//! as in [`FileConfig`]), `SOLOFS_*` environment variables, and flags.
 
 use anyhow::{bail, Context, Result};
 use solofs_meta::Engine;
@@ -52,33 +51,48 @@ pub fn read_secret(data: &Path) -> Result<Vec<u8>> {
     Ok(s.trim().as_bytes().to_vec())
 }
 
-/// Parses a flat TOML subset: `key = "str" | 123 | true | false`, `#` comments.
-pub fn parse_toml(text: &str) -> Result<HashMap<String, String>> {
-    let mut m = HashMap::new();
-    for (i, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.is_empty() || line.starts_with('[') {
-            continue;
-        }
-        let (k, v) = line
-            .split_once('=')
-            .with_context(|| format!("config line {}: expected key = value", i + 1))?;
-        let v = v.trim();
-        let v = if let Some(s) = v.strip_prefix('"') {
-            s.strip_suffix('"')
-                .with_context(|| format!("config line {}: unterminated string", i + 1))?
-                .to_string()
-        } else if v == "true" || v == "false" || v.parse::<i64>().is_ok() {
-            v.to_string()
-        } else {
-            bail!(
-                "config line {}: value must be a \"string\", an integer or true/false",
-                i + 1
-            );
+/// The config file (`--config FILE`): TOML with these top-level keys.
+#[derive(serde::Deserialize, Default, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    data: Option<String>,
+    listen: Option<String>,
+    workers: Option<usize>,
+    metrics: Option<String>,
+    root_squash: Option<bool>,
+    idle_timeout_secs: Option<u64>,
+    max_connections: Option<usize>,
+}
+
+/// Parses a config file.
+pub fn parse_config(text: &str) -> Result<FileConfig> {
+    basic_toml::from_str(text).map_err(|e| anyhow::anyhow!("config file: {e}"))
+}
+
+impl FileConfig {
+    /// The settings it makes, as (key, value) in the env/flag spelling.
+    fn pairs(&self) -> Vec<(&'static str, String)> {
+        let mut v = Vec::new();
+        let mut put = |k, x: Option<String>| {
+            if let Some(x) = x {
+                v.push((k, x));
+            }
         };
-        m.insert(k.trim().to_string(), v);
+        put("data", self.data.clone());
+        put("listen", self.listen.clone());
+        put("workers", self.workers.map(|x| x.to_string()));
+        put("metrics", self.metrics.clone());
+        put("root_squash", self.root_squash.map(|x| x.to_string()));
+        put(
+            "idle_timeout_secs",
+            self.idle_timeout_secs.map(|x| x.to_string()),
+        );
+        put(
+            "max_connections",
+            self.max_connections.map(|x| x.to_string()),
+        );
+        v
     }
-    Ok(m)
 }
 
 struct Settings {
@@ -142,8 +156,11 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
     if let Some(c) = &config {
         let text =
             std::fs::read_to_string(c).with_context(|| format!("reading {}", c.display()))?;
-        for (k, v) in parse_toml(&text)? {
-            apply(&mut s, &k, &v)?;
+        for (k, v) in parse_config(&text)
+            .with_context(|| c.display().to_string())?
+            .pairs()
+        {
+            apply(&mut s, k, &v)?;
         }
     }
     for k in KEYS {
@@ -291,16 +308,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn toml_subset() {
-        let m = parse_toml(
-            "# c\nlisten = \"127.0.0.1:9\" # x\nworkers = 3\nroot_squash = true\n[ignored]\n",
-        )
-        .unwrap();
-        assert_eq!(m["listen"], "127.0.0.1:9");
-        assert_eq!(m["workers"], "3");
-        assert_eq!(m["root_squash"], "true");
-        assert!(parse_toml("listen = \"open").is_err());
-        assert!(parse_toml("listen = bare").is_err());
-        assert!(parse_toml("novalue").is_err());
+    fn config_file() {
+        let c =
+            parse_config("# c\nlisten = \"127.0.0.1:9\" # x\nworkers = 3\nroot_squash = true\n")
+                .unwrap();
+        assert_eq!(c.listen.as_deref(), Some("127.0.0.1:9"));
+        assert_eq!(c.workers, Some(3));
+        assert_eq!(c.root_squash, Some(true));
+        assert!(c.pairs().contains(&("workers", "3".to_string())));
+        // Unknown keys and wrong types are errors that say what is wrong.
+        let e = parse_config("lisen = \"x\"").unwrap_err().to_string();
+        assert!(e.contains("lisen"), "{e}");
+        assert!(parse_config("workers = \"many\"").is_err());
+        assert!(parse_config("listen = \"open").is_err());
     }
 }

@@ -44,3 +44,52 @@ fn connection_limit_and_idle_timeout() {
     Client::connect(&srv.addr, &secret).unwrap().noop().unwrap();
     assert!(srv.stop().success());
 }
+
+#[test]
+fn settings_from_a_config_file_and_the_environment() {
+    use std::io::BufRead;
+    let s = Scratch::new("config");
+    let cfg = s.path.join("solofs.toml");
+    std::fs::write(
+        &cfg,
+        format!("# all settings for this server\ndata = \"{}\"\nlisten = \"127.0.0.1:0\"\nmax_connections = 1\n", s.path.display()),
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(common::BIN)
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .env("SOLOFS_WORKERS", "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let addr = lines
+        .by_ref()
+        .map_while(|l| l.ok())
+        .find_map(|l| l.strip_prefix("listening on ").map(String::from))
+        .expect("the server reported no address");
+    let secret = s.secret();
+    let first = Client::connect(&addr, &secret).unwrap();
+    first.noop().unwrap();
+    assert!(
+        matches!(
+            Client::connect(&addr, &secret),
+            Err(ClientError::Refused(_))
+        ),
+        "max_connections from the file"
+    );
+    drop(first);
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    assert!(child.wait().unwrap().success());
+    // An unknown key is refused with its name.
+    std::fs::write(&cfg, "lisen = \"x\"\n").unwrap();
+    let out = std::process::Command::new(common::BIN)
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("lisen"));
+}
