@@ -727,6 +727,22 @@ static SAMPLES: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
 static PROGRESS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 const SAMPLE_EVERY: u64 = 8;
 
+/// Runs the `k`-th operation of a loop, timing every `SAMPLE_EVERY`th.
+fn sampled(k: u64, samples: &mut Vec<u32>, f: impl FnOnce() -> Result<()>) -> Result<()> {
+    if k % SAMPLE_EVERY != SAMPLE_EVERY - 1 {
+        return f();
+    }
+    let t0 = Instant::now();
+    f()?;
+    samples.push((t0.elapsed().as_nanos() as u64).min(u32::MAX as u64) as u32);
+    Ok(())
+}
+
+/// Hands a thread's samples to the phase.
+fn keep_samples(v: Vec<u32>) {
+    SAMPLES.lock().unwrap_or_else(|e| e.into_inner()).extend(v);
+}
+
 fn take_percentiles() -> Option<[f64; 3]> {
     let mut v = std::mem::take(&mut *SAMPLES.lock().unwrap_or_else(|e| e.into_inner()));
     if v.is_empty() {
@@ -1020,9 +1036,13 @@ fn run_one(
     if want("rename") {
         measure("rename", &|| {
             timed(threads, &|th| {
+                let mut v = Vec::new();
                 for i in 0..per {
-                    t.rename(dirs[th], &name(b'f', th, i), &name(b'r', th, i))?;
+                    sampled(i, &mut v, || {
+                        t.rename(dirs[th], &name(b'f', th, i), &name(b'r', th, i))
+                    })?;
                 }
+                keep_samples(v);
                 Ok(per)
             })
         })?;
@@ -1033,9 +1053,18 @@ fn run_one(
         let from = if renamed { b'r' } else { b'f' };
         measure("rename-across", &|| {
             timed(threads, &|th| {
+                let mut v = Vec::new();
                 for i in 0..per {
-                    t.rename_across(dirs[th], &name(from, th, i), across[th], &name(b'x', th, i))?;
+                    sampled(i, &mut v, || {
+                        t.rename_across(
+                            dirs[th],
+                            &name(from, th, i),
+                            across[th],
+                            &name(b'x', th, i),
+                        )
+                    })?;
                 }
+                keep_samples(v);
                 Ok(per)
             })
         })?;
@@ -1303,7 +1332,7 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
         for r in rows.iter().filter(|r| r.target == ti) {
             if let Some([p50, p99, p999]) = r.lat {
                 println!(
-                    "  {:<24} {:<7} {:>2} thr {:<9} p50 {:>9.2}  p99 {:>9.2}  p99.9 {:>9.2}",
+                    "  {:<24} {:<7} {:>2} thr {:<13} p50 {:>9.2}  p99 {:>9.2}  p99.9 {:>9.2}",
                     truncate(l, 24),
                     r.layout,
                     r.threads,
