@@ -60,6 +60,18 @@ fn start(bin: &Path, data: &Path, crash: Option<&str>, listen: &str) -> Result<P
     })
 }
 
+fn mkfs(bin: &Path, data: &Path) -> Result<()> {
+    let st = Command::new(bin)
+        .args(["mkfs", "--data"])
+        .arg(data)
+        .stdout(Stdio::null())
+        .status()?;
+    if !st.success() {
+        bail!("mkfs failed");
+    }
+    Ok(())
+}
+
 fn stop(mut p: Proc) -> Result<()> {
     let _ = Command::new("kill")
         .args(["-TERM", &p.child.id().to_string()])
@@ -294,14 +306,7 @@ fn matches_model(
 fn one_point(bin: &Path, dir: &Path, point: &str) -> Result<String> {
     let data = dir.join(point.replace('.', "_"));
     let _ = std::fs::remove_dir_all(&data);
-    let st = Command::new(bin)
-        .args(["mkfs", "--data"])
-        .arg(&data)
-        .stdout(Stdio::null())
-        .status()?;
-    if !st.success() {
-        bail!("mkfs failed");
-    }
+    mkfs(bin, &data)?;
     let secret = std::fs::read_to_string(data.join("secret"))?;
     let srv = start(bin, &data, Some(point), "127.0.0.1:0")?;
     let c = Client::connect(&srv.addr, secret.trim().as_bytes())?;
@@ -578,14 +583,7 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
     if rounds > 0 {
         let data: PathBuf = dir.join("random");
         let _ = std::fs::remove_dir_all(&data);
-        let st = Command::new(&bin)
-            .args(["mkfs", "--data"])
-            .arg(&data)
-            .stdout(Stdio::null())
-            .status()?;
-        if !st.success() {
-            bail!("mkfs failed");
-        }
+        mkfs(&bin, &data)?;
         let secret = std::fs::read_to_string(data.join("secret"))?
             .trim()
             .to_string();

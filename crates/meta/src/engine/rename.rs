@@ -305,15 +305,7 @@ impl Engine {
             field: 0,
             val: state(kind, S_NORMAL, self.epoch),
         });
-        ops.push(Op::Set {
-            obj: old,
-            field: 0,
-            val: dead(kind, self.epoch),
-        });
-        ops.push(Op::Free {
-            obj: old,
-            dead: dead(kind, self.epoch),
-        });
+        ops.extend(kill(old, kind, self.epoch));
         Ok(())
     }
 
@@ -351,15 +343,7 @@ impl Engine {
                 });
             }
         }
-        ops.push(Op::Set {
-            obj: t.entry,
-            field: 0,
-            val: dead(kind, self.epoch),
-        });
-        ops.push(Op::Free {
-            obj: t.entry,
-            dead: dead(kind, self.epoch),
-        });
+        ops.extend(kill(t.entry, kind, self.epoch));
         Ok(())
     }
 

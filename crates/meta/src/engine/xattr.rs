@@ -3,7 +3,7 @@
 //! replaces copy-on-write; the blob pointer, the inode's ctime and the free of
 //! the old blob commit together in one journal record.
 
-use super::journal::{dead, Op};
+use super::journal::{kill, Op};
 use super::{Engine, Obj};
 use crate::error::{Error, Result};
 use crate::hash;
@@ -249,15 +249,7 @@ impl Engine {
                 Obj::Link(_) => {}
             }
             if old != 0 {
-                ops.push(Op::Set {
-                    obj: old,
-                    field: 0,
-                    val: dead(K_XATTR, self.epoch),
-                });
-                ops.push(Op::Free {
-                    obj: old,
-                    dead: dead(K_XATTR, self.epoch),
-                });
+                ops.extend(kill(old, K_XATTR, self.epoch));
             }
             self.j_commit(ctx, j, ops, "xattr")
         })
