@@ -5,7 +5,10 @@
 //! scan); the namespace holds every acknowledged operation, and each
 //! unacknowledged one is either fully there or fully absent; every directory
 //! is touched (so lazy repair runs); the server stops cleanly and fsck finds
-//! nothing wrong and nothing left pending.
+//! nothing wrong and nothing left pending. Data blocks (the point workload
+//! writes, truncates and removes files through the block store) are neither
+//! lost (every acknowledged file reads back) nor leaked (once the deleter
+//! has drained the to-free queue, no block lies outside a live file).
 
 use anyhow::{bail, Context, Result};
 use solofs_client::{path, Client, ClientError, Loc, Op, Target};
@@ -30,8 +33,17 @@ struct Proc {
 
 fn start(bin: &Path, data: &Path, crash: Option<&str>, listen: &str) -> Result<Proc> {
     let mut cmd = Command::new(bin);
-    cmd.args(["serve", "--workers", "2", "--listen", listen, "--data"])
-        .arg(data);
+    cmd.args([
+        "serve",
+        "--workers",
+        "2",
+        "--free-grace-ms",
+        "0",
+        "--listen",
+        listen,
+        "--data",
+    ])
+    .arg(data);
     cmd.stdout(Stdio::piped()).stderr(Stdio::null());
     match crash {
         Some(p) => cmd.env("SOLOFS_CRASH_POINT", p),
@@ -62,7 +74,7 @@ fn start(bin: &Path, data: &Path, crash: Option<&str>, listen: &str) -> Result<P
 
 fn mkfs(bin: &Path, data: &Path) -> Result<()> {
     let st = Command::new(bin)
-        .args(["mkfs", "--data"])
+        .args(["mkfs", "--block-size", &DATA_BLOCK.to_string(), "--data"])
         .arg(data)
         .stdout(Stdio::null())
         .status()?;
@@ -132,6 +144,94 @@ enum W {
     Rmdir(&'static str),
     Rename(&'static str, &'static str, u32),
     Bulk(&'static str, u64),
+    /// Store `size` bytes (pattern `seed`) and commit the size.
+    Data(&'static str, u64, u8),
+    Truncate(&'static str, u64),
+}
+
+/// Block size of crash-test volumes (small: many blocks, fast).
+const DATA_BLOCK: u64 = 64 << 10;
+
+/// Byte `off` of a file written with pattern `seed`.
+fn pattern(seed: u8, off: u64) -> u8 {
+    seed ^ (off % 251) as u8
+}
+
+/// Path -> (size, pattern) of every file holding data.
+type DataModel = BTreeMap<String, (u64, u8)>;
+
+fn write_data(
+    c: &Client,
+    store: &solofs_data::BlockStore,
+    p: &str,
+    size: u64,
+    seed: u8,
+) -> Result<(), ClientError> {
+    let r = Cred::root();
+    let a = c.lookup(&r, path(p))?;
+    let bs = store.block_size();
+    for b in 0..size.div_ceil(bs) {
+        let len = bs.min(size - b * bs);
+        let d: Vec<u8> = (0..len).map(|i| pattern(seed, b * bs + i)).collect();
+        store
+            .put(a.ino, b, d.into())
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+    }
+    c.write_commit(&r, a.ino, size, 1)?;
+    Ok(())
+}
+
+/// Every acknowledged file reads back, and (after the deleter drains) no
+/// block lies outside a live file.
+fn check_data(
+    c: &Client,
+    store: &solofs_data::BlockStore,
+    model: &DataModel,
+    unsure: &BTreeSet<String>,
+) -> Result<()> {
+    let r = Cred::root();
+    let bs = store.block_size();
+    for (p, &(size, seed)) in model {
+        if unsure.contains(p) {
+            continue;
+        }
+        let a = c
+            .lookup(&r, path(p))
+            .with_context(|| format!("data file {p}"))?;
+        if a.size != size {
+            bail!("{p}: size {} after the crash, {size} acknowledged", a.size);
+        }
+        for b in 0..size.div_ceil(bs) {
+            let d = store
+                .get(a.ino, b)?
+                .with_context(|| format!("{p}: block {b} lost"))?;
+            let want = bs.min(size - b * bs);
+            if (d.len() as u64) < want
+                || (0..want).any(|i| d[i as usize] != pattern(seed, b * bs + i))
+            {
+                bail!("{p}: block {b} has the wrong bytes");
+            }
+        }
+    }
+    let t0 = Instant::now();
+    loop {
+        let mut extra = 0;
+        for (ino, blocks) in store.all_blocks()? {
+            let first = match c.getattr(&r, Target::Ino(ino)) {
+                Ok(a) => a.size.div_ceil(bs),
+                Err(ClientError::Errno(2)) => 0,
+                Err(e) => return Err(e.into()),
+            };
+            extra += blocks.iter().filter(|&&b| b >= first).count();
+        }
+        if extra == 0 {
+            return Ok(());
+        }
+        if t0.elapsed() > Duration::from_secs(10) {
+            bail!("{extra} data blocks outside any live file 10 s after the restart (leaked)");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn workload() -> Vec<W> {
@@ -159,6 +259,19 @@ fn workload() -> Vec<W> {
         Rename("/a/sub", "/b/sub", 0),
         Unlink("/a/fifo"),
         Rmdir("/b/sub"),
+        Create("/a/d1"),
+        Data("/a/d1", 300_000, 1),
+        Truncate("/a/d1", 70_000),
+        Create("/a/d2"),
+        Data("/a/d2", 200_000, 2),
+        Unlink("/a/d2"),
+        Create("/b/d3"),
+        Data("/b/d3", 100_000, 3),
+        Create("/b/d4"),
+        Data("/b/d4", 150_000, 4),
+        Rename("/b/d3", "/b/d4", 0),
+        Create("/a/d5"),
+        Data("/a/d5", 500_000, 5),
         Mkdir("/c"),
         Bulk("/c", 20_000),
     ]
@@ -183,7 +296,7 @@ fn apply(t: &mut Tree, w: &W) {
         W::Symlink(p) => {
             t.insert(p.to_string(), FileType::Symlink);
         }
-        W::Chmod(_) | W::Xattr(_) | W::Bulk(..) => {}
+        W::Chmod(_) | W::Xattr(_) | W::Bulk(..) | W::Data(..) | W::Truncate(..) => {}
         W::Link(a, b) => {
             if let Some(k) = kind_of(t, a) {
                 t.insert(b.to_string(), k);
@@ -217,6 +330,48 @@ fn apply(t: &mut Tree, w: &W) {
                 }
             }
         }
+    }
+}
+
+/// Applies one acknowledged step to the data model.
+fn apply_data(m: &mut DataModel, w: &W) {
+    match w {
+        W::Data(p, size, seed) => {
+            m.insert(p.to_string(), (*size, *seed));
+        }
+        W::Truncate(p, size) => {
+            if let Some(e) = m.get_mut(*p) {
+                e.0 = e.0.min(*size);
+            }
+        }
+        W::Unlink(p) => {
+            m.remove(*p);
+        }
+        W::Rename(a, b, 0) => {
+            m.remove(*b);
+            if let Some(e) = m.remove(*a) {
+                m.insert(b.to_string(), e);
+            }
+        }
+        W::Rename(a, b, _) => {
+            let (x, y) = (m.remove(*a), m.remove(*b));
+            if let Some(x) = x {
+                m.insert(b.to_string(), x);
+            }
+            if let Some(y) = y {
+                m.insert(a.to_string(), y);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Paths whose data a step touches.
+fn data_paths(w: &W) -> Vec<String> {
+    match w {
+        W::Data(p, ..) | W::Truncate(p, _) | W::Unlink(p) => vec![p.to_string()],
+        W::Rename(a, b, _) => vec![a.to_string(), b.to_string()],
+        _ => Vec::new(),
     }
 }
 
@@ -265,7 +420,14 @@ fn op_of(w: &W) -> Op {
             to: p(b),
             flags: *f,
         },
-        W::Bulk(..) => Op::Noop,
+        W::Bulk(..) | W::Data(..) => Op::Noop,
+        W::Truncate(s, size) => Op::Setattr(
+            tp(s),
+            SetAttr {
+                size: Some(*size),
+                ..Default::default()
+            },
+        ),
     }
 }
 
@@ -310,6 +472,8 @@ fn one_point(bin: &Path, dir: &Path, point: &str) -> Result<String> {
     let secret = std::fs::read_to_string(data.join("secret"))?;
     let srv = start(bin, &data, Some(point), "127.0.0.1:0")?;
     let c = Client::connect(&srv.addr, secret.trim().as_bytes())?;
+    let store = solofs_fuse::block_store(&c)?;
+    let mut data_model = DataModel::new();
     let r = Cred::root();
     let mut model = Tree::new();
     let mut either_ops: Vec<W> = Vec::new();
@@ -354,12 +518,18 @@ fn one_point(bin: &Path, dir: &Path, point: &str) -> Result<String> {
             }
             continue;
         }
-        match c.call(&r, op_of(&w)) {
-            Ok(_) => {
+        let res = match w {
+            W::Data(p, size, seed) => write_data(&c, &store, p, size, seed).map(|_| ()),
+            _ => c.call(&r, op_of(&w)).map(|_| ()),
+        };
+        match res {
+            Ok(()) => {
                 apply(&mut model, &w);
+                apply_data(&mut data_model, &w);
                 acked += 1;
             }
             Err(e) if lost(&e) => {
+                either_paths.extend(data_paths(&w));
                 either_ops.push(w);
                 crashed = true;
                 break;
@@ -408,6 +578,8 @@ fn one_point(bin: &Path, dir: &Path, point: &str) -> Result<String> {
     if walk(&c)? != actual {
         bail!("the namespace changed between two walks after the restart");
     }
+    check_data(&c, &store, &data_model, &either_paths)
+        .map_err(|e| anyhow::anyhow!("after crash at {point}: {e}"))?;
     stop(srv)?;
     fsck(bin, &data)?;
     let _ = std::fs::remove_dir_all(&data);

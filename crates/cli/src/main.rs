@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 mod bench;
 mod crashtest;
+mod mount;
 mod plot;
 mod serve;
 
@@ -12,7 +13,10 @@ const USAGE: &str = "\
 solofs — a file system whose whole namespace lives on one metadata server
 
 USAGE:
-    solofs mkfs (--data DIR | POOL) [--shards N] [--durability process|pmem]
+    solofs up MOUNTPOINT [--data DIR]     format if needed, serve and mount (Ctrl-C stops)
+    solofs mount --server ADDR --secret-file FILE MOUNTPOINT
+    solofs mkfs (--data DIR | POOL) [--storage URL] [--block-size BYTES] [--shards N]
+                [--durability process|pmem]
     solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--config FILE]
     solofs stats METRICS_ADDR [--interval SECS] [--count N]
     solofs fsck (--data DIR | POOL) [--repair]
@@ -36,6 +40,9 @@ fn run() -> Result<()> {
     let rest: Vec<_> = args.collect();
     match cmd.to_str() {
         Some("mkfs") => mkfs(rest),
+        Some("up") => mount::up(rest),
+        Some("mount") => mount::mount(rest),
+        Some("memfs") => mount::memfs(rest),
         Some("fsck") => fsck(rest),
         Some("bench") => bench::main(rest),
         Some("serve") => serve::serve(rest),
@@ -54,34 +61,88 @@ fn mkfs(args: Vec<std::ffi::OsString>) -> Result<()> {
     let mut p = lexopt::Parser::from_args(args);
     let mut cfg = Config::default();
     let mut path: Option<PathBuf> = None;
+    let mut data: Option<PathBuf> = None;
     while let Some(a) = p.next()? {
         match a {
             Long("shards") => cfg.shards = p.value()?.parse()?,
+            Long("storage") => cfg.storage = p.value()?.parse()?,
+            Long("block-size") => cfg.block_size = p.value()?.parse()?,
             Long("durability") => {
                 let v: String = p.value()?.parse()?;
                 cfg.durability = Durability::parse(&v).context("durability is process or pmem")?;
             }
-            Long("data") => {
-                let d: PathBuf = p.value()?.into();
-                std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
-                serve::ensure_secret(&d)?;
-                path = Some(serve::pool_path(&d));
-            }
+            Long("data") => data = Some(p.value()?.into()),
             Value(v) if path.is_none() => path = Some(v.into()),
             _ => return Err(a.unexpected().into()),
         }
     }
-    let path = path.context("mkfs needs --data DIR or a pool file path")?;
-    let e =
-        Engine::format(&path, &cfg).with_context(|| format!("formatting {}", path.display()))?;
+    let e = match (data, path) {
+        (Some(d), None) => mount::format_data_dir(&d, cfg)?,
+        (None, Some(path)) => {
+            Engine::format(&path, &cfg).with_context(|| format!("formatting {}", path.display()))?
+        }
+        _ => bail!("mkfs needs either --data DIR or a pool file path"),
+    };
     println!(
-        "formatted {} ({} shards, durability {:?})",
-        path.display(),
+        "formatted {} ({} shards, durability {:?}, data in {} with {} KiB blocks)",
+        e.path().display(),
         e.shard_count(),
-        e.durability()
+        e.durability(),
+        if e.storage_url().is_empty() {
+            "nowhere"
+        } else {
+            e.storage_url()
+        },
+        e.block_size() >> 10
     );
     e.close()?;
     Ok(())
+}
+
+/// Compares the block store with the namespace: blocks of inodes that do
+/// not exist or past their size, and not waiting in the to-free queue, are
+/// orphans (a client died between storing blocks and committing the size).
+/// Returns how many were found; `repair` deletes them.
+fn check_blocks(e: &Engine, repair: bool) -> Result<u64> {
+    let Some(store) = serve::open_blocks(e)? else {
+        return Ok(0);
+    };
+    let queued: std::collections::HashSet<u64> = e.queued_frees()?.into_iter().collect();
+    let bs = e.block_size();
+    let (mut blocks, mut orphans, mut pending) = (0u64, 0u64, 0u64);
+    for (ino, list) in store.all_blocks().context("listing the block store")? {
+        blocks += list.len() as u64;
+        let first_uncovered = match e.getattr(ino) {
+            Ok(a) if a.mode & solofs_meta::S_IFMT == solofs_meta::S_IFREG => a.size.div_ceil(bs),
+            Ok(_) | Err(solofs_meta::Error::NotFound) => 0,
+            Err(err) => return Err(err.into()),
+        };
+        let extra: Vec<u64> = list.into_iter().filter(|&b| b >= first_uncovered).collect();
+        if extra.is_empty() {
+            continue;
+        }
+        if queued.contains(&ino) {
+            pending += extra.len() as u64;
+            continue;
+        }
+        orphans += extra.len() as u64;
+        if orphans <= 20 {
+            println!("  orphan blocks of ino {ino}: {extra:?}");
+        }
+        if repair {
+            store.delete_from(ino, first_uncovered)?;
+        }
+    }
+    println!(
+        "blocks in {}: {blocks}; {orphans} orphans{}; {pending} waiting in the to-free queue",
+        store.url(),
+        if repair && orphans > 0 {
+            " (deleted)"
+        } else {
+            ""
+        }
+    );
+    Ok(orphans)
 }
 
 fn fsck(args: Vec<std::ffi::OsString>) -> Result<()> {
@@ -123,8 +184,9 @@ fn fsck(args: Vec<std::ffi::OsString>) -> Result<()> {
     for p in r.problems.iter().take(50) {
         println!("  {p:?}");
     }
+    let orphans = check_blocks(&e, repair)?;
     e.close()?;
-    if !r.is_clean() {
+    if !r.is_clean() || (orphans > 0 && !repair) {
         std::process::exit(2);
     }
     Ok(())

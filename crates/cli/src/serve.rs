@@ -62,6 +62,7 @@ pub struct FileConfig {
     root_squash: Option<bool>,
     idle_timeout_secs: Option<u64>,
     max_connections: Option<usize>,
+    free_grace_ms: Option<u64>,
 }
 
 /// Parses a config file.
@@ -91,6 +92,7 @@ impl FileConfig {
             "max_connections",
             self.max_connections.map(|x| x.to_string()),
         );
+        put("free_grace_ms", self.free_grace_ms.map(|x| x.to_string()));
         v
     }
 }
@@ -100,7 +102,7 @@ struct Settings {
     cfg: Config,
 }
 
-const KEYS: [&str; 7] = [
+const KEYS: [&str; 8] = [
     "data",
     "listen",
     "workers",
@@ -108,6 +110,7 @@ const KEYS: [&str; 7] = [
     "root_squash",
     "idle_timeout_secs",
     "max_connections",
+    "free_grace_ms",
 ];
 
 fn apply(s: &mut Settings, key: &str, v: &str) -> Result<()> {
@@ -123,6 +126,10 @@ fn apply(s: &mut Settings, key: &str, v: &str) -> Result<()> {
         }
         "max_connections" => {
             s.cfg.max_connections = v.parse().context("max_connections is a number")?
+        }
+        "free_grace_ms" => {
+            s.cfg.free_grace =
+                Duration::from_millis(v.parse().context("free_grace_ms is a number")?)
         }
         _ => bail!("unknown setting {key:?} (known: {})", KEYS.join(", ")),
     }
@@ -182,6 +189,7 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
             .with_context(|| format!("opening {}", pool_path(&data).display()))?,
     );
     let stats = engine.open_stats().clone();
+    cfg.blocks = open_blocks(&engine)?;
     let server = Server::bind(engine.clone(), cfg).context("binding the listening socket")?;
     let handle = server.handle();
     let mut signals = signal_hook::iterator::Signals::new([
@@ -218,6 +226,22 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
     engine.close()?;
     println!("stopped; pool closed cleanly");
     Ok(())
+}
+
+/// The block store of an engine's volume (`None` if it records no storage).
+/// S3 credentials come from the environment (`AWS_ACCESS_KEY_ID`, …).
+pub fn open_blocks(engine: &Engine) -> Result<Option<solofs_data::BlockStore>> {
+    if engine.storage_url().is_empty() {
+        return Ok(None);
+    }
+    let s = solofs_data::BlockStore::open(
+        engine.storage_url(),
+        &solofs_data::volume_hex(&engine.volume_id()),
+        engine.block_size(),
+        None,
+    )
+    .with_context(|| format!("opening the block store {}", engine.storage_url()))?;
+    Ok(Some(s))
 }
 
 /// `solofs stats METRICS_ADDR`: a live view of a server's metrics.

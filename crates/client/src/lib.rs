@@ -136,6 +136,23 @@ struct Inner {
     opts: Options,
     conn: Mutex<Option<Arc<Conn>>>,
     next_id: AtomicU64,
+    volume: Mutex<Volume>,
+    /// Files this client holds open: (ino, flags) → (count, cred). A new
+    /// connection registers them again.
+    opens: Mutex<HashMap<(u64, u32), (u32, Cred)>>,
+}
+
+/// What the server says about its volume when a client connects.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Volume {
+    /// Volume id.
+    pub id: [u8; 16],
+    /// Root directory inode.
+    pub root: u64,
+    /// Data block size.
+    pub block_size: u64,
+    /// Where data blocks live (`file:///DIR`, `s3://…`; empty: nowhere).
+    pub storage: String,
 }
 
 /// A client of one metadata server.
@@ -159,6 +176,8 @@ impl Client {
                 opts,
                 conn: Mutex::new(None),
                 next_id: AtomicU64::new(1),
+                volume: Mutex::new(Volume::default()),
+                opens: Mutex::new(HashMap::new()),
             }),
         };
         c.conn()?;
@@ -172,9 +191,65 @@ impl Client {
                 return Ok(c.clone());
             }
         }
-        let c = Arc::new(handshake(&self.inner)?);
+        let (c, vol) = handshake(&self.inner)?;
+        let c = Arc::new(c);
+        *self.inner.volume.lock().unwrap_or_else(|e| e.into_inner()) = vol;
         *g = Some(c.clone());
+        drop(g);
+        let again: Vec<(Cred, Op)> = self
+            .inner
+            .opens
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .flat_map(|(&(ino, flags), (n, cred))| {
+                (0..*n).map(move |_| (cred.clone(), Op::Open { ino, flags }))
+            })
+            .collect();
+        if !again.is_empty() {
+            // Best effort: a file that went away meanwhile just fails.
+            let _ = self.submit(&again);
+        }
         Ok(c)
+    }
+
+    /// The volume this client is connected to.
+    pub fn volume(&self) -> Volume {
+        self.inner
+            .volume
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Opens a regular file (`flags`: 0 read, 1 write, 2 both): checks
+    /// permission, returns fresh attributes, and keeps the file's blocks
+    /// alive on the server until [`Client::release`], even if it is
+    /// unlinked.
+    pub fn open(&self, cred: &Cred, ino: u64, flags: u32) -> Result<Attr> {
+        let a = self.attr(cred, Op::Open { ino, flags })?;
+        let mut o = self.inner.opens.lock().unwrap_or_else(|e| e.into_inner());
+        o.entry((ino, flags)).or_insert((0, cred.clone())).0 += 1;
+        Ok(a)
+    }
+
+    /// Ends one [`Client::open`].
+    pub fn release(&self, cred: &Cred, ino: u64, flags: u32) -> Result<()> {
+        {
+            let mut o = self.inner.opens.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(e) = o.get_mut(&(ino, flags)) {
+                e.0 -= 1;
+                if e.0 == 0 {
+                    o.remove(&(ino, flags));
+                }
+            }
+        }
+        self.empty(cred, Op::Release { ino, flags })
+    }
+
+    /// Records a writer's flush: size grows to `size`, mtime is `mtime`.
+    pub fn write_commit(&self, cred: &Cred, ino: u64, size: u64, mtime: i64) -> Result<Attr> {
+        self.attr(cred, Op::WriteCommit { ino, size, mtime })
     }
 
     /// Runs one operation as `cred`.
@@ -530,7 +605,7 @@ fn server_error(payload: &[u8]) -> ClientError {
     ClientError::Refused(msg)
 }
 
-fn handshake(inner: &Inner) -> Result<Conn> {
+fn handshake(inner: &Inner) -> Result<(Conn, Volume)> {
     let addr = inner.addr.to_socket_addrs()?.next().ok_or_else(|| {
         ClientError::Io(io::Error::new(
             io::ErrorKind::NotFound,
@@ -565,13 +640,23 @@ fn handshake(inner: &Inner) -> Result<Conn> {
     }
     let nonce = r.take(NONCE_LEN).map_err(bad)?.to_vec();
     let volume = r.take(16).map_err(bad)?.to_vec();
+    let mut vol = Volume::default();
+    vol.id.copy_from_slice(&volume);
     let mac = auth_mac(&inner.secret, &nonce, &volume);
     out.clear();
     put_frame(&mut out, FrameType::Auth, |b| b.extend_from_slice(&mac));
     s.write_all(&out)?;
     let (ty, p) = read_frame(&mut s, &mut buf)?;
     match ty {
-        FrameType::Welcome => {}
+        FrameType::Welcome => {
+            let mut r = Reader::new(&p);
+            let bad = |_| ClientError::Protocol("bad WELCOME".into());
+            let _max_frame = r.u32().map_err(bad)?;
+            let _max_batch = r.u32().map_err(bad)?;
+            vol.root = r.u64().map_err(bad)?;
+            vol.block_size = r.u64().map_err(bad)?;
+            vol.storage = String::from_utf8_lossy(r.bytes(4096).map_err(bad)?).into_owned();
+        }
         FrameType::Error => return Err(server_error(&p)),
         _ => return Err(ClientError::Protocol("expected WELCOME".into())),
     }
@@ -601,14 +686,17 @@ fn handshake(inner: &Inner) -> Result<Conn> {
             // Waking every waiter: their senders are dropped here.
             p2.lock().unwrap_or_else(|e| e.into_inner()).clear();
         })?;
-    Ok(Conn {
-        out: Mutex::new(Out {
-            stream: s,
-            queued: Vec::new(),
-            count: 0,
-            writing: false,
-        }),
-        pending,
-        dead,
-    })
+    Ok((
+        Conn {
+            out: Mutex::new(Out {
+                stream: s,
+                queued: Vec::new(),
+                count: 0,
+                writing: false,
+            }),
+            pending,
+            dead,
+        },
+        vol,
+    ))
 }

@@ -83,7 +83,9 @@ pub const JOURNAL_OPS: [&str; 10] = [
 /// Steps of a journaled operation.
 pub const JOURNAL_STEPS: [&str; 2] = ["after_commit", "after_apply"];
 /// Crash points with a fixed name (literal `crash_point!` calls in the source).
-pub const FIXED_POINTS: [&str; 13] = [
+pub const FIXED_POINTS: [&str; 15] = [
+    "tofree.queued",
+    "tofree.finish",
     "pool.grow.before_extend",
     "alloc.before_bitmap_set",
     "alloc.segment_claim",

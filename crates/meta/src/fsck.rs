@@ -301,6 +301,12 @@ impl Engine {
                 Ok(())
             })?;
         }
+        for id in 0..crate::layout::MAX_CTX as usize {
+            self.for_each_free_page(crate::layout::ctx_area(id), |p| {
+                reach.insert(p);
+                Ok(())
+            })?;
+        }
         for &o in &reach {
             if !self.alloc.is_allocated(pool, o) {
                 r.problems.push(Problem::NotAllocated { obj: o });

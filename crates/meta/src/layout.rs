@@ -4,7 +4,7 @@
 /// Magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"SOLOFSP\0";
 /// Format version written by this build.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Size of the header block.
 pub const HEADER_SIZE: u64 = 4096;
 
@@ -23,6 +23,13 @@ pub const H_TS_LIMIT: u64 = 88;
 pub const H_SEG_SIZE: u64 = 96;
 pub const H_CHECKSUM: u64 = 104;
 pub const H_ROOT_ACCESS: u64 = 112;
+pub const H_RUNS: u64 = 120; // opens of this pool (to-free entries name their run)
+/// Data block size in bytes (power of two).
+pub const H_BLOCK_SIZE: u64 = 2048;
+/// Storage URL: u64 length, then the bytes.
+pub const H_STORAGE: u64 = 2056;
+/// Longest storage URL.
+pub const STORAGE_MAX: usize = 1024;
 /// Per shard: name-index root, ino-index root (16 bytes each shard).
 pub const H_SHARDS: u64 = 128;
 /// Most shards a pool can have.
@@ -44,6 +51,8 @@ pub const C_INTENT: u64 = 0; // object offset of an in-flight create/delete
 pub const C_INTENT_EPOCH: u64 = 8;
 pub const C_INODES: u64 = 16; // inodes created minus removed by this context
 pub const C_INTENT2: u64 = 24; // a mkdir's content object
+pub const C_TOFREE: u64 = 32; // first page of this context's to-free queue
+pub const C_TOFREE_NEW: u64 = 40; // a to-free page being linked
 pub const C_JOURNAL: u64 = 64; // journal state word; ops follow
 pub const C_JOURNAL_OPS: u64 = 128;
 /// Most journal operations in one record (3 words each).
@@ -75,6 +84,13 @@ pub const K_PAGE: u8 = 6;
 pub const K_ISEG: u8 = 8;
 pub const K_IDIR: u8 = 9;
 pub const K_IROOT: u8 = 10;
+pub const K_TOFREE: u8 = 11;
+
+// To-free page: state word, next page, then entries {ino, run}.
+pub const TF_NEXT: u64 = 8;
+pub const TF_ENTRIES: u64 = 64;
+pub const TF_PAGE: u32 = 4096;
+pub const TF_SLOTS: u64 = (TF_PAGE as u64 - TF_ENTRIES) / 16;
 
 pub const S_FREE: u8 = 0;
 pub const S_CREATING: u8 = 1;

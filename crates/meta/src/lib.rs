@@ -41,7 +41,7 @@ mod perm;
 mod pool;
 mod types;
 
-pub use engine::{Config, Engine, OpenStats, RepairStats};
+pub use engine::{Config, Engine, FreeJob, OpenStats, RepairStats};
 pub use error::{Error, Result};
 pub use fsck::{FsckReport, Problem, SpaceReport};
 pub use pool::Durability;

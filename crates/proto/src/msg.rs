@@ -81,6 +81,15 @@ pub enum Op {
     Removexattr { target: Target, name: Vec<u8> },
     /// Check permission bits (R=4, W=2, X=1).
     Access { target: Target, mask: u32 },
+    /// Opens a regular file for reading (`flags` 0), writing (1) or both
+    /// (2): checks permission, registers the open on this connection (its
+    /// blocks outlive an unlink until the last release) and returns fresh
+    /// attributes (close-to-open).
+    Open { ino: u64, flags: u32 },
+    /// Ends one `Open` of this connection.
+    Release { ino: u64, flags: u32 },
+    /// A writer's flush: size grows to `size` (never shrinks), mtime is set.
+    WriteCommit { ino: u64, size: u64, mtime: i64 },
 }
 
 impl Op {
@@ -108,12 +117,15 @@ impl Op {
             Op::Listxattr(_) => 18,
             Op::Removexattr { .. } => 19,
             Op::Access { .. } => 20,
+            Op::Open { .. } => 21,
+            Op::Release { .. } => 22,
+            Op::WriteCommit { .. } => 23,
         }
     }
 
     /// Short name (metrics labels, logs).
     pub fn name(code: u16) -> &'static str {
-        const NAMES: [&str; 21] = [
+        const NAMES: [&str; 24] = [
             "noop",
             "lookup",
             "getattr",
@@ -135,12 +147,15 @@ impl Op {
             "listxattr",
             "removexattr",
             "access",
+            "open",
+            "release",
+            "write_commit",
         ];
         NAMES.get(code as usize).copied().unwrap_or("unknown")
     }
 
     /// Number of operation codes.
-    pub const COUNT: usize = 21;
+    pub const COUNT: usize = 24;
 
     /// True for operations that change nothing (safe to resend after a
     /// reconnect).
@@ -157,6 +172,9 @@ impl Op {
                 | Op::Getxattr { .. }
                 | Op::Listxattr(_)
                 | Op::Access { .. }
+                // A new connection holds none of the old one's opens, so
+                // resending an open after a reconnect is safe.
+                | Op::Open { .. }
         )
     }
 }
@@ -443,6 +461,15 @@ impl Request {
                 put_target(&mut w, target);
                 w.u32(*mask);
             }
+            Op::Open { ino, flags } | Op::Release { ino, flags } => {
+                w.u64(*ino);
+                w.u32(*flags);
+            }
+            Op::WriteCommit { ino, size, mtime } => {
+                w.u64(*ino);
+                w.u64(*size);
+                w.i64(*mtime);
+            }
         }
     }
 
@@ -518,6 +545,19 @@ impl Request {
             20 => Op::Access {
                 target: get_target(r)?,
                 mask: r.u32()?,
+            },
+            21 => Op::Open {
+                ino: r.u64()?,
+                flags: r.u32()?,
+            },
+            22 => Op::Release {
+                ino: r.u64()?,
+                flags: r.u32()?,
+            },
+            23 => Op::WriteCommit {
+                ino: r.u64()?,
+                size: r.u64()?,
+                mtime: r.i64()?,
             },
             _ => return Err(RequestError::UnknownOp(id)),
         };

@@ -5,8 +5,8 @@ use crate::Shared;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use solofs_proto::{
-    put_frame, split_frame, verify_mac, FrameType, Reader, Reply, Request, RequestError, Writer,
-    MAGIC, MAX_BATCH, MAX_FRAME, PROTOCOL_VERSION,
+    put_frame, split_frame, verify_mac, FrameType, Op, Reader, Reply, Request, RequestError,
+    Writer, MAGIC, MAX_BATCH, MAX_FRAME, PROTOCOL_VERSION,
 };
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -38,6 +38,7 @@ struct Conn {
     state: State,
     last: Instant,
     writable: bool,
+    opens: crate::opens::ConnOpens,
 }
 
 /// Sends an ERROR frame (best effort) to a connection we will not serve.
@@ -104,6 +105,7 @@ pub fn worker(shared: Arc<Shared>, mut poll: Poll, rx: Receiver<TcpStream>, m: A
                                 state: State::Hello,
                                 last: Instant::now(),
                                 writable: true,
+                                opens: crate::opens::ConnOpens::new(shared.opens.clone()),
                             },
                         );
                         m.connections.fetch_add(1, Ordering::Relaxed);
@@ -289,6 +291,8 @@ fn frame(
                 w.u32(MAX_FRAME);
                 w.u32(MAX_BATCH);
                 w.u64(solofs_meta::ROOT_INO);
+                w.u64(shared.engine.block_size());
+                w.bytes(shared.engine.storage_url().as_bytes());
             });
             c.state = State::Ready;
         }
@@ -323,8 +327,23 @@ fn requests(shared: &Shared, c: &mut Conn, m: &Metrics, r: &mut Reader, replies:
         return fail(c, m, "trailing bytes after the requests");
     }
     replies.clear();
+    // Opens count before they run, so that a deletion cannot slip in
+    // between the check and the registration.
+    for q in &reqs {
+        if let Op::Open { ino, .. } = q.op {
+            c.opens.acquire(ino);
+        }
+    }
     let t0 = Instant::now();
     crate::exec::execute_batch(&shared.engine, &reqs, replies);
+    for (q, rep) in reqs.iter().zip(replies.iter()) {
+        match (&q.op, &rep.result) {
+            (Op::Open { ino, .. }, Err(_)) | (Op::Release { ino, .. }, Ok(_)) => {
+                c.opens.release(*ino)
+            }
+            _ => {}
+        }
+    }
     let per = t0.elapsed().as_nanos() as u64 / reqs.len().max(1) as u64;
     for (q, rep) in reqs.iter().zip(replies.iter()) {
         m.record(q.op.code(), per, rep.result.is_err());

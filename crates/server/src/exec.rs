@@ -1,6 +1,6 @@
 //! Executes decoded requests on the engine.
 
-use solofs_meta::{Cred, Engine, Error, Result};
+use solofs_meta::{Cred, Engine, Error, Result, S_IFDIR, S_IFMT};
 use solofs_proto::{Body, Loc, Op, Reply, Request, Target};
 
 /// Applies root squash (uid/gid 0 → `nobody`) if configured.
@@ -113,6 +113,25 @@ pub fn execute(e: &Engine, req: &Request) -> Reply {
             Op::Access { target, mask } => {
                 e.access(c, ino(e, c, target)?, *mask)?;
                 Body::Empty
+            }
+            Op::Open { ino, flags } => {
+                let a = e.getattr(*ino)?;
+                if a.mode & S_IFMT == S_IFDIR {
+                    return Err(Error::IsDir);
+                }
+                let mask = match flags {
+                    0 => 4,
+                    1 => 2,
+                    2 => 6,
+                    _ => return Err(Error::Invalid("open flags are 0, 1 or 2")),
+                };
+                e.access(c, *ino, mask)?;
+                Body::Attr(a)
+            }
+            // The registration is the connection's business (conn.rs).
+            Op::Release { .. } => Body::Empty,
+            Op::WriteCommit { ino, size, mtime } => {
+                Body::Attr(e.write_commit(c, *ino, *size, *mtime)?)
             }
         })
     })();

@@ -15,9 +15,12 @@
 #![warn(missing_docs)]
 
 mod conn;
+mod deleter;
 mod exec;
 pub mod metrics;
+mod opens;
 
+pub use deleter::DeleterStats;
 pub use exec::{execute, execute_batch, squash};
 
 use metrics::Metrics;
@@ -48,6 +51,12 @@ pub struct Config {
     pub root_squash: bool,
     /// Where to serve Prometheus metrics (`None`: nowhere).
     pub metrics_listen: Option<String>,
+    /// The volume's block store: the server deletes the blocks the to-free
+    /// queue names (`None`: a metadata-only server, the queue just waits).
+    pub blocks: Option<solofs_data::BlockStore>,
+    /// After start, wait this long before deleting blocks queued by an
+    /// earlier run (clients reconnect and re-register open files first).
+    pub free_grace: Duration,
 }
 
 impl Default for Config {
@@ -60,6 +69,8 @@ impl Default for Config {
             idle_timeout: Duration::from_secs(600),
             root_squash: false,
             metrics_listen: None,
+            blocks: None,
+            free_grace: Duration::from_secs(5),
         }
     }
 }
@@ -72,6 +83,8 @@ pub(crate) struct Shared {
     pub connections: AtomicUsize,
     pub volume: [u8; 16],
     pub urandom: Mutex<Option<std::fs::File>>,
+    pub opens: Arc<opens::Opens>,
+    pub deleter: DeleterStats,
 }
 
 /// Stops a running server from another thread (or a signal handler thread).
@@ -161,6 +174,8 @@ impl Server {
             connections: AtomicUsize::new(0),
             volume,
             urandom: Mutex::new(std::fs::File::open("/dev/urandom").ok()),
+            opens: Default::default(),
+            deleter: Default::default(),
         });
         let handle = Handle {
             shared: shared.clone(),
@@ -208,6 +223,23 @@ impl Server {
                     })?,
             );
             slots.push(slot);
+        }
+        if let Some(store) = self.shared.cfg.blocks.clone() {
+            let shared = self.shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("solofs-deleter".into())
+                    .spawn(move || {
+                        deleter::run(
+                            shared.engine.clone(),
+                            store,
+                            shared.opens.clone(),
+                            &shared.stop,
+                            shared.cfg.free_grace,
+                            &shared.deleter,
+                        );
+                    })?,
+            );
         }
         if let Some(l) = self.metrics_listener.take() {
             let (shared, ms) = (self.shared.clone(), self.metrics.clone());

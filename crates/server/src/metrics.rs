@@ -191,6 +191,12 @@ pub(crate) fn render(shared: &Shared, ms: &[Arc<Metrics>]) -> String {
             st.inodes
         );
     }
+    let d = &shared.deleter;
+    let _ = writeln!(s, "# HELP solofs_open_inodes Inodes some client holds open.\n# TYPE solofs_open_inodes gauge\nsolofs_open_inodes {}", shared.opens.open_inodes());
+    let _ = writeln!(s, "# HELP solofs_deleted_blocks_total Data blocks the deleter removed.\n# TYPE solofs_deleted_blocks_total counter\nsolofs_deleted_blocks_total {}", d.blocks.load(Ordering::Relaxed));
+    let _ = writeln!(s, "# HELP solofs_tofree_entries_total To-free queue entries finished.\n# TYPE solofs_tofree_entries_total counter\nsolofs_tofree_entries_total {}", d.entries.load(Ordering::Relaxed));
+    let _ = writeln!(s, "# HELP solofs_tofree_waiting To-free entries waiting for a release or a retry.\n# TYPE solofs_tofree_waiting gauge\nsolofs_tofree_waiting {}", d.waiting.load(Ordering::Relaxed));
+    let _ = writeln!(s, "# HELP solofs_tofree_errors_total Object store errors while deleting blocks.\n# TYPE solofs_tofree_errors_total counter\nsolofs_tofree_errors_total {}", d.errors.load(Ordering::Relaxed));
     s
 }
 

@@ -156,3 +156,64 @@ pub fn assert_fsck_clean(data: &Path) {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// A running `solofs mount` process; unmounted (SIGINT) on drop.
+pub struct MountProc {
+    pub child: Child,
+    pub mnt: PathBuf,
+}
+
+impl MountProc {
+    /// Mounts the server at `addr` on `mnt` (created if missing).
+    pub fn start(addr: &str, secret_file: &Path, mnt: &Path, extra: &[&str]) -> MountProc {
+        std::fs::create_dir_all(mnt).unwrap();
+        let mut child = Command::new(BIN)
+            .args(["mount", "--server", addr, "--secret-file"])
+            .arg(secret_file)
+            .arg(mnt)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = lines.next().map(|l| l.unwrap()).unwrap_or_default();
+        assert!(first.starts_with("mounted "), "mount failed: {first:?}");
+        std::thread::spawn(move || for _ in lines {});
+        MountProc {
+            child,
+            mnt: mnt.to_path_buf(),
+        }
+    }
+
+    /// Unmounts (SIGINT) and waits; returns the exit status.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        let st = self.stop_inner();
+        std::mem::forget(self);
+        st
+    }
+
+    fn stop_inner(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status();
+        let st = self.child.wait().unwrap();
+        if is_mounted(&self.mnt) {
+            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        }
+        st
+    }
+}
+
+impl Drop for MountProc {
+    fn drop(&mut self) {
+        self.stop_inner();
+    }
+}
+
+/// Is something mounted at `p`?
+pub fn is_mounted(p: &Path) -> bool {
+    let m = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let p = p.to_string_lossy();
+    m.lines().any(|l| l.split(' ').nth(1) == Some(&*p))
+}

@@ -268,6 +268,24 @@ impl Engine {
 
     /// Changes attributes of `ino` (chmod, chown, truncate, utimens).
     pub fn setattr(&self, cred: &Cred, ino: u64, sa: &SetAttr) -> Result<Attr> {
+        self.setattr_as(cred, ino, sa, false)
+    }
+
+    /// Records what a writer did to a regular file: the size grows to
+    /// `size` if that is larger (never shrinks), mtime becomes `mtime`,
+    /// ctime now. Needs write permission, like a write.
+    pub fn write_commit(&self, cred: &Cred, ino: u64, size: u64, mtime: i64) -> Result<Attr> {
+        let sa = SetAttr {
+            size: Some(size),
+            mtime: TimeSet::At(mtime),
+            ..Default::default()
+        };
+        self.setattr_as(cred, ino, &sa, true)
+    }
+
+    /// `setattr`; with `grow` the size only grows and an explicit mtime
+    /// needs write permission instead of ownership.
+    fn setattr_as(&self, cred: &Cred, ino: u64, sa: &SetAttr, grow: bool) -> Result<Attr> {
         self.check_writable()?;
         self.with_ctx(|ctx| {
             let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Write)]);
@@ -317,7 +335,7 @@ impl Engine {
             }
             let explicit = matches!(sa.atime, TimeSet::At(_)) || matches!(sa.mtime, TimeSet::At(_));
             let any_time = sa.atime != TimeSet::Omit || sa.mtime != TimeSet::Omit;
-            if explicit {
+            if explicit && !grow {
                 perm::owner_or_root(cred, own)?;
             } else if any_time && !(cred.is_root() || cred.uid == cur.uid) {
                 perm::check(cred, own, W)?;
@@ -350,6 +368,10 @@ impl Engine {
                     ops.push(set(F_MODE, (mw & !0xFFFF) | mode as u64));
                     ops.push(set(F_OWNER, uid as u64 | (gid as u64) << 32));
                     if let Some(sz) = sa.size {
+                        let sz = if grow { sz.max(cur.size) } else { sz };
+                        if self.blocks_of(sz) < self.blocks_of(cur.size) {
+                            self.queue_free(ctx, ino)?;
+                        }
                         ops.push(set(F_SIZE, sz));
                     }
                     ops.push(set(F_ATIME, atime as u64));

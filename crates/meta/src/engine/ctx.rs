@@ -19,6 +19,8 @@ pub struct Ctx {
     pub ino_next: u64,
     /// End of the reserved range.
     pub ino_end: u64,
+    /// To-free entries recorded by the current operation.
+    pub freed: Vec<super::FreeJob>,
 }
 
 /// Contexts not held by any thread.
@@ -54,6 +56,7 @@ impl CtxPool {
                     cache: alloc.cache(),
                     ino_next: 0,
                     ino_end: 0,
+                    freed: Vec::new(),
                 });
             }
             drop(made);

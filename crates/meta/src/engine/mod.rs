@@ -8,9 +8,11 @@ mod mutate;
 mod path;
 mod recover;
 mod rename;
+mod tofree;
 mod xattr;
 
 pub use recover::RepairStats;
+pub use tofree::FreeJob;
 
 use crate::alloc::{AllocCache, Allocator};
 use crate::clock::Clock;
@@ -37,6 +39,11 @@ pub struct Config {
     pub durability: Durability,
     /// Address space reserved for growth, in bytes.
     pub reserve: u64,
+    /// Data block size in bytes: a power of two, 4 KiB..=64 MiB.
+    pub block_size: u64,
+    /// Where data blocks live (`file:///DIR`, `s3://BUCKET/PREFIX`);
+    /// recorded so that clients learn it when they connect.
+    pub storage: String,
 }
 
 impl Default for Config {
@@ -45,6 +52,8 @@ impl Default for Config {
             shards: 4,
             durability: Durability::Process,
             reserve: 1 << 40,
+            block_size: 4 << 20,
+            storage: String::new(),
         }
     }
 }
@@ -73,6 +82,10 @@ pub struct Engine {
     path: PathBuf,
     pub(crate) root_access: u64,
     pub(crate) open_stats: OpenStats,
+    pub(crate) run: u64,
+    pub(crate) block_size: u64,
+    pub(crate) storage: String,
+    pub(crate) free_queue: Mutex<tofree::FreeQueue>,
 }
 
 /// What opening the pool found and did.
@@ -103,6 +116,14 @@ impl Engine {
         if cfg.shards == 0 || cfg.shards > MAX_SHARDS {
             return Err(Error::Invalid("shard count must be 1..=64"));
         }
+        if !cfg.block_size.is_power_of_two() || !(4096..=64 << 20).contains(&cfg.block_size) {
+            return Err(Error::Invalid(
+                "block size must be a power of two from 4 KiB to 64 MiB",
+            ));
+        }
+        if cfg.storage.len() > STORAGE_MAX {
+            return Err(Error::Invalid("storage URL longer than 1024 bytes"));
+        }
         let pool = Pool::create(path, SEG_BASE + 16 * SEG_SIZE, cfg.reserve, cfg.durability)?;
         pool.write_bytes(H_MAGIC, &MAGIC)?;
         pool.st(H_VERSION, VERSION as u64 | HEADER_SIZE << 32)?;
@@ -118,6 +139,10 @@ impl Engine {
         pool.st(H_SEG_NEXT, 0)?;
         pool.st(H_NEXT_INO, ROOT_INO + 1)?;
         pool.st(H_SEG_SIZE, SEG_SIZE)?;
+        pool.st(H_RUNS, 0)?;
+        pool.st(H_BLOCK_SIZE, cfg.block_size)?;
+        pool.st(H_STORAGE, cfg.storage.len() as u64)?;
+        pool.write_bytes(H_STORAGE + 8, cfg.storage.as_bytes())?;
         pool.st(H_CHECKSUM, header_checksum(&pool)?)?;
         pool.persist(0, HEADER_SIZE);
         let alloc = Allocator::new(cfg.shards, 0, pool_reserve(&pool, cfg.reserve));
@@ -252,6 +277,18 @@ impl Engine {
                 ino: HashIndex::open(i, epoch),
             });
         }
+        let block_size = pool.ld(H_BLOCK_SIZE)?;
+        let slen = pool.ld(H_STORAGE)? as usize;
+        if !block_size.is_power_of_two() || slen > STORAGE_MAX {
+            return Err(Error::Corrupt("data block size or storage URL".into()));
+        }
+        let mut storage = vec![0u8; slen];
+        pool.read_bytes(H_STORAGE + 8, &mut storage)?;
+        let storage = String::from_utf8(storage)
+            .map_err(|_| Error::Corrupt("storage URL is not UTF-8".into()))?;
+        let run = pool.ld(H_RUNS)? + 1;
+        pool.st(H_RUNS, run)?;
+        pool.persist(H_RUNS, 8);
         let root_access = pool.ld(H_ROOT_ACCESS)?;
         if root_access < SEG_BASE || root_access >= pool_len {
             return Err(Error::Corrupt("root directory offset".into()));
@@ -276,6 +313,10 @@ impl Engine {
                 was_unclean,
                 ..Default::default()
             },
+            run,
+            block_size,
+            storage,
+            free_queue: Mutex::new(Default::default()),
         };
         e.recover_at_open()?;
         Ok(e)
@@ -353,7 +394,11 @@ impl Engine {
 
     /// Runs `f` with this thread's context.
     pub(crate) fn with_ctx<T>(&self, f: impl FnOnce(&mut Ctx) -> Result<T>) -> Result<T> {
-        let r = ctx::with_ctx(self.id, &self.ctxs, &self.alloc, f);
+        let r = ctx::with_ctx(self.id, &self.ctxs, &self.alloc, |ctx| {
+            let r = f(ctx);
+            self.release_freed(ctx);
+            r
+        });
         self.free_abandoned()?;
         r
     }
@@ -698,10 +743,15 @@ fn volume_id() -> [u8; 16] {
 
 fn header_checksum(pool: &Pool) -> Result<u64> {
     // magic, version, header size, volume id (bytes 0..32), root, config.
-    let mut b = [0u8; 48];
+    // Then the data block size and the storage URL.
+    let slen = (pool.ld(H_STORAGE)? as usize).min(STORAGE_MAX);
+    let mut b = vec![0u8; 64 + slen];
     pool.read_bytes(H_MAGIC, &mut b[..32])?;
     b[32..40].copy_from_slice(&pool.ld(H_ROOT)?.to_le_bytes());
     b[40..48].copy_from_slice(&pool.ld(H_CONFIG)?.to_le_bytes());
+    b[48..56].copy_from_slice(&pool.ld(H_BLOCK_SIZE)?.to_le_bytes());
+    b[56..64].copy_from_slice(&pool.ld(H_STORAGE)?.to_le_bytes());
+    pool.read_bytes(H_STORAGE + 8, &mut b[64..])?;
     Ok(hash::name_key(pool.ld(H_SEG_SIZE)?, &b))
 }
 

@@ -474,6 +474,9 @@ impl Engine {
                         },
                     ];
                     ops.extend(more);
+                    if gone {
+                        self.queue_file_data(ctx, f)?;
+                    }
                     let j = self.journal(ctx);
                     self.j_commit(ctx, j, ops, "unlink_link")?;
                     self.pool
@@ -556,6 +559,7 @@ impl Engine {
         f: u64,
         t: i64,
     ) -> Result<()> {
+        self.queue_file_data(ctx, f)?;
         self.set_intent(ctx, f)?;
         self.mark_deleting(f, K_FILE, t)?;
         crate::crash_point!("unlink.after_mark");

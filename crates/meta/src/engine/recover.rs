@@ -49,6 +49,7 @@ impl Engine {
             }
             for id in 0..MAX_CTX as usize {
                 let a = ctx_area(id);
+                self.recover_free_pages(a)?;
                 let obj = self.pool.ld(a + C_INTENT)?;
                 let content = self.pool.ld(a + C_INTENT2)?;
                 if obj != 0 {

@@ -422,6 +422,13 @@ impl Engine {
         } else {
             "rename_move"
         };
+        if frees_inode {
+            if let Some(t) = t {
+                if let Obj::File(f) = self.inode(t.ino)? {
+                    self.queue_file_data(ctx, f)?;
+                }
+            }
+        }
         self.j_commit(ctx, j, ops, name)?;
         let s_dir = matches!(s.obj, Obj::Dir { .. });
         let t_dir = matches!(t.map(|t| t.obj), Some(Obj::Dir { .. }));

@@ -1,0 +1,271 @@
+//! `solofs mount`, `solofs up` and the `memfs` benchmark helper.
+
+use crate::serve::{self, pool_path, read_secret};
+use anyhow::{bail, Context, Result};
+use lexopt::ValueExt;
+use solofs_client::{Client, Options};
+use solofs_fuse::MountOptions;
+use solofs_meta::{Config as EngineConfig, Engine};
+use solofs_server::{Config, Server};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A command-line argument that does not borrow the parser.
+#[derive(Debug)]
+enum Arg {
+    Long(String),
+    Short(char),
+    Value(OsString),
+}
+
+fn next_arg(p: &mut lexopt::Parser) -> Result<Option<Arg>> {
+    Ok(p.next()?.map(|a| match a {
+        lexopt::Arg::Long(k) => Arg::Long(k.to_string()),
+        lexopt::Arg::Short(c) => Arg::Short(c),
+        lexopt::Arg::Value(v) => Arg::Value(v),
+    }))
+}
+
+/// Mount flags shared by `mount` and `up`; returns false if `a` is not one.
+fn mount_flag(a: &Arg, p: &mut lexopt::Parser, o: &mut MountOptions) -> Result<bool> {
+    let Arg::Long(a) = a else {
+        return Ok(false);
+    };
+    let secs = |p: &mut lexopt::Parser| -> Result<Duration> {
+        let v: f64 = p.value()?.parse()?;
+        if !(0.0..=86400.0).contains(&v) {
+            bail!("a timeout is 0..=86400 seconds");
+        }
+        Ok(Duration::from_secs_f64(v))
+    };
+    match a.as_str() {
+        "attr-timeout" => o.attr_timeout = secs(p)?,
+        "entry-timeout" => o.entry_timeout = secs(p)?,
+        "threads" => o.threads = p.value()?.parse()?,
+        "read-ahead" => o.read_ahead = p.value()?.parse()?,
+        "allow-other" => o.allow_other = true,
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+const MOUNT_FLAGS: &str =
+    "[--attr-timeout S] [--entry-timeout S] [--threads N] [--read-ahead BLOCKS] [--allow-other]";
+
+/// Waits for SIGINT/SIGTERM, or for the mount to go away (someone ran
+/// `umount`), whichever comes first.
+fn wait_until_stopped(session: &fuser::BackgroundSession) -> Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    while !stop.load(Ordering::SeqCst) && !session.guard.is_finished() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+fn unmount(session: fuser::BackgroundSession, mnt: &Path) {
+    if session.guard.is_finished() {
+        let _ = session.join();
+        return;
+    }
+    if let Err(e) = session.umount_and_join() {
+        eprintln!("unmounting {}: {e}", mnt.display());
+    }
+}
+
+fn connect_and_mount(
+    addr: &str,
+    secret: &[u8],
+    mnt: &Path,
+    opts: MountOptions,
+) -> Result<fuser::BackgroundSession> {
+    let client = Client::connect_with(addr, secret, Options::default())
+        .with_context(|| format!("connecting to {addr}"))?;
+    let store = solofs_fuse::block_store(&client).context("opening the volume's block store")?;
+    solofs_fuse::mount(client, store, mnt, opts)
+        .with_context(|| format!("mounting at {}", mnt.display()))
+}
+
+/// `solofs mount --server ADDR MOUNTPOINT`.
+pub fn mount(args: Vec<OsString>) -> Result<()> {
+    let mut p = lexopt::Parser::from_args(args);
+    let mut server: Option<String> = std::env::var("SOLOFS_SERVER").ok();
+    let mut secret_file: Option<PathBuf> = std::env::var_os("SOLOFS_SECRET_FILE").map(Into::into);
+    let mut mnt: Option<PathBuf> = None;
+    let mut opts = MountOptions::default();
+    while let Some(a) = next_arg(&mut p)? {
+        if mount_flag(&a, &mut p, &mut opts)? {
+            continue;
+        }
+        match a {
+            Arg::Long(k) if k == "server" => server = Some(p.value()?.parse()?),
+            Arg::Long(k) if k == "secret-file" => secret_file = Some(p.value()?.into()),
+            Arg::Short('h') => {
+                println!("solofs mount --server ADDR --secret-file FILE MOUNTPOINT {MOUNT_FLAGS}");
+                return Ok(());
+            }
+            Arg::Value(v) if mnt.is_none() => mnt = Some(v.into()),
+            a => bail!("unexpected argument {a:?}"),
+        }
+    }
+    let mnt = mnt.context("mount needs a MOUNTPOINT")?;
+    let server = server.context("mount needs --server ADDR (or SOLOFS_SERVER)")?;
+    let secret_file =
+        secret_file.context("mount needs --secret-file FILE (or SOLOFS_SECRET_FILE)")?;
+    let secret = std::fs::read_to_string(&secret_file)
+        .with_context(|| format!("reading {}", secret_file.display()))?;
+    let session = connect_and_mount(&server, secret.trim().as_bytes(), &mnt, opts)?;
+    println!("mounted {server} at {}", mnt.display());
+    use std::io::Write;
+    std::io::stdout().flush()?;
+    wait_until_stopped(&session)?;
+    unmount(session, &mnt);
+    println!("unmounted {}", mnt.display());
+    Ok(())
+}
+
+/// Where `solofs up` keeps its volume when not told.
+fn default_data_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("SOLOFS_DATA") {
+        return d.into();
+    }
+    if rustix::process::geteuid().is_root() {
+        return "/var/lib/solofs".into();
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| ".".into());
+    PathBuf::from(home).join(".local/share/solofs")
+}
+
+/// Formats a volume in `data` with blocks under `storage` (default: the
+/// directory `data/blocks`).
+pub fn format_data_dir(data: &Path, mut cfg: EngineConfig) -> Result<Engine> {
+    std::fs::create_dir_all(data).with_context(|| format!("creating {}", data.display()))?;
+    let data = data
+        .canonicalize()
+        .with_context(|| format!("resolving {}", data.display()))?;
+    serve::ensure_secret(&data)?;
+    if cfg.storage.is_empty() {
+        cfg.storage = format!("file://{}", data.join("blocks").display());
+    }
+    let path = pool_path(&data);
+    Engine::format(&path, &cfg).with_context(|| format!("formatting {}", path.display()))
+}
+
+/// `solofs up MOUNTPOINT [--data DIR]`: format if needed, serve, mount;
+/// Ctrl-C or SIGTERM unmounts and stops cleanly.
+pub fn up(args: Vec<OsString>) -> Result<()> {
+    let mut p = lexopt::Parser::from_args(args);
+    let mut data: Option<PathBuf> = None;
+    let mut listen = "127.0.0.1:0".to_string();
+    let mut storage = String::new();
+    let mut mnt: Option<PathBuf> = None;
+    let mut opts = MountOptions::default();
+    while let Some(a) = next_arg(&mut p)? {
+        if mount_flag(&a, &mut p, &mut opts)? {
+            continue;
+        }
+        match a {
+            Arg::Long(k) if k == "data" => data = Some(p.value()?.into()),
+            Arg::Long(k) if k == "listen" => listen = p.value()?.parse()?,
+            Arg::Long(k) if k == "storage" => storage = p.value()?.parse()?,
+            Arg::Short('h') => {
+                println!("solofs up MOUNTPOINT [--data DIR] [--listen ADDR] [--storage URL] {MOUNT_FLAGS}");
+                return Ok(());
+            }
+            Arg::Value(v) if mnt.is_none() => mnt = Some(v.into()),
+            a => bail!("unexpected argument {a:?}"),
+        }
+    }
+    let mnt = mnt.context("up needs a MOUNTPOINT")?;
+    std::fs::create_dir_all(&mnt).with_context(|| format!("creating {}", mnt.display()))?;
+    let data = data.unwrap_or_else(default_data_dir);
+    let engine = if pool_path(&data).exists() {
+        if !storage.is_empty() {
+            bail!(
+                "--storage applies when a volume is formatted; {} already holds one",
+                data.display()
+            );
+        }
+        Engine::open(&pool_path(&data))
+            .with_context(|| format!("opening {}", pool_path(&data).display()))?
+    } else {
+        let cfg = EngineConfig {
+            storage,
+            ..Default::default()
+        };
+        let e = format_data_dir(&data, cfg)?;
+        println!("formatted a new volume in {}", data.display());
+        e
+    };
+    let engine = Arc::new(engine);
+    let secret = read_secret(&data)?;
+    let cfg = Config {
+        listen,
+        secret: secret.clone(),
+        blocks: serve::open_blocks(&engine)?,
+        ..Default::default()
+    };
+    let server = Server::bind(engine.clone(), cfg).context("binding the listening socket")?;
+    let addr = server.local_addr()?.to_string();
+    let handle = server.handle();
+    let server_thread = std::thread::Builder::new()
+        .name("solofs-server".into())
+        .spawn(move || server.run())?;
+    let mounted = connect_and_mount(&addr, &secret, &mnt, opts);
+    let session = match mounted {
+        Ok(s) => s,
+        Err(e) => {
+            handle.shutdown();
+            let _ = server_thread.join();
+            return Err(e);
+        }
+    };
+    println!(
+        "SoloFS is mounted at {} (volume in {}, server {addr}).\nOther mounts: solofs mount --server {addr} --secret-file {} MOUNTPOINT\nCtrl-C unmounts.",
+        mnt.display(),
+        data.display(),
+        serve::secret_path(&data).display()
+    );
+    use std::io::Write;
+    std::io::stdout().flush()?;
+    wait_until_stopped(&session)?;
+    unmount(session, &mnt);
+    handle.shutdown();
+    server_thread
+        .join()
+        .map_err(|_| anyhow::anyhow!("server thread panicked"))??;
+    drop(handle);
+    let engine =
+        Arc::try_unwrap(engine).map_err(|_| anyhow::anyhow!("engine still in use at shutdown"))?;
+    engine.close()?;
+    println!("unmounted {}; volume closed cleanly", mnt.display());
+    Ok(())
+}
+
+/// `solofs memfs MOUNTPOINT [--threads N]`: the minimal in-memory FUSE file
+/// system `solofs bench` uses as the mount baseline.
+pub fn memfs(args: Vec<OsString>) -> Result<()> {
+    let mut p = lexopt::Parser::from_args(args);
+    let mut mnt: Option<PathBuf> = None;
+    let mut threads = MountOptions::default().threads;
+    while let Some(a) = next_arg(&mut p)? {
+        match a {
+            Arg::Long(k) if k == "threads" => threads = p.value()?.parse()?,
+            Arg::Value(v) if mnt.is_none() => mnt = Some(v.into()),
+            a => bail!("unexpected argument {a:?}"),
+        }
+    }
+    let mnt = mnt.context("memfs needs a MOUNTPOINT")?;
+    let session = solofs_fuse::memfs::mount(&mnt, threads)
+        .with_context(|| format!("mounting at {}", mnt.display()))?;
+    println!("memfs mounted at {}", mnt.display());
+    use std::io::Write;
+    std::io::stdout().flush()?;
+    wait_until_stopped(&session)?;
+    unmount(session, &mnt);
+    Ok(())
+}

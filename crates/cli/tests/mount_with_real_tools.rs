@@ -1,0 +1,227 @@
+//! A real FUSE mount checked with real tools (cp -a, tar, diff -r, find,
+//! ls -lR, git, python3, ln, mv, chmod, chown, touch -d), two mounts of one
+//! server (close-to-open), blocks freed after removal, fsck clean; once with
+//! blocks in a local directory and once on a real S3-compatible server
+//! (s3s-fs) started on 127.0.0.1.
+
+mod common;
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SCRIPT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/scripts/tools_on_mount.sh"
+);
+
+/// A tree of `files` files with random contents and sizes from 0 B to
+/// 20 MiB, nested directories, symlinks, hard links and a FIFO.
+fn make_tree(root: &Path, files: usize, rng: &mut Rng) {
+    std::fs::create_dir_all(root).unwrap();
+    let mut paths = Vec::new();
+    for i in 0..files {
+        let dir = root.join(format!("d{}/s{}", i % 7, (i / 7) % 5));
+        std::fs::create_dir_all(&dir).unwrap();
+        let size = match i {
+            0 => 0,
+            1 => 1,
+            2 => (4 << 20) - 1,
+            3 => 4 << 20,
+            4 => (4 << 20) + 1,
+            5 => 9 << 20,
+            _ if i % 50 == 0 => rng.below(2 << 20) as usize,
+            _ => rng.below(40_000) as usize,
+        };
+        let data: Vec<u8> = (0..size).map(|_| rng.next() as u8).collect();
+        let p = dir.join(format!("f{i}.dat"));
+        std::fs::write(&p, data).unwrap();
+        paths.push(p);
+    }
+    let big: Vec<u8> = (0..20 << 20).map(|_| rng.next() as u8).collect();
+    std::fs::write(root.join("big20"), big).unwrap();
+    for (i, p) in paths.iter().enumerate().take(40) {
+        let rel = p.strip_prefix(root).unwrap();
+        std::os::unix::fs::symlink(
+            Path::new("..").join(rel),
+            root.join(format!("d{}/sl{i}", i % 7)),
+        )
+        .unwrap();
+    }
+    std::os::unix::fs::symlink("does/not/exist", root.join("dangling")).unwrap();
+    for (i, p) in paths.iter().enumerate().skip(40).take(15) {
+        std::fs::hard_link(p, root.join(format!("hard{i}"))).unwrap();
+    }
+    let st = Command::new("mkfifo")
+        .arg(root.join("fifo0"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let st = Command::new("chmod")
+        .args(["0600"])
+        .arg(&paths[7])
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+fn run_script(src: &Path, a: &Path, b: &Path, work: &Path) {
+    std::fs::create_dir_all(work).unwrap();
+    let out = Command::new("bash")
+        .arg(SCRIPT)
+        .args([src, a, b, work])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "tool checks failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("all tool checks passed"));
+}
+
+/// Formats, serves, mounts twice, runs the tool checks, unmounts, stops,
+/// and runs fsck (which also looks for orphan blocks).
+fn full_check(
+    name: &str,
+    storage: Option<&str>,
+    blocks_dir: Option<&Path>,
+    files: usize,
+    env: &[(&str, &str)],
+) {
+    let base = std::env::temp_dir().join(format!("solofs-mount-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let data = base.join("data");
+    let mut mkfs = Command::new(BIN);
+    mkfs.args(["mkfs", "--data"])
+        .arg(&data)
+        .envs(env.iter().copied());
+    if let Some(s) = storage {
+        mkfs.args(["--storage", s]);
+    }
+    assert!(mkfs.stdout(Stdio::null()).status().unwrap().success());
+    let mut rng = Rng(0x5eed_1234 ^ files as u64);
+    make_tree(&base.join("src"), files, &mut rng);
+    for (k, v) in env {
+        std::env::set_var(k, v);
+    }
+    let srv = ServerProc::start_with(&data, "127.0.0.1:0", &["--free-grace-ms", "0"]);
+    let opts = ["--attr-timeout", "0", "--entry-timeout", "0"];
+    let a = MountProc::start(&srv.addr, &data.join("secret"), &base.join("mnt-a"), &opts);
+    let b = MountProc::start(&srv.addr, &data.join("secret"), &base.join("mnt-b"), &opts);
+    run_script(&base.join("src"), &a.mnt, &b.mnt, &base.join("work"));
+    // Everything was removed: the deleter empties the block store.
+    let dir = blocks_dir.map_or_else(|| data.join("blocks"), Path::to_path_buf);
+    {
+        let t0 = Instant::now();
+        loop {
+            let n = count_files(&dir);
+            if n == 0 {
+                break;
+            }
+            // s3s-fs walks its whole directory for every LIST: give it time.
+            assert!(
+                t0.elapsed() < Duration::from_secs(180),
+                "{n} block files left after removing everything"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    assert!(a.stop().success());
+    assert!(b.stop().success());
+    assert!(srv.stop().success());
+    let out = Command::new(BIN)
+        .args(["fsck", "--data"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("0 orphans"), "{text}");
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+fn count_files(dir: &Path) -> usize {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.flatten()
+        .map(|e| {
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                count_files(&e.path())
+            } else {
+                1
+            }
+        })
+        .sum()
+}
+
+#[test]
+fn tools_on_a_mount_with_local_blocks() {
+    full_check("local", None, None, 2500, &[]);
+}
+
+/// The s3s-fs binary (`cargo install s3s-fs --features binary`).
+fn s3s_fs() -> PathBuf {
+    if let Ok(p) = std::env::var("SOLOFS_S3S_FS") {
+        return p.into();
+    }
+    let home = std::env::var("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cargo"));
+    let p = home.join("bin/s3s-fs");
+    assert!(
+        p.exists(),
+        "{} is missing: cargo install s3s-fs@0.14.1 --features binary --locked",
+        p.display()
+    );
+    p
+}
+
+struct S3Server(Child);
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn tools_on_a_mount_with_blocks_on_s3() {
+    let root = std::env::temp_dir().join(format!("solofs-s3-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("vol")).unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let _s3 = S3Server(
+        Command::new(s3s_fs())
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--access-key", "AKTEST", "--secret-key", "SKTEST"])
+            .arg(&root)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let t0 = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "s3s-fs did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let url = format!(
+        "s3://vol/solofs?endpoint=http://127.0.0.1:{port}&region=us-east-1&allow_http=true"
+    );
+    let env = [
+        ("AWS_ACCESS_KEY_ID", "AKTEST"),
+        ("AWS_SECRET_ACCESS_KEY", "SKTEST"),
+    ];
+    full_check("s3", Some(&url), Some(&root.join("vol")), 150, &env);
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -1,0 +1,156 @@
+#!/bin/bash
+# Checks a SoloFS mount with real tools. Arguments: SRC (a local tree),
+# MNT and MNT2 (two mounts of one volume), WORK (local scratch).
+set -euo pipefail
+SRC=$1 MNT=$2 MNT2=$3 WORK=$4
+step() { echo "== $*" >&2; }
+listing() { # name type mode size mtime link-target, for non-directories
+    (cd "$1" && find . ! -type d -printf '%p %y %m %s %l\n' | sort)
+    (cd "$1" && find . -type f -printf '%p %T@\n' | sort)
+    (cd "$1" && find . -type d -printf '%p %m\n' | sort)
+}
+
+step "cp -a onto the mount"
+cp -a "$SRC" "$MNT/copy"
+diff -r --no-dereference --exclude='fifo*' "$SRC" "$MNT/copy"
+test -p "$MNT/copy/fifo0"
+diff <(listing "$SRC") <(listing "$MNT/copy")
+test "$(cd "$SRC" && find . -type f -links 2 | wc -l)" = "$(cd "$MNT/copy" && find . -type f -links 2 | wc -l)"
+test "$(cd "$SRC" && find . -type f -links 2 | wc -l)" -gt 0
+
+step "ls -lR and find"
+ls -lR "$MNT/copy" > "$WORK/ls.txt"
+for f in $(cd "$SRC" && find . -type f | head -200); do grep -q " $(basename "$f")\$" "$WORK/ls.txt"; done
+diff <(cd "$SRC" && find . | sort) <(cd "$MNT/copy" && find . | sort)
+
+step "tar out of and into the mount"
+tar cf "$WORK/t.tar" -C "$MNT/copy" .
+mkdir "$WORK/x" && tar xf "$WORK/t.tar" -C "$WORK/x"
+diff -r --no-dereference --exclude='fifo*' "$SRC" "$WORK/x"
+mkdir "$MNT/untar" && tar xf "$WORK/t.tar" -C "$MNT/untar"
+diff -r --no-dereference --exclude='fifo*' "$SRC" "$MNT/untar"
+
+step "git"
+mkdir "$MNT/repo" && cd "$MNT/repo"
+git init -q -b main .
+cp -a "$SRC/d1" .
+git add -A
+git -c user.name=t -c user.email=t@t commit -qm first
+first=$(git ls-files | head -1)
+echo scribble >> "$first"
+git status --porcelain | grep -q .
+git checkout -- "$first"
+test -z "$(git status --porcelain)"
+git checkout -q -b side
+git rm -q "$first"
+git -c user.name=t -c user.email=t@t commit -qm second
+test ! -e "$first"
+git checkout -q main
+test -e "$first"
+cmp "$first" "$SRC/d1/${first#d1/}"
+test "$(git log --oneline | wc -l)" = 1
+test "$(git log --oneline side | wc -l)" = 2
+git fsck --no-progress >/dev/null
+cd /
+
+step "ln, mv across directories, chmod, chown, touch -d"
+cd "$MNT"
+mkdir -p m/a m/b
+echo payload > m/a/f
+ln m/a/f m/b/hard
+ln -s ../a/f m/b/soft
+test "$(stat -c %h m/a/f)" = 2
+test "$(stat -c %i m/a/f)" = "$(stat -c %i m/b/hard)"
+test "$(cat m/b/soft)" = payload
+mv m/a/f m/b/moved
+test ! -e m/a/f && test "$(cat m/b/moved)" = payload
+mv m/b m/a/
+test "$(cat m/a/b/hard)" = payload
+chmod 640 m/a/b/moved && test "$(stat -c %a m/a/b/moved)" = 640
+chown 1234:5678 m/a/b/moved && test "$(stat -c %u:%g m/a/b/moved)" = 1234:5678
+touch -d '2001-02-03 04:05:06' m/a/b/moved
+test "$(stat -c %Y m/a/b/moved)" = "$(date -d '2001-02-03 04:05:06' +%s)"
+rm m/a/b/hard && test "$(stat -c %h m/a/b/moved)" = 1
+cd /
+
+step "python: write, seek, read, truncate, append, O_TRUNC, unlinked-but-open"
+python3 - "$MNT" <<'PYEOF'
+import os, random, sys
+mnt = sys.argv[1]
+rnd = random.Random(7)
+p = os.path.join(mnt, "py.bin")
+model = bytearray()
+with open(p, "w+b") as f:
+    for i in range(120):
+        off = rnd.randrange(0, 9 << 20)
+        data = rnd.randbytes(rnd.randrange(1, 300000))
+        f.seek(off)
+        f.write(data)
+        if len(model) < off:
+            model.extend(bytes(off - len(model)))
+        model[off:off + len(data)] = data
+        if i % 17 == 0:
+            f.flush()
+            os.fsync(f.fileno())
+        if i % 10 == 0:
+            o = rnd.randrange(0, len(model))
+            f.seek(o)
+            assert f.read(70000) == bytes(model[o:o + 70000]), i
+    f.seek(0)
+    assert f.read() == bytes(model)
+    f.truncate(3_000_001)
+    del model[3_000_001:]
+    f.truncate(5_000_000)
+    model.extend(bytes(5_000_000 - len(model)))
+    f.seek(0)
+    assert f.read() == bytes(model)
+assert os.path.getsize(p) == len(model)
+assert open(p, "rb").read() == bytes(model)
+with open(p, "ab") as f:
+    f.write(b"tail")
+model += b"tail"
+assert open(p, "rb").read() == bytes(model)
+with open(p, "wb") as f:
+    f.write(b"new")
+assert open(p, "rb").read() == b"new"
+q = os.path.join(mnt, "gone.bin")
+data = rnd.randbytes(5 << 20)
+fd = os.open(q, os.O_CREAT | os.O_RDWR, 0o644)
+os.write(fd, data)
+os.fsync(fd)
+os.unlink(q)
+assert not os.path.exists(q)
+os.lseek(fd, 0, 0)
+back = b""
+while True:
+    c = os.read(fd, 1 << 20)
+    if not c:
+        break
+    back += c
+assert back == data
+assert os.fstat(fd).st_size == len(data)
+os.close(fd)
+# sparse file: holes read as zeros
+s = os.path.join(mnt, "sparse.bin")
+with open(s, "wb") as f:
+    f.seek(9 << 20)
+    f.write(b"x")
+d = open(s, "rb").read()
+assert len(d) == (9 << 20) + 1 and d[:-1] == bytes(9 << 20) and d[-1:] == b"x"
+print("python ok")
+PYEOF
+
+step "two mounts: close-to-open"
+echo "from A" > "$MNT/shared.txt"
+test "$(cat "$MNT2/shared.txt")" = "from A"
+echo "from B" >> "$MNT2/shared.txt"
+test "$(tail -1 "$MNT/shared.txt")" = "from B"
+cmp "$MNT/copy/big20" "$MNT2/copy/big20"
+head -c 3000000 /dev/urandom > "$WORK/r.bin"
+cp "$WORK/r.bin" "$MNT2/r.bin"
+cmp "$WORK/r.bin" "$MNT/r.bin"
+
+step "remove everything"
+rm -rf "$MNT"/copy "$MNT"/untar "$MNT"/repo "$MNT"/m "$MNT"/*.bin "$MNT"/*.txt
+test -z "$(ls -A "$MNT")"
+echo "all tool checks passed"

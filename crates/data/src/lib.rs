@@ -1,0 +1,343 @@
+//! SoloFS data path: the blocks of regular files in an object store
+//! (DESIGN §5), through the `object_store` crate.
+//!
+//! A file's bytes `[b * block_size, (b + 1) * block_size)` are the object
+//! `<volume>/<ino>/<b>` (volume id in hex, ino and block number in decimal)
+//! under the storage URL's bucket and prefix. An object may be shorter than
+//! a block: bytes past its end, and missing objects, read as zeros (holes).
+//! Nothing here knows about sizes or names; the metadata server records
+//! those, and decides which blocks may be deleted.
+//!
+//! Storage URLs: `file:///DIR` (a local directory, the embedded default) and
+//! `s3://BUCKET[/PREFIX][?endpoint=URL&region=R&allow_http=true]`. S3
+//! credentials never live in the URL (it is recorded in the volume and sent
+//! to every client): they come from [`S3Credentials`] or the usual
+//! `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` environment variables.
+//!
+//! The API is blocking; one shared tokio runtime does the I/O. It must not
+//! be called from inside an async task.
+
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use object_store::path::Path as ObjPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use std::sync::{Arc, OnceLock};
+use tokio::runtime::Runtime;
+use tokio::task::JoinHandle;
+
+/// Errors of the data path.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The storage URL cannot be used.
+    #[error("storage URL {url}: {why}")]
+    Url {
+        /// The URL.
+        url: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The object store failed.
+    #[error("object store: {0}")]
+    Store(#[from] object_store::Error),
+    /// A background transfer died.
+    #[error("background transfer: {0}")]
+    Task(String),
+}
+
+impl Error {
+    /// The errno a file system call should return for this error.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::Url { .. } => libc_einval(),
+            _ => 5, // EIO
+        }
+    }
+}
+
+fn libc_einval() -> i32 {
+    22
+}
+
+/// Result of the data path.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// S3 credentials given explicitly (config file), instead of the
+/// environment.
+#[derive(Clone, Debug, Default)]
+pub struct S3Credentials {
+    /// Access key id.
+    pub access_key_id: String,
+    /// Secret access key.
+    pub secret_access_key: String,
+}
+
+fn runtime() -> &'static Runtime {
+    static RT: OnceLock<Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        // One crypto provider for https endpoints, chosen here once.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("solofs-data")
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("cannot start the data runtime: {e}"))
+    })
+}
+
+/// The blocks of one volume in one object store.
+#[derive(Clone)]
+pub struct BlockStore {
+    store: Arc<dyn ObjectStore>,
+    volume: String,
+    block_size: u64,
+    url: String,
+}
+
+impl std::fmt::Debug for BlockStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BlockStore({}, {})", self.url, self.volume)
+    }
+}
+
+/// A put running in the background.
+pub struct PutTicket(JoinHandle<Result<()>>);
+
+impl PutTicket {
+    /// Waits for the put to finish.
+    pub fn wait(self) -> Result<()> {
+        runtime()
+            .block_on(self.0)
+            .map_err(|e| Error::Task(e.to_string()))?
+    }
+
+    /// Has the put finished (successfully or not)?
+    pub fn is_finished(&self) -> bool {
+        self.0.is_finished()
+    }
+}
+
+/// A get running in the background (read-ahead).
+pub struct GetTicket(JoinHandle<Result<Option<Bytes>>>);
+
+impl GetTicket {
+    /// Waits for the block.
+    pub fn wait(self) -> Result<Option<Bytes>> {
+        runtime()
+            .block_on(self.0)
+            .map_err(|e| Error::Task(e.to_string()))?
+    }
+}
+
+fn bad(url: &str, why: impl Into<String>) -> Error {
+    Error::Url {
+        url: url.to_string(),
+        why: why.into(),
+    }
+}
+
+/// Opens the object store a storage URL names.
+fn open_store(url: &str, creds: Option<&S3Credentials>) -> Result<Arc<dyn ObjectStore>> {
+    if let Some(dir) = url.strip_prefix("file://") {
+        if !dir.starts_with('/') {
+            return Err(bad(url, "a file:// URL needs an absolute path"));
+        }
+        std::fs::create_dir_all(dir).map_err(|e| bad(url, e.to_string()))?;
+        let fs = object_store::local::LocalFileSystem::new_with_prefix(dir)?
+            .with_automatic_cleanup(true);
+        return Ok(Arc::new(fs));
+    }
+    if let Some(rest) = url.strip_prefix("s3://") {
+        let (loc, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (bucket, prefix) = loc.split_once('/').unwrap_or((loc, ""));
+        if bucket.is_empty() {
+            return Err(bad(url, "no bucket"));
+        }
+        let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+        for kv in query.split('&').filter(|s| !s.is_empty()) {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            b = match k {
+                "endpoint" => b.with_endpoint(v),
+                "region" => b.with_region(v),
+                "allow_http" => b.with_allow_http(v == "true"),
+                _ => return Err(bad(url, format!("unknown parameter {k}"))),
+            };
+        }
+        if let Some(c) = creds {
+            b = b
+                .with_access_key_id(&c.access_key_id)
+                .with_secret_access_key(&c.secret_access_key);
+        }
+        let s3: Arc<dyn ObjectStore> = Arc::new(b.build()?);
+        let prefix = prefix.trim_matches('/');
+        if prefix.is_empty() {
+            return Ok(s3);
+        }
+        return Ok(Arc::new(object_store::prefix::PrefixStore::new(
+            s3,
+            ObjPath::from(prefix),
+        )));
+    }
+    Err(bad(url, "only file:// and s3:// are supported"))
+}
+
+impl BlockStore {
+    /// Opens the blocks of volume `volume` (its id in hex) under `url`.
+    pub fn open(
+        url: &str,
+        volume: &str,
+        block_size: u64,
+        creds: Option<&S3Credentials>,
+    ) -> Result<BlockStore> {
+        if !block_size.is_power_of_two() || block_size < 4096 {
+            return Err(bad(url, format!("block size {block_size}")));
+        }
+        let _rt = runtime().enter();
+        Ok(BlockStore {
+            store: open_store(url, creds)?,
+            volume: volume.to_string(),
+            block_size,
+            url: url.to_string(),
+        })
+    }
+
+    /// The block size.
+    pub fn block_size(&self) -> u64 {
+        self.block_size
+    }
+
+    /// The storage URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn key(&self, ino: u64, block: u64) -> ObjPath {
+        ObjPath::from(format!("{}/{ino}/{block}", self.volume))
+    }
+
+    fn ino_prefix(&self, ino: u64) -> ObjPath {
+        ObjPath::from(format!("{}/{ino}", self.volume))
+    }
+
+    /// Writes block `block` of `ino` (at most one block of bytes).
+    pub fn put(&self, ino: u64, block: u64, data: Bytes) -> Result<()> {
+        self.put_async(ino, block, data).wait()
+    }
+
+    /// Starts writing a block in the background.
+    pub fn put_async(&self, ino: u64, block: u64, data: Bytes) -> PutTicket {
+        debug_assert!(data.len() as u64 <= self.block_size);
+        let store = self.store.clone();
+        let key = self.key(ino, block);
+        PutTicket(runtime().spawn(async move {
+            store.put(&key, PutPayload::from(data)).await?;
+            Ok(())
+        }))
+    }
+
+    /// Reads a whole block; `None` if it does not exist (a hole).
+    pub fn get(&self, ino: u64, block: u64) -> Result<Option<Bytes>> {
+        self.get_async(ino, block).wait()
+    }
+
+    /// Starts reading a block in the background.
+    pub fn get_async(&self, ino: u64, block: u64) -> GetTicket {
+        let store = self.store.clone();
+        let key = self.key(ino, block);
+        GetTicket(runtime().spawn(async move {
+            match store.get(&key).await {
+                Ok(r) => Ok(Some(r.bytes().await?)),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e.into()),
+            }
+        }))
+    }
+
+    /// Block numbers stored for `ino`, sorted.
+    pub fn blocks(&self, ino: u64) -> Result<Vec<u64>> {
+        let store = self.store.clone();
+        let prefix = self.ino_prefix(ino);
+        runtime().block_on(async move {
+            let mut out = Vec::new();
+            let mut s = store.list(Some(&prefix));
+            while let Some(m) = s.next().await {
+                let m = m?;
+                if let Some(b) = m.location.filename().and_then(|f| f.parse().ok()) {
+                    out.push(b);
+                }
+            }
+            out.sort_unstable();
+            Ok(out)
+        })
+    }
+
+    /// Deletes every stored block of `ino` numbered `first` or above;
+    /// returns how many went. Missing blocks are not an error.
+    pub fn delete_from(&self, ino: u64, first: u64) -> Result<u64> {
+        let doomed: Vec<u64> = self
+            .blocks(ino)?
+            .into_iter()
+            .filter(|&b| b >= first)
+            .collect();
+        let store = self.store.clone();
+        let keys: Vec<ObjPath> = doomed.iter().map(|&b| self.key(ino, b)).collect();
+        runtime().block_on(async move {
+            let mut n = 0;
+            let mut s = futures_util::stream::iter(keys)
+                .map(|k| {
+                    let store = store.clone();
+                    async move {
+                        match store.delete(&k).await {
+                            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                            Err(e) => Err(e),
+                        }
+                    }
+                })
+                .buffer_unordered(16);
+            while let Some(r) = s.next().await {
+                r?;
+                n += 1;
+            }
+            Ok(n)
+        })
+    }
+
+    /// Every ino that has blocks in this volume, with its block numbers
+    /// (fsck).
+    pub fn all_blocks(&self) -> Result<Vec<(u64, Vec<u64>)>> {
+        let store = self.store.clone();
+        let prefix = ObjPath::from(self.volume.as_str());
+        runtime().block_on(async move {
+            let mut map = std::collections::BTreeMap::<u64, Vec<u64>>::new();
+            let mut s = store.list(Some(&prefix));
+            while let Some(m) = s.next().await {
+                let m = m?;
+                let parts: Vec<_> = m.location.parts().collect();
+                let n = parts.len();
+                if n < 2 {
+                    continue;
+                }
+                let ino = parts[n - 2].as_ref().parse::<u64>();
+                let b = parts[n - 1].as_ref().parse::<u64>();
+                if let (Ok(i), Ok(b)) = (ino, b) {
+                    map.entry(i).or_default().push(b);
+                }
+            }
+            Ok(map
+                .into_iter()
+                .map(|(i, mut v)| {
+                    v.sort_unstable();
+                    (i, v)
+                })
+                .collect())
+        })
+    }
+}
+
+/// The volume id as the hex string that prefixes its block keys.
+pub fn volume_hex(id: &[u8; 16]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}

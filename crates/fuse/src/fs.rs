@@ -1,0 +1,828 @@
+//! The kernel's requests, answered with the client library (metadata) and
+//! the block store (data).
+
+use crate::file::OpenFile;
+use crate::{creds::Creds, MountOptions};
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle, FileType as FType, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use parking_lot::Mutex;
+use solofs_client::{at, Client, ClientError};
+use solofs_data::BlockStore;
+use solofs_meta::{Attr, Cred, FileType, SetAttr, TimeSet};
+use solofs_proto::{Body, Op, Target};
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A SoloFS volume as a FUSE file system.
+pub struct SoloFs {
+    client: Client,
+    store: BlockStore,
+    opts: MountOptions,
+    creds: Creds,
+    files: Mutex<HashMap<u64, Arc<Mutex<OpenFile>>>>,
+    handles: Mutex<HashMap<u64, (u64, u32)>>,
+    next_fh: AtomicU64,
+}
+
+type Res<T> = Result<T, Errno>;
+
+fn errno(e: ClientError) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+fn data_errno(e: solofs_data::Error) -> Errno {
+    eprintln!("solofs: data path: {e}");
+    Errno::from_i32(e.errno())
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+fn time_of(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+fn ns_of(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_nanos() as i64,
+        Err(e) => -(e.duration().as_nanos() as i64),
+    }
+}
+
+fn kind_of(k: FileType) -> FType {
+    match k {
+        FileType::Regular => FType::RegularFile,
+        FileType::Directory => FType::Directory,
+        FileType::Symlink => FType::Symlink,
+        FileType::Fifo => FType::NamedPipe,
+        FileType::Socket => FType::Socket,
+        FileType::CharDevice => FType::CharDevice,
+        FileType::BlockDevice => FType::BlockDevice,
+    }
+}
+
+fn to_fuse(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.size.div_ceil(512),
+        atime: time_of(a.atime),
+        mtime: time_of(a.mtime),
+        ctime: time_of(a.ctime),
+        crtime: time_of(a.btime),
+        kind: FileType::from_mode(a.mode)
+            .map(kind_of)
+            .unwrap_or(FType::RegularFile),
+        perm: (a.mode & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev as u32,
+        blksize: 128 << 10,
+        flags: 0,
+    }
+}
+
+fn acc_mode(flags: i32) -> u32 {
+    match flags & libc::O_ACCMODE {
+        libc::O_WRONLY => 1,
+        libc::O_RDWR => 2,
+        _ => 0,
+    }
+}
+
+impl SoloFs {
+    /// A file system over a connected client and the volume's block store.
+    pub fn new(client: Client, store: BlockStore, opts: MountOptions) -> SoloFs {
+        SoloFs {
+            client,
+            store,
+            opts,
+            creds: Creds::default(),
+            files: Mutex::new(HashMap::new()),
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+        }
+    }
+
+    fn cred(&self, req: &Request) -> Cred {
+        self.creds.of(req.uid(), req.gid(), req.pid())
+    }
+
+    fn file(&self, ino: u64) -> Option<Arc<Mutex<OpenFile>>> {
+        self.files.lock().get(&ino).cloned()
+    }
+
+    /// Server attributes overlaid with what this mount has not flushed.
+    fn local(&self, mut a: Attr) -> Attr {
+        if let Some(f) = self.file(a.ino) {
+            let f = f.lock();
+            if f.is_dirty() {
+                a.size = f.size;
+                if let Some(m) = f.dirty_mtime {
+                    a.mtime = m;
+                }
+            }
+        }
+        a
+    }
+
+    fn entry(&self, reply: ReplyEntry, r: Res<Attr>) {
+        match r {
+            Ok(a) => reply.entry(
+                &self.opts.entry_timeout,
+                &to_fuse(&self.local(a)),
+                Generation(0),
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn attr(&self, reply: ReplyAttr, r: Res<Attr>) {
+        match r {
+            Ok(a) => reply.attr(&self.opts.attr_timeout, &to_fuse(&self.local(a))),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getattr_of(&self, cred: &Cred, ino: u64) -> Res<Attr> {
+        match self.client.getattr(cred, Target::Ino(ino)) {
+            Ok(a) => Ok(a),
+            Err(e) => {
+                // Unlinked but still open here: the file lives on locally.
+                if e.errno() == libc::ENOENT {
+                    if let Some(f) = self.file(ino) {
+                        let f = f.lock();
+                        let mut a = f.attr.clone();
+                        a.size = f.size;
+                        a.nlink = 0;
+                        return Ok(a);
+                    }
+                }
+                Err(errno(e))
+            }
+        }
+    }
+
+    /// Flushes `f` and commits its size and mtime.
+    fn flush_file(&self, cred: &Cred, f: &mut OpenFile) -> Res<()> {
+        let pending = f.flush(&self.store).map_err(data_errno)?;
+        if let Some((size, mtime)) = pending {
+            match self.client.write_commit(cred, f.ino, size, mtime) {
+                Ok(_) => f.committed(),
+                Err(e) if e.errno() == libc::ENOENT => f.committed(),
+                Err(e) => return Err(errno(e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn open_file(&self, cred: &Cred, ino: u64, flags: i32) -> Res<(u64, Attr)> {
+        let mode = acc_mode(flags);
+        let a = self.client.open(cred, ino, mode).map_err(errno)?;
+        let f = {
+            let mut files = self.files.lock();
+            files
+                .entry(ino)
+                .or_insert_with(|| {
+                    Arc::new(Mutex::new(OpenFile::new(
+                        self.store.block_size(),
+                        a.clone(),
+                    )))
+                })
+                .clone()
+        };
+        {
+            let mut f = f.lock();
+            f.handles += 1;
+            f.refresh(a.size);
+        }
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles.lock().insert(fh, (ino, mode));
+        Ok((fh, a))
+    }
+
+    fn truncate(&self, cred: &Cred, ino: u64, size: u64, sa: SetAttr) -> Res<Attr> {
+        let f = self.file(ino);
+        let mut guard = f.as_ref().map(|f| f.lock());
+        if let Some(g) = guard.as_deref_mut() {
+            self.flush_file(cred, g)?;
+        }
+        let old = match guard.as_deref() {
+            Some(g) => g.size,
+            None => self.getattr_of(cred, ino)?.size,
+        };
+        let a = self
+            .client
+            .setattr(cred, Target::Ino(ino), sa)
+            .map_err(errno)?;
+        match guard.as_deref_mut() {
+            Some(g) => g.truncate(&self.store, size).map_err(data_errno)?,
+            None if size < old => {
+                let mut cur = a.clone();
+                cur.size = old;
+                let mut tmp = OpenFile::new(self.store.block_size(), cur);
+                tmp.truncate(&self.store, size).map_err(data_errno)?;
+            }
+            None => {}
+        }
+        if size < old {
+            // Blocks past the new end go now, not only when the server's
+            // deleter gets to them: a later extension must read zeros there.
+            // (The server's queue entry covers a crash before this.)
+            if let Err(e) = self
+                .store
+                .delete_from(ino, size.div_ceil(self.store.block_size()))
+            {
+                eprintln!("solofs: truncate of ino {ino}: {e}");
+            }
+        }
+        Ok(a)
+    }
+
+    fn name_op(&self, req: &Request, op: Op) -> Res<Body> {
+        self.client.call(&self.cred(req), op).map_err(errno)
+    }
+}
+
+fn body_attr(b: Res<Body>) -> Res<Attr> {
+    match b? {
+        Body::Attr(a) => Ok(a),
+        _ => Err(Errno::EIO),
+    }
+}
+
+fn body_empty(b: Res<Body>) -> Res<()> {
+    b.map(|_| ())
+}
+
+fn reply_empty(reply: ReplyEmpty, r: Res<()>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}
+
+fn name(n: &OsStr) -> Vec<u8> {
+    n.as_bytes().to_vec()
+}
+
+fn time_set(t: Option<TimeOrNow>) -> TimeSet {
+    match t {
+        None => TimeSet::Omit,
+        Some(TimeOrNow::Now) => TimeSet::Now,
+        Some(TimeOrNow::SpecificTime(t)) => TimeSet::At(ns_of(t)),
+    }
+}
+
+impl Filesystem for SoloFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.add_capabilities(
+            InitFlags::FUSE_DO_READDIRPLUS
+                | InitFlags::FUSE_READDIRPLUS_AUTO
+                | InitFlags::FUSE_PARALLEL_DIROPS,
+        );
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_readahead(1 << 20);
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+        let r = self
+            .client
+            .lookup(&self.cred(req), at(parent.0, n.as_bytes()))
+            .map_err(errno);
+        self.entry(reply, r);
+    }
+
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let r = self.getattr_of(&self.cred(req), ino.0);
+        self.attr(reply, r);
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let cred = self.cred(req);
+        let sa = SetAttr {
+            mode: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: time_set(atime),
+            mtime: time_set(mtime),
+        };
+        let r = match size {
+            Some(s) => self.truncate(&cred, ino.0, s, sa),
+            None => {
+                // An explicit mtime must not be overwritten by a later
+                // flush of older writes: flush first.
+                if sa.mtime != TimeSet::Omit {
+                    if let Some(f) = self.file(ino.0) {
+                        if let Err(e) = self.flush_file(&cred, &mut f.lock()) {
+                            return reply.error(e);
+                        }
+                    }
+                }
+                self.client
+                    .setattr(&cred, Target::Ino(ino.0), sa)
+                    .map_err(errno)
+            }
+        };
+        self.attr(reply, r);
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.client.readlink(&self.cred(req), Target::Ino(ino.0)) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let op = Op::Mknod {
+            loc: at(parent.0, n.as_bytes()),
+            mode: mode & !(umask & 0o777),
+            rdev: rdev as u64,
+        };
+        self.entry(reply, body_attr(self.name_op(req, op)));
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let op = Op::Mkdir {
+            loc: at(parent.0, n.as_bytes()),
+            mode: mode & !(umask & 0o777) & 0o7777,
+        };
+        self.entry(reply, body_attr(self.name_op(req, op)));
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let cred = self.cred(req);
+        // Remember which open file (if any) loses a name, for fstat after.
+        let target = self.client.lookup(&cred, at(parent.0, n.as_bytes())).ok();
+        let r = self
+            .client
+            .unlink(&cred, at(parent.0, n.as_bytes()))
+            .map_err(errno);
+        if r.is_ok() {
+            if let Some(a) = target.filter(|a| a.nlink <= 1) {
+                if let Some(f) = self.file(a.ino) {
+                    f.lock().unlinked = true;
+                }
+            }
+        }
+        reply_empty(reply, r);
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let op = Op::Rmdir(at(parent.0, n.as_bytes()));
+        reply_empty(reply, body_empty(self.name_op(req, op)));
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let op = Op::Symlink {
+            loc: at(parent.0, link_name.as_bytes()),
+            target: target.as_os_str().as_bytes().to_vec(),
+        };
+        self.entry(reply, body_attr(self.name_op(req, op)));
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let mut f = 0;
+        if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            f |= solofs_meta::RENAME_NOREPLACE;
+        }
+        if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+            f |= solofs_meta::RENAME_EXCHANGE;
+        }
+        if flags.contains(RenameFlags::RENAME_WHITEOUT) {
+            return reply.error(Errno::EINVAL);
+        }
+        let op = Op::Rename {
+            from: at(parent.0, &name(n)),
+            to: at(newparent.0, &name(newname)),
+            flags: f,
+        };
+        reply_empty(reply, body_empty(self.name_op(req, op)));
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let op = Op::Link {
+            from: Target::Ino(ino.0),
+            to: at(newparent.0, newname.as_bytes()),
+        };
+        self.entry(reply, body_attr(self.name_op(req, op)));
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.open_file(&self.cred(req), ino.0, flags.0) {
+            Ok((fh, _)) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let Some(f) = self.file(ino.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        let r = f
+            .lock()
+            .read(&self.store, offset, size, self.opts.read_ahead);
+        match r {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(data_errno(e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let Some(f) = self.file(ino.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        let r = f.lock().write(&self.store, offset, data, now_ns());
+        match r {
+            Ok(()) => reply.written(data.len() as u32),
+            Err(e) => reply.error(data_errno(e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        let r = match self.file(ino.0) {
+            Some(f) => self.flush_file(&self.cred(req), &mut f.lock()),
+            None => Ok(()),
+        };
+        reply_empty(reply, r);
+    }
+
+    fn release(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let cred = self.cred(req);
+        let mode = self.handles.lock().remove(&fh.0).map(|h| h.1);
+        let mut r = Ok(());
+        if let Some(f) = self.file(ino.0) {
+            let mut g = f.lock();
+            r = self.flush_file(&cred, &mut g);
+            g.handles = g.handles.saturating_sub(1);
+            if g.handles == 0 {
+                self.files.lock().remove(&ino.0);
+            }
+        }
+        if let Some(m) = mode {
+            if let Err(e) = self.client.release(&cred, ino.0, m) {
+                eprintln!("solofs: release of ino {}: {e}", ino.0);
+            }
+        }
+        reply_empty(reply, r);
+    }
+
+    fn fsync(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let r = match self.file(ino.0) {
+            Some(f) => self.flush_file(&self.cred(req), &mut f.lock()),
+            None => Ok(()),
+        };
+        reply_empty(reply, r);
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // Checks read permission on the directory now, as open(2) would.
+        match self.client.access(&self.cred(req), Target::Ino(ino.0), 4) {
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let cred = self.cred(req);
+        if offset == 0 && reply.add(ino, 1, FType::Directory, ".") {
+            return reply.ok();
+        }
+        if offset <= 1 && reply.add(ino, 2, FType::Directory, "..") {
+            return reply.ok();
+        }
+        let mut cookie = offset.saturating_sub(2);
+        loop {
+            let list = match self.client.readdir(&cred, Target::Ino(ino.0), cookie, 512) {
+                Ok(l) => l,
+                Err(e) => return reply.error(errno(e)),
+            };
+            if list.is_empty() {
+                return reply.ok();
+            }
+            for d in list {
+                if reply.add(
+                    INodeNo(d.ino),
+                    d.cookie + 2,
+                    kind_of(d.kind),
+                    OsStr::from_bytes(&d.name),
+                ) {
+                    return reply.ok();
+                }
+                cookie = d.cookie;
+            }
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let cred = self.cred(req);
+        let ttl = self.opts.entry_timeout;
+        if offset < 2 {
+            // "." and "..": the kernel ignores their attributes.
+            let dot = match self.getattr_of(&cred, ino.0) {
+                Ok(a) => to_fuse(&a),
+                Err(e) => return reply.error(e),
+            };
+            if offset == 0 && reply.add(ino, 1, ".", &ttl, &dot, Generation(0)) {
+                return reply.ok();
+            }
+            if reply.add(ino, 2, "..", &ttl, &dot, Generation(0)) {
+                return reply.ok();
+            }
+        }
+        let mut cookie = offset.saturating_sub(2);
+        loop {
+            let list = match self
+                .client
+                .readdir_plus(&cred, Target::Ino(ino.0), cookie, 256)
+            {
+                Ok(l) => l,
+                Err(e) => return reply.error(errno(e)),
+            };
+            if list.is_empty() {
+                return reply.ok();
+            }
+            for (d, a) in list {
+                let fa = to_fuse(&self.local(a));
+                if reply.add(
+                    INodeNo(d.ino),
+                    d.cookie + 2,
+                    OsStr::from_bytes(&d.name),
+                    &ttl,
+                    &fa,
+                    Generation(0),
+                ) {
+                    return reply.ok();
+                }
+                cookie = d.cookie;
+            }
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.client.statfs() {
+            Ok(s) => {
+                // Data capacity is the object store's; report a large
+                // constant. Inodes: those in use plus what the pool holds.
+                let blocks = 1u64 << 36;
+                let free_inodes = s.pool_capacity.saturating_sub(s.used_bytes) / 160;
+                reply.statfs(
+                    blocks,
+                    blocks,
+                    blocks,
+                    s.inodes + free_inodes,
+                    free_inodes,
+                    4096,
+                    s.name_max,
+                    4096,
+                );
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        n: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let r = self
+            .client
+            .setxattr(
+                &self.cred(req),
+                Target::Ino(ino.0),
+                n.as_bytes(),
+                value,
+                flags as u32,
+            )
+            .map_err(errno);
+        reply_empty(reply, r);
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
+        match self
+            .client
+            .getxattr(&self.cred(req), Target::Ino(ino.0), n.as_bytes())
+        {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.client.listxattr(&self.cred(req), Target::Ino(ino.0)) {
+            Ok(names) => {
+                let mut out = Vec::new();
+                for n in names {
+                    out.extend_from_slice(&n);
+                    out.push(0);
+                }
+                if size == 0 {
+                    reply.size(out.len() as u32)
+                } else if out.len() > size as usize {
+                    reply.error(Errno::ERANGE)
+                } else {
+                    reply.data(&out)
+                }
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let r = self
+            .client
+            .removexattr(&self.cred(req), Target::Ino(ino.0), n.as_bytes())
+            .map_err(errno);
+        reply_empty(reply, r);
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let r = self
+            .client
+            .access(&self.cred(req), Target::Ino(ino.0), mask.bits() as u32)
+            .map_err(errno);
+        reply_empty(reply, r);
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        n: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let cred = self.cred(req);
+        let loc = at(parent.0, n.as_bytes());
+        let created = self
+            .client
+            .create(&cred, loc.clone(), mode & !(umask & 0o777) & 0o7777);
+        let a = match created {
+            Ok(a) => a,
+            // Lost a race with another creator: open what is there.
+            Err(e) if e.errno() == libc::EEXIST && flags & libc::O_EXCL == 0 => {
+                match self.client.lookup(&cred, loc) {
+                    Ok(a) => a,
+                    Err(e) => return reply.error(errno(e)),
+                }
+            }
+            Err(e) => return reply.error(errno(e)),
+        };
+        match self.open_file(&cred, a.ino, flags) {
+            Ok((fh, a)) => reply.created(
+                &self.opts.entry_timeout,
+                &to_fuse(&a),
+                Generation(0),
+                FileHandle(fh),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+}

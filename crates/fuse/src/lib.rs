@@ -1,0 +1,99 @@
+//! # solofs-fuse — a SoloFS volume as a FUSE mount
+//!
+//! Answers the kernel's file system calls with the client library (every
+//! namespace operation goes to the metadata server) and the block store
+//! (file bytes go straight to the object store). Writes are buffered per
+//! open file and stored on a full block, fsync, flush and close; the size
+//! and mtime reach the server after the blocks (close-to-open consistency:
+//! another mount that opens the file after the close sees the new bytes).
+//!
+//! What it must not do: keep metadata of its own beyond the kernel's cache
+//! timeouts and the files it holds open.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod creds;
+mod file;
+mod fs;
+pub mod memfs;
+
+pub use fs::SoloFs;
+
+use solofs_client::Client;
+use solofs_data::BlockStore;
+use std::path::Path;
+use std::time::Duration;
+
+/// Mount settings.
+#[derive(Clone, Debug)]
+pub struct MountOptions {
+    /// How long the kernel may cache attributes.
+    pub attr_timeout: Duration,
+    /// How long the kernel may cache name lookups.
+    pub entry_timeout: Duration,
+    /// Threads answering kernel requests.
+    pub threads: usize,
+    /// Let users other than the mounting one use the mount.
+    pub allow_other: bool,
+    /// Blocks read ahead of a sequential reader.
+    pub read_ahead: u64,
+}
+
+impl Default for MountOptions {
+    fn default() -> MountOptions {
+        MountOptions {
+            attr_timeout: Duration::from_secs(1),
+            entry_timeout: Duration::from_secs(1),
+            threads: 4,
+            allow_other: false,
+            read_ahead: 2,
+        }
+    }
+}
+
+/// fuser session settings for a file system named `name`.
+pub fn session_config(name: &str, threads: usize, allow_other: bool) -> fuser::Config {
+    let mut c = fuser::Config::default();
+    c.mount_options = vec![
+        fuser::MountOption::FSName(name.to_string()),
+        fuser::MountOption::Subtype(name.to_string()),
+        fuser::MountOption::DefaultPermissions,
+        fuser::MountOption::NoAtime,
+    ];
+    if allow_other {
+        c.acl = fuser::SessionACL::All;
+    }
+    c.n_threads = Some(threads.max(1));
+    c.clone_fd = threads > 1;
+    c
+}
+
+/// Mounts the volume `client` is connected to at `mountpoint` and serves it
+/// in background threads until the returned session is dropped or
+/// unmounted.
+pub fn mount(
+    client: Client,
+    store: BlockStore,
+    mountpoint: &Path,
+    opts: MountOptions,
+) -> std::io::Result<fuser::BackgroundSession> {
+    let cfg = session_config("solofs", opts.threads, opts.allow_other);
+    fuser::spawn_mount(SoloFs::new(client, store, opts), mountpoint, &cfg)
+}
+
+/// Opens the block store a connected client's volume names.
+pub fn block_store(client: &Client) -> Result<BlockStore, solofs_data::Error> {
+    let v = client.volume();
+    if v.storage.is_empty() {
+        return Err(solofs_data::Error::Url {
+            url: String::new(),
+            why: "the volume has no data storage (formatted without --storage)".into(),
+        });
+    }
+    BlockStore::open(
+        &v.storage,
+        &solofs_data::volume_hex(&v.id),
+        v.block_size,
+        None,
+    )
+}

@@ -1,0 +1,232 @@
+//! The durable to-free queue: inodes whose data blocks may have to be
+//! deleted from the object store (DESIGN §5).
+//!
+//! An operation that drops a file's last name, or shrinks it by at least one
+//! block, first records the ino in its context's queue (persisted before the
+//! operation's own commit point), then commits. The data layer's deleter
+//! takes the entries, and for each deletes every block of the ino that no
+//! live inode covers: all of them if the ino is gone, those at or beyond
+//! `ceil(size / block_size)` otherwise. That rule makes an entry harmless
+//! whatever happened to its operation, so a crash at any step neither leaks
+//! blocks (the entry survives) nor loses any (a live file's blocks below its
+//! size are never deleted). `finish_free_job` clears the entry.
+//!
+//! Each context owns a chain of 4 KiB pages of 16-byte entries `{ino, run}`
+//! (`ino == 0`: free). Only the owner fills slots; anyone clears them, so no
+//! lock is needed. `run` is the pool's open counter: entries of an earlier
+//! run are picked up by the first `take_free_jobs`, entries of this run are
+//! handed over in DRAM once their operation has finished.
+
+use super::ctx::Ctx;
+use super::Engine;
+use crate::error::{Error, Result};
+use crate::layout::*;
+use crate::types::{S_IFMT, S_IFREG};
+
+/// One queued inode for the deleter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FreeJob {
+    /// The inode whose uncovered blocks go.
+    pub ino: u64,
+    /// Pool offset of the queue entry.
+    slot: u64,
+}
+
+/// DRAM side of the queue.
+#[derive(Default)]
+pub(crate) struct FreeQueue {
+    ready: Vec<FreeJob>,
+    scanned: bool,
+}
+
+impl Engine {
+    /// Records `ino` in this context's to-free queue (durable on return) and
+    /// remembers it in `ctx`; `with_ctx` hands it to the deleter once the
+    /// operation is over.
+    pub(crate) fn queue_free(&self, ctx: &mut Ctx, ino: u64) -> Result<()> {
+        let a = ctx_area(ctx.id);
+        let slot = match self.free_slot(a)? {
+            Some(s) => s,
+            None => {
+                let page = self.new_free_page(ctx, a)?;
+                page + TF_ENTRIES
+            }
+        };
+        self.pool.st(slot + 8, self.run)?;
+        self.pool.st(slot, ino)?;
+        self.pool.persist(slot, 16);
+        crate::crash_point!("tofree.queued");
+        ctx.freed.push(FreeJob { ino, slot });
+        Ok(())
+    }
+
+    /// Queues the blocks of file object `f` if it is a regular file that
+    /// has any.
+    pub(crate) fn queue_file_data(&self, ctx: &mut Ctx, f: u64) -> Result<()> {
+        let mode = self.pool.ld(f + F_MODE)? as u32 & S_IFMT;
+        if mode == S_IFREG && self.pool.ld(f + F_SIZE)? > 0 {
+            self.queue_free(ctx, self.pool.ld(f + E_INO)?)?;
+        }
+        Ok(())
+    }
+
+    fn free_slot(&self, area: u64) -> Result<Option<u64>> {
+        let mut page = self.pool.ld(area + C_TOFREE)?;
+        let mut hops = 0;
+        while page != 0 {
+            self.check_free_page(page)?;
+            for i in 0..TF_SLOTS {
+                let s = page + TF_ENTRIES + 16 * i;
+                if self.pool.ld(s)? == 0 {
+                    return Ok(Some(s));
+                }
+            }
+            page = self.pool.ld(page + TF_NEXT)?;
+            hops += 1;
+            if hops > 1 << 20 {
+                return Err(Error::Corrupt("to-free queue chain loops".into()));
+            }
+        }
+        Ok(None)
+    }
+
+    fn check_free_page(&self, page: u64) -> Result<()> {
+        if page < SEG_BASE || page >= self.pool.len() || st_kind(self.pool.ld(page)?) != K_TOFREE {
+            return Err(Error::Corrupt(format!("to-free page {page:#x}")));
+        }
+        Ok(())
+    }
+
+    /// Allocates a zeroed page and puts it at the head of the chain. The
+    /// page is named in `C_TOFREE_NEW` while it is linked, so a crash there
+    /// leaks nothing (`recover_free_pages`).
+    fn new_free_page(&self, ctx: &mut Ctx, area: u64) -> Result<u64> {
+        let page = self.alloc.alloc(&self.pool, &mut ctx.cache, 0, TF_PAGE)?;
+        self.pool.st(area + C_TOFREE_NEW, page)?;
+        self.pool.persist(area + C_TOFREE_NEW, 8);
+        self.pool
+            .write_bytes(page + 8, &[0u8; TF_PAGE as usize - 8])?;
+        self.pool
+            .st(page + TF_NEXT, self.pool.ld(area + C_TOFREE)?)?;
+        self.pool.st(page, state(K_TOFREE, S_NORMAL, self.epoch))?;
+        self.pool.persist(page, TF_PAGE as u64);
+        self.pool.st(area + C_TOFREE, page)?;
+        self.pool.st(area + C_TOFREE_NEW, 0)?;
+        self.pool.persist(area + C_TOFREE, 16);
+        Ok(page)
+    }
+
+    /// At open: frees a page a crash left half-linked.
+    pub(crate) fn recover_free_pages(&self, area: u64) -> Result<()> {
+        let p = self.pool.ld(area + C_TOFREE_NEW)?;
+        if p == 0 {
+            return Ok(());
+        }
+        if p != self.pool.ld(area + C_TOFREE)? && self.alloc.is_allocated(&self.pool, p) {
+            self.alloc.free(&self.pool, p)?;
+        }
+        self.pool.st(area + C_TOFREE_NEW, 0)?;
+        self.pool.persist(area + C_TOFREE_NEW, 8);
+        Ok(())
+    }
+
+    /// Hands the entries of finished operations to the deleter queue.
+    pub(crate) fn release_freed(&self, ctx: &mut Ctx) {
+        if !ctx.freed.is_empty() {
+            self.free_queue.lock().ready.append(&mut ctx.freed);
+        }
+    }
+
+    /// Entries ready for deletion: those of finished operations of this run
+    /// and, the first time `earlier_runs` is set, every entry left by an
+    /// earlier run (the caller waits a grace period after start for that, so
+    /// clients can re-register the files they hold open).
+    pub fn take_free_jobs(&self, earlier_runs: bool) -> Result<Vec<FreeJob>> {
+        let mut q = self.free_queue.lock();
+        let mut out = std::mem::take(&mut q.ready);
+        if earlier_runs && !q.scanned {
+            q.scanned = true;
+            drop(q);
+            self.for_each_free_entry(|slot, ino, run| {
+                if run != self.run {
+                    out.push(FreeJob { ino, slot });
+                }
+            })?;
+        }
+        Ok(out)
+    }
+
+    /// Clears a job's entry once its blocks are gone.
+    pub fn finish_free_job(&self, job: &FreeJob) -> Result<()> {
+        crate::crash_point!("tofree.finish");
+        let w = self.pool.u64(job.slot)?;
+        // Only the owner of this entry clears it; a slot reused since is
+        // another entry (the ino differs).
+        let _ = w.compare_exchange(
+            job.ino,
+            0,
+            std::sync::atomic::Ordering::AcqRel,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        self.pool.persist(job.slot, 8);
+        Ok(())
+    }
+
+    /// Every ino in the queue, in no order (fsck and tests).
+    pub fn queued_frees(&self) -> Result<Vec<u64>> {
+        let mut v = Vec::new();
+        self.for_each_free_entry(|_, ino, _| v.push(ino))?;
+        Ok(v)
+    }
+
+    fn for_each_free_entry(&self, mut f: impl FnMut(u64, u64, u64)) -> Result<()> {
+        for id in 0..MAX_CTX as usize {
+            self.for_each_free_page(ctx_area(id), |page| {
+                for i in 0..TF_SLOTS {
+                    let s = page + TF_ENTRIES + 16 * i;
+                    let ino = self.pool.ld(s)?;
+                    if ino != 0 {
+                        f(s, ino, self.pool.ld(s + 8)?);
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Calls `f` on every page of one context's chain.
+    pub(crate) fn for_each_free_page(
+        &self,
+        area: u64,
+        mut f: impl FnMut(u64) -> Result<()>,
+    ) -> Result<()> {
+        let mut page = self.pool.ld(area + C_TOFREE)?;
+        let mut hops = 0;
+        while page != 0 {
+            self.check_free_page(page)?;
+            f(page)?;
+            page = self.pool.ld(page + TF_NEXT)?;
+            hops += 1;
+            if hops > 1 << 20 {
+                return Err(Error::Corrupt("to-free queue chain loops".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Data block size of the volume.
+    pub fn block_size(&self) -> u64 {
+        self.block_size
+    }
+
+    /// Where the volume's data blocks live (recorded at format time).
+    pub fn storage_url(&self) -> &str {
+        &self.storage
+    }
+
+    /// Number of blocks that hold `size` bytes.
+    pub(crate) fn blocks_of(&self, size: u64) -> u64 {
+        size.div_ceil(self.block_size)
+    }
+}

@@ -1,0 +1,116 @@
+//! Which inodes clients hold open, and the handshake with the deleter.
+//!
+//! Blocks of an unlinked file stay until its last release; blocks past a
+//! truncation stay while anyone has the file open (a writer's committed
+//! size decides which go). The deleter marks an inode `deleting` while it
+//! removes blocks; an open of that inode waits until it is done, so a new
+//! writer never races the deletion of the blocks it is about to write.
+
+use parking_lot::{Condvar, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+#[derive(Default)]
+struct Count {
+    opens: u32,
+    deleting: bool,
+}
+
+/// Open counts of every inode, for all connections.
+#[derive(Default)]
+pub(crate) struct Opens {
+    map: Mutex<HashMap<u64, Count>>,
+    cv: Condvar,
+}
+
+impl Opens {
+    /// Counts one open of `ino`, waiting while its blocks are being deleted.
+    pub fn acquire(&self, ino: u64) {
+        let mut m = self.map.lock();
+        while m.get(&ino).is_some_and(|c| c.deleting) {
+            self.cv.wait(&mut m);
+        }
+        m.entry(ino).or_default().opens += 1;
+    }
+
+    /// Ends one open of `ino`.
+    pub fn release(&self, ino: u64) {
+        let mut m = self.map.lock();
+        if let Some(c) = m.get_mut(&ino) {
+            c.opens = c.opens.saturating_sub(1);
+            if c.opens == 0 && !c.deleting {
+                m.remove(&ino);
+            }
+        }
+    }
+
+    /// Starts deleting blocks of `ino` unless anyone has it open.
+    pub fn begin_delete(&self, ino: u64) -> bool {
+        let mut m = self.map.lock();
+        let c = m.entry(ino).or_default();
+        if c.opens > 0 || c.deleting {
+            return false;
+        }
+        c.deleting = true;
+        true
+    }
+
+    /// Ends a deletion started by `begin_delete`.
+    pub fn end_delete(&self, ino: u64) {
+        let mut m = self.map.lock();
+        if let Some(c) = m.get_mut(&ino) {
+            c.deleting = false;
+            if c.opens == 0 {
+                m.remove(&ino);
+            }
+        }
+        self.cv.notify_all();
+    }
+
+    /// Inodes open right now (metrics).
+    pub fn open_inodes(&self) -> usize {
+        self.map.lock().values().filter(|c| c.opens > 0).count()
+    }
+}
+
+/// The opens one connection holds; dropping it (the connection closed)
+/// releases them all.
+pub(crate) struct ConnOpens {
+    opens: Arc<Opens>,
+    held: HashMap<u64, u32>,
+}
+
+impl ConnOpens {
+    pub fn new(opens: Arc<Opens>) -> ConnOpens {
+        ConnOpens {
+            opens,
+            held: HashMap::new(),
+        }
+    }
+
+    pub fn acquire(&mut self, ino: u64) {
+        self.opens.acquire(ino);
+        *self.held.entry(ino).or_default() += 1;
+    }
+
+    /// Releases one open of `ino` if this connection holds one.
+    pub fn release(&mut self, ino: u64) {
+        if let Some(n) = self.held.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                self.held.remove(&ino);
+            }
+            self.opens.release(ino);
+        }
+    }
+}
+
+impl Drop for ConnOpens {
+    fn drop(&mut self) {
+        for (&ino, &n) in &self.held {
+            for _ in 0..n {
+                self.opens.release(ino);
+            }
+        }
+    }
+}
