@@ -201,6 +201,27 @@ impl Filesystem for MemFs {
         }
     }
 
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let kind = match mode & libc::S_IFMT {
+            libc::S_IFIFO => FileType::NamedPipe,
+            libc::S_IFSOCK => FileType::Socket,
+            _ => FileType::RegularFile,
+        };
+        match self.make(req, parent, name, kind, mode) {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         match self.remove(parent, name, false) {
             Ok(()) => reply.ok(),
