@@ -158,6 +158,6 @@ mod tests {
         dedup.sort();
         dedup.dedup();
         assert_eq!(dedup.len(), all.len(), "duplicate crash point names");
-        assert_eq!(all.len(), 13 + 4 * 5 + 10 * 2);
+        assert_eq!(all.len(), 15 + 4 * 5 + 10 * 2);
     }
 }
