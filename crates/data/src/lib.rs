@@ -51,14 +51,10 @@ impl Error {
     /// The errno a file system call should return for this error.
     pub fn errno(&self) -> i32 {
         match self {
-            Error::Url { .. } => libc_einval(),
-            _ => 5, // EIO
+            Error::Url { .. } => 22, // EINVAL
+            _ => 5,                  // EIO
         }
     }
-}
-
-fn libc_einval() -> i32 {
-    22
 }
 
 /// Result of the data path.

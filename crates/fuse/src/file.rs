@@ -40,8 +40,6 @@ pub(crate) struct OpenFile {
     last_read: Option<u64>,
     /// Handles of this mount open on the inode.
     pub handles: u32,
-    /// The inode lost its last name while open here.
-    pub unlinked: bool,
     /// A put failed: reported by the next flush.
     failed: Option<String>,
 }
@@ -63,7 +61,6 @@ impl OpenFile {
             ahead: HashMap::new(),
             last_read: None,
             handles: 0,
-            unlinked: false,
             failed: None,
         }
     }

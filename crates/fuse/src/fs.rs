@@ -406,21 +406,10 @@ impl Filesystem for SoloFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        let cred = self.cred(req);
-        // Remember which open file (if any) loses a name, for fstat after.
-        let target = self.client.lookup(&cred, at(parent.0, n.as_bytes())).ok();
-        let r = self
-            .client
-            .unlink(&cred, at(parent.0, n.as_bytes()))
-            .map_err(errno);
-        if r.is_ok() {
-            if let Some(a) = target.filter(|a| a.nlink <= 1) {
-                if let Some(f) = self.file(a.ino) {
-                    f.lock().unlinked = true;
-                }
-            }
-        }
-        reply_empty(reply, r);
+        // A file still open here keeps answering fstat from its OpenFile
+        // (getattr_of), so nothing needs to be noted.
+        let op = Op::Unlink(at(parent.0, n.as_bytes()));
+        reply_empty(reply, body_empty(self.name_op(req, op)));
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
