@@ -85,6 +85,14 @@ fn connect_and_mount(
 ) -> Result<fuser::BackgroundSession> {
     let client = Client::connect_with(addr, secret, Options::default())
         .with_context(|| format!("connecting to {addr}"))?;
+    mount_client(client, mnt, opts)
+}
+
+fn mount_client(
+    client: Client,
+    mnt: &Path,
+    opts: MountOptions,
+) -> Result<fuser::BackgroundSession> {
     let store = solofs_fuse::block_store(&client).context("opening the volume's block store")?;
     solofs_fuse::mount(client, store, mnt, opts)
         .with_context(|| format!("mounting at {}", mnt.display()))
@@ -164,16 +172,18 @@ pub fn up(args: Vec<OsString>) -> Result<()> {
     let mut storage = String::new();
     let mut mnt: Option<PathBuf> = None;
     let mut opts = MountOptions::default();
+    let mut via_tcp = false;
     while let Some(a) = next_arg(&mut p)? {
         if mount_flag(&a, &mut p, &mut opts)? {
             continue;
         }
         match a {
             Arg::Long(k) if k == "data" => data = Some(p.value()?.into()),
+            Arg::Long(k) if k == "via-tcp" => via_tcp = true,
             Arg::Long(k) if k == "listen" => listen = p.value()?.parse()?,
             Arg::Long(k) if k == "storage" => storage = p.value()?.parse()?,
             Arg::Short('h') => {
-                println!("solofs up MOUNTPOINT [--data DIR] [--listen ADDR] [--storage URL] {MOUNT_FLAGS}");
+                println!("solofs up MOUNTPOINT [--data DIR] [--listen ADDR] [--storage URL] [--via-tcp] {MOUNT_FLAGS}");
                 return Ok(());
             }
             Arg::Value(v) if mnt.is_none() => mnt = Some(v.into()),
@@ -212,10 +222,16 @@ pub fn up(args: Vec<OsString>) -> Result<()> {
     let server = Server::bind(engine.clone(), cfg).context("binding the listening socket")?;
     let addr = server.local_addr()?.to_string();
     let handle = server.handle();
+    // The mount talks to the server in this process directly; other
+    // mounts (and `--via-tcp`, for comparison) go through the socket.
+    let local = (!via_tcp).then(|| Arc::new(server.in_process()));
     let server_thread = std::thread::Builder::new()
         .name("solofs-server".into())
         .spawn(move || server.run())?;
-    let mounted = connect_and_mount(&addr, &secret, &mnt, opts);
+    let mounted = match local {
+        Some(local) => mount_client(Client::in_process(local), &mnt, opts),
+        None => connect_and_mount(&addr, &secret, &mnt, opts),
+    };
     let session = match mounted {
         Ok(s) => s,
         Err(e) => {

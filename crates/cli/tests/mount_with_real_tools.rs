@@ -82,8 +82,12 @@ fn run_script(src: &Path, a: &Path, b: &Path, work: &Path) {
 }
 
 /// Formats, serves, mounts twice, runs the tool checks, unmounts, stops,
-/// and runs fsck (which also looks for orphan blocks).
+/// and runs fsck (which also looks for orphan blocks). With `up`, the first
+/// mount is `solofs up` (server and mount in one process, in-process
+/// transport) and the second mounts its server over TCP; otherwise a
+/// `solofs serve` and two `solofs mount`s.
 fn full_check(
+    up: bool,
     name: &str,
     storage: Option<&str>,
     blocks_dir: Option<&Path>,
@@ -106,10 +110,17 @@ fn full_check(
     for (k, v) in env {
         std::env::set_var(k, v);
     }
-    let srv = ServerProc::start_with(&data, "127.0.0.1:0", &["--free-grace-ms", "0"]);
     let opts = ["--attr-timeout", "0", "--entry-timeout", "0"];
-    let a = MountProc::start(&srv.addr, &data.join("secret"), &base.join("mnt-a"), &opts);
-    let b = MountProc::start(&srv.addr, &data.join("secret"), &base.join("mnt-b"), &opts);
+    let (srv, a, addr) = if up {
+        let (a, addr) = MountProc::up(&data, &base.join("mnt-a"), &opts);
+        (None, a, addr)
+    } else {
+        let srv = ServerProc::start_with(&data, "127.0.0.1:0", &["--free-grace-ms", "0"]);
+        let a = MountProc::start(&srv.addr, &data.join("secret"), &base.join("mnt-a"), &opts);
+        let addr = srv.addr.clone();
+        (Some(srv), a, addr)
+    };
+    let b = MountProc::start(&addr, &data.join("secret"), &base.join("mnt-b"), &opts);
     run_script(&base.join("src"), &a.mnt, &b.mnt, &base.join("work"));
     // Everything was removed: the deleter empties the block store.
     let dir = blocks_dir.map_or_else(|| data.join("blocks"), Path::to_path_buf);
@@ -128,9 +139,12 @@ fn full_check(
             std::thread::sleep(Duration::from_millis(100));
         }
     }
-    assert!(a.stop().success());
+    // `b` first: with `up`, `a` is also the server.
     assert!(b.stop().success());
-    assert!(srv.stop().success());
+    assert!(a.stop().success());
+    if let Some(srv) = srv {
+        assert!(srv.stop().success());
+    }
     let out = Command::new(BIN)
         .args(["fsck", "--data"])
         .arg(&data)
@@ -159,7 +173,7 @@ fn count_files(dir: &Path) -> usize {
 
 #[test]
 fn tools_on_a_mount_with_local_blocks() {
-    full_check("local", None, None, 2500, &[]);
+    full_check(true, "local", None, None, 2500, &[]);
 }
 
 /// The s3s-fs binary (`cargo install s3s-fs --features binary`).
@@ -222,6 +236,6 @@ fn tools_on_a_mount_with_blocks_on_s3() {
         ("AWS_ACCESS_KEY_ID", "AKTEST"),
         ("AWS_SECRET_ACCESS_KEY", "SKTEST"),
     ];
-    full_check("s3", Some(&url), Some(&root.join("vol")), 150, &env);
+    full_check(false, "s3", Some(&url), Some(&root.join("vol")), 150, &env);
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -7,6 +7,9 @@
 //! threads pipeline naturally; [`Client::submit`] sends a whole batch in one
 //! frame for deep pipelines from one thread.
 //!
+//! [`Client::in_process`] talks to a server in the same process (`solofs
+//! up`) without a socket: requests run in the calling thread.
+//!
 //! If the connection breaks, the next call reconnects. Read-only requests
 //! that were in flight are resent once; a write in flight reports
 //! [`ClientError::ConnectionLost`], because it may or may not have been
@@ -19,7 +22,7 @@ use solofs_proto::{
     auth_mac, decode_replies, put_frame, split_frame, Body, FrameType, Reader, Reply, Request,
     Writer, MAGIC, MAX_FRAME, NONCE_LEN, PROTOCOL_VERSION,
 };
-pub use solofs_proto::{Loc, Op, Target};
+pub use solofs_proto::{InProcess, Loc, Op, Target};
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -140,6 +143,8 @@ struct Inner {
     /// Files this client holds open: (ino, flags) → (count, cred). A new
     /// connection registers them again.
     opens: Mutex<HashMap<(u64, u32), (u32, Cred)>>,
+    /// A server in this process: no connection at all.
+    local: Option<Arc<dyn InProcess>>,
 }
 
 /// What the server says about its volume when a client connects.
@@ -178,10 +183,35 @@ impl Client {
                 next_id: AtomicU64::new(1),
                 volume: Mutex::new(Volume::default()),
                 opens: Mutex::new(HashMap::new()),
+                local: None,
             }),
         };
         c.conn()?;
         Ok(c)
+    }
+
+    /// A client of a server in this same process: every call runs the
+    /// server's request handling in the calling thread (no socket, no
+    /// thread hand-off), with the server's usual checks.
+    pub fn in_process(server: Arc<dyn InProcess>) -> Client {
+        let w = server.welcome();
+        Client {
+            inner: Arc::new(Inner {
+                addr: "in-process".into(),
+                secret: Vec::new(),
+                opts: Options::default(),
+                conn: Mutex::new(None),
+                next_id: AtomicU64::new(1),
+                volume: Mutex::new(Volume {
+                    id: w.volume,
+                    root: w.root,
+                    block_size: w.block_size,
+                    storage: w.storage,
+                }),
+                opens: Mutex::new(HashMap::new()),
+                local: Some(server),
+            }),
+        }
     }
 
     fn conn(&self) -> Result<Arc<Conn>> {
@@ -270,6 +300,34 @@ impl Client {
     /// outstanding, so one thread can keep the connection busy (a deep
     /// pipeline) while it prepares the next batch.
     pub fn submit_async(&self, ops: &[(Cred, Op)]) -> Result<Ticket> {
+        if let Some(local) = &self.inner.local {
+            let reqs = ops
+                .iter()
+                .map(|(cred, op)| Request {
+                    id: 0,
+                    cred: cred.clone(),
+                    op: op.clone(),
+                })
+                .collect();
+            let replies = local.run(reqs);
+            if replies.len() != ops.len() {
+                return Err(ClientError::Protocol("reply count differs".into()));
+            }
+            return Ok(Ticket {
+                client: self.clone(),
+                conn: None,
+                rxs: Vec::new(),
+                ops: Vec::new(),
+                lost: false,
+                retried: false,
+                ready: Some(
+                    replies
+                        .into_iter()
+                        .map(|r| r.result.map_err(ClientError::Errno))
+                        .collect(),
+                ),
+            });
+        }
         let conn = self.conn()?;
         let mut rxs = Vec::with_capacity(ops.len());
         let mut buf = Vec::new();
@@ -297,11 +355,12 @@ impl Client {
         };
         Ok(Ticket {
             client: self.clone(),
-            conn,
+            conn: Some(conn),
             rxs,
             ops: ops.to_vec(),
             lost: sent.is_err(),
             retried: false,
+            ready: None,
         })
     }
 
@@ -477,11 +536,14 @@ impl Client {
 /// Replies still to come for a batch sent with [`Client::submit_async`].
 pub struct Ticket {
     client: Client,
-    conn: Arc<Conn>,
+    /// `None` for an in-process server.
+    conn: Option<Arc<Conn>>,
     rxs: Vec<(u64, std::sync::mpsc::Receiver<Reply>)>,
     ops: Vec<(Cred, Op)>,
     lost: bool,
     retried: bool,
+    /// The results, already there (in-process server).
+    ready: Option<Vec<Result<Body>>>,
 }
 
 impl Ticket {
@@ -489,6 +551,9 @@ impl Ticket {
     /// a batch of read-only operations is resent once on a new connection;
     /// any other batch reports [`ClientError::ConnectionLost`].
     pub fn wait(mut self) -> Result<Vec<Result<Body>>> {
+        if let Some(r) = self.ready.take() {
+            return Ok(r);
+        }
         let mut out = Vec::with_capacity(self.rxs.len());
         for (_, rx) in &self.rxs {
             if self.lost {
@@ -506,7 +571,9 @@ impl Ticket {
         if !self.lost {
             return Ok(out);
         }
-        self.conn.dead.store(true, Ordering::SeqCst);
+        if let Some(c) = &self.conn {
+            c.dead.store(true, Ordering::SeqCst);
+        }
         self.forget();
         if !self.retried && self.ops.iter().all(|(_, op)| op.is_read_only()) {
             let mut again = self.client.submit_async(&self.ops)?;
@@ -517,7 +584,8 @@ impl Ticket {
     }
 
     fn forget(&self) {
-        let mut p = self.conn.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(c) = &self.conn else { return };
+        let mut p = c.pending.lock().unwrap_or_else(|e| e.into_inner());
         for (id, _) in &self.rxs {
             p.remove(id);
         }

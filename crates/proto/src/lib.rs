@@ -17,3 +17,29 @@ pub use auth::{auth_mac, verify_mac, NONCE_LEN};
 pub use codec::{DecodeError, Reader, Writer};
 pub use frame::*;
 pub use msg::*;
+
+/// What a server tells a client about its volume at connect time (the
+/// WELCOME frame's content).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Welcome {
+    /// Volume id.
+    pub volume: [u8; 16],
+    /// Root directory inode.
+    pub root: u64,
+    /// Data block size.
+    pub block_size: u64,
+    /// Where data blocks live (`file:///DIR`, `s3://…`; empty: nowhere).
+    pub storage: String,
+}
+
+/// A server in the same process as its client (`solofs up`): requests are
+/// handed over as values instead of frames on a socket. The server applies
+/// exactly what it applies to a connection's frame (root squash, open
+/// registration, metrics); only the transport is gone.
+pub trait InProcess: Send + Sync {
+    /// What WELCOME would carry.
+    fn welcome(&self) -> Welcome;
+    /// Runs a batch of requests in the calling thread; one reply per
+    /// request, in order.
+    fn run(&self, reqs: Vec<Request>) -> Vec<Reply>;
+}

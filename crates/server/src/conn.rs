@@ -312,10 +312,7 @@ fn requests(shared: &Shared, c: &mut Conn, m: &Metrics, r: &mut Reader, replies:
     let mut unknown = None;
     for _ in 0..count {
         match Request::decode(r) {
-            Ok(mut q) => {
-                crate::exec::squash(&mut q.cred, shared.cfg.root_squash);
-                reqs.push(q);
-            }
+            Ok(q) => reqs.push(q),
             Err(RequestError::UnknownOp(id)) => {
                 unknown = Some(id);
                 break;
@@ -327,27 +324,7 @@ fn requests(shared: &Shared, c: &mut Conn, m: &Metrics, r: &mut Reader, replies:
         return fail(c, m, "trailing bytes after the requests");
     }
     replies.clear();
-    // Opens count before they run, so that a deletion cannot slip in
-    // between the check and the registration.
-    for q in &reqs {
-        if let Op::Open { ino, .. } = q.op {
-            c.opens.acquire(ino);
-        }
-    }
-    let t0 = Instant::now();
-    crate::exec::execute_batch(&shared.engine, &reqs, replies);
-    for (q, rep) in reqs.iter().zip(replies.iter()) {
-        match (&q.op, &rep.result) {
-            (Op::Open { ino, .. }, Err(_)) | (Op::Release { ino, .. }, Ok(_)) => {
-                c.opens.release(*ino)
-            }
-            _ => {}
-        }
-    }
-    let per = t0.elapsed().as_nanos() as u64 / reqs.len().max(1) as u64;
-    for (q, rep) in reqs.iter().zip(replies.iter()) {
-        m.record(q.op.code(), per, rep.result.is_err());
-    }
+    run_batch(shared, &c.opens, m, &mut reqs, replies);
     if let Some(id) = unknown {
         replies.push(Reply {
             id,
@@ -366,5 +343,43 @@ fn requests(shared: &Shared, c: &mut Conn, m: &Metrics, r: &mut Reader, replies:
             m,
             "unknown operation code; the rest of the frame cannot be read",
         );
+    }
+}
+
+/// What the server does with a batch of decoded requests, whatever carried
+/// them (a connection's frame or an in-process client): root squash, open
+/// registration, execution, metrics.
+pub(crate) fn run_batch(
+    shared: &Shared,
+    opens: &crate::opens::ConnOpens,
+    m: &Metrics,
+    reqs: &mut [Request],
+    replies: &mut Vec<Reply>,
+) {
+    for q in reqs.iter_mut() {
+        crate::exec::squash(&mut q.cred, shared.cfg.root_squash);
+    }
+    // Opens count before they run, so that a deletion cannot slip in
+    // between the check and the registration.
+    for q in reqs.iter() {
+        if let Op::Open { ino, .. } = q.op {
+            opens.acquire(ino);
+        }
+    }
+    let t0 = Instant::now();
+    let first = replies.len();
+    crate::exec::execute_batch(&shared.engine, reqs, replies);
+    let done = &replies[first..];
+    for (q, rep) in reqs.iter().zip(done) {
+        match (&q.op, &rep.result) {
+            (Op::Open { ino, .. }, Err(_)) | (Op::Release { ino, .. }, Ok(_)) => {
+                opens.release(*ino)
+            }
+            _ => {}
+        }
+    }
+    let per = t0.elapsed().as_nanos() as u64 / reqs.len().max(1) as u64;
+    for (q, rep) in reqs.iter().zip(done) {
+        m.record(q.op.code(), per, rep.result.is_err());
     }
 }

@@ -17,11 +17,13 @@
 mod conn;
 mod deleter;
 mod exec;
+mod local;
 pub mod metrics;
 mod opens;
 
 pub use deleter::DeleterStats;
 pub use exec::{execute, execute_batch, squash};
+pub use local::LocalConn;
 
 use metrics::Metrics;
 use mio::net::TcpListener;
@@ -123,6 +125,8 @@ pub struct Server {
     )>,
     handle: Handle,
     metrics: Vec<Arc<Metrics>>,
+    /// The metrics of in-process clients (also in `metrics`).
+    local_metrics: Arc<Metrics>,
     metrics_listener: Option<std::net::TcpListener>,
 }
 
@@ -162,6 +166,8 @@ impl Server {
             wakers.push(waker.clone());
             workers.push((WorkerSlot { tx, waker }, p, rx, m));
         }
+        let local_metrics = Arc::new(Metrics::default());
+        metrics.push(local_metrics.clone());
         let metrics_listener = match &cfg.metrics_listen {
             Some(a) => Some(std::net::TcpListener::bind(a)?),
             None => None,
@@ -188,6 +194,7 @@ impl Server {
             workers,
             handle,
             metrics,
+            local_metrics,
             metrics_listener,
         })
     }
@@ -202,6 +209,13 @@ impl Server {
         self.metrics_listener
             .as_ref()
             .and_then(|l| l.local_addr().ok())
+    }
+
+    /// A client connection inside this process: requests run in the
+    /// caller's thread, with the same checks and bookkeeping as a TCP
+    /// connection's. Valid before and while the server runs.
+    pub fn in_process(&self) -> LocalConn {
+        LocalConn::new(self.shared.clone(), self.local_metrics.clone())
     }
 
     /// A handle that stops the server.

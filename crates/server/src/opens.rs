@@ -74,31 +74,32 @@ impl Opens {
 }
 
 /// The opens one connection holds; dropping it (the connection closed)
-/// releases them all.
+/// releases them all. Shared by the threads of an in-process client.
 pub(crate) struct ConnOpens {
     opens: Arc<Opens>,
-    held: HashMap<u64, u32>,
+    held: Mutex<HashMap<u64, u32>>,
 }
 
 impl ConnOpens {
     pub fn new(opens: Arc<Opens>) -> ConnOpens {
         ConnOpens {
             opens,
-            held: HashMap::new(),
+            held: Mutex::new(HashMap::new()),
         }
     }
 
-    pub fn acquire(&mut self, ino: u64) {
+    pub fn acquire(&self, ino: u64) {
         self.opens.acquire(ino);
-        *self.held.entry(ino).or_default() += 1;
+        *self.held.lock().entry(ino).or_default() += 1;
     }
 
     /// Releases one open of `ino` if this connection holds one.
-    pub fn release(&mut self, ino: u64) {
-        if let Some(n) = self.held.get_mut(&ino) {
+    pub fn release(&self, ino: u64) {
+        let mut held = self.held.lock();
+        if let Some(n) = held.get_mut(&ino) {
             *n -= 1;
             if *n == 0 {
-                self.held.remove(&ino);
+                held.remove(&ino);
             }
             self.opens.release(ino);
         }
@@ -107,7 +108,7 @@ impl ConnOpens {
 
 impl Drop for ConnOpens {
     fn drop(&mut self) {
-        for (&ino, &n) in &self.held {
+        for (&ino, &n) in self.held.get_mut().iter() {
             for _ in 0..n {
                 self.opens.release(ino);
             }

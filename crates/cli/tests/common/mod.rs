@@ -1,9 +1,9 @@
 //! Starts the real `solofs serve` process on a loopback port for a test.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Lines};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_solofs");
 
@@ -57,24 +57,21 @@ impl ServerProc {
     }
 
     pub fn start_with(data: &Path, listen: &str, extra: &[&str]) -> ServerProc {
-        let mut child = Command::new(BIN)
-            .args([
-                "serve",
-                "--workers",
-                "2",
-                "--metrics",
-                "127.0.0.1:0",
-                "--listen",
-                listen,
-                "--data",
-            ])
-            .arg(data)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let (child, mut lines) = spawn_piped(
+            Command::new(BIN)
+                .args([
+                    "serve",
+                    "--workers",
+                    "2",
+                    "--metrics",
+                    "127.0.0.1:0",
+                    "--listen",
+                    listen,
+                    "--data",
+                ])
+                .arg(data)
+                .args(extra),
+        );
         let mut addr = String::new();
         let mut metrics = String::new();
         for line in lines.by_ref() {
@@ -167,16 +164,13 @@ impl MountProc {
     /// Mounts the server at `addr` on `mnt` (created if missing).
     pub fn start(addr: &str, secret_file: &Path, mnt: &Path, extra: &[&str]) -> MountProc {
         std::fs::create_dir_all(mnt).unwrap();
-        let mut child = Command::new(BIN)
-            .args(["mount", "--server", addr, "--secret-file"])
-            .arg(secret_file)
-            .arg(mnt)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let (child, mut lines) = spawn_piped(
+            Command::new(BIN)
+                .args(["mount", "--server", addr, "--secret-file"])
+                .arg(secret_file)
+                .arg(mnt)
+                .args(extra),
+        );
         let first = lines.next().map(|l| l.unwrap()).unwrap_or_default();
         assert!(first.starts_with("mounted "), "mount failed: {first:?}");
         std::thread::spawn(move || for _ in lines {});
@@ -184,6 +178,38 @@ impl MountProc {
             child,
             mnt: mnt.to_path_buf(),
         }
+    }
+
+    /// Runs `solofs up MNT --data DATA --listen 127.0.0.1:0` (server and
+    /// mount in one process; the mount talks to the server in-process).
+    /// Returns the mount and the address other mounts connect to.
+    pub fn up(data: &Path, mnt: &Path, extra: &[&str]) -> (MountProc, String) {
+        let (child, mut lines) = spawn_piped(
+            Command::new(BIN)
+                .arg("up")
+                .arg(mnt)
+                .arg("--data")
+                .arg(data)
+                .args(["--listen", "127.0.0.1:0"])
+                .args(extra),
+        );
+        let mut seen = Vec::new();
+        let addr = loop {
+            let Some(Ok(l)) = lines.next() else {
+                panic!("solofs up failed: {seen:?}");
+            };
+            if let Some(rest) = l.strip_prefix("SoloFS is mounted at ") {
+                let a = rest.split("server ").nth(1).unwrap_or_default();
+                break a.trim_end_matches(").").to_string();
+            }
+            seen.push(l);
+        };
+        std::thread::spawn(move || for _ in lines {});
+        let m = MountProc {
+            child,
+            mnt: mnt.to_path_buf(),
+        };
+        (m, addr)
     }
 
     /// Unmounts (SIGINT) and waits; returns the exit status.
@@ -216,4 +242,16 @@ pub fn is_mounted(p: &Path) -> bool {
     let m = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
     let p = p.to_string_lossy();
     m.lines().any(|l| l.split(' ').nth(1) == Some(&*p))
+}
+
+/// Starts `cmd` with stdout piped (stderr inherited); returns the child and
+/// its stdout lines.
+pub fn spawn_piped(cmd: &mut Command) -> (Child, Lines<BufReader<ChildStdout>>) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    (child, lines)
 }

@@ -1,0 +1,54 @@
+//! The in-process transport: a client in the server's own process
+//! (`solofs up`) hands requests over as values. Everything but the socket is
+//! what a connection gets: root squash, open registration (released when the
+//! client goes), execution, metrics.
+
+use crate::metrics::Metrics;
+use crate::opens::ConnOpens;
+use crate::Shared;
+use solofs_proto::{InProcess, Reply, Request, Welcome};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// A client connection without a socket; see [`crate::Server::in_process`].
+pub struct LocalConn {
+    shared: Arc<Shared>,
+    opens: ConnOpens,
+    m: Arc<Metrics>,
+}
+
+impl LocalConn {
+    pub(crate) fn new(shared: Arc<Shared>, m: Arc<Metrics>) -> LocalConn {
+        shared.connections.fetch_add(1, Ordering::SeqCst);
+        m.connections.fetch_add(1, Ordering::Relaxed);
+        LocalConn {
+            opens: ConnOpens::new(shared.opens.clone()),
+            shared,
+            m,
+        }
+    }
+}
+
+impl InProcess for LocalConn {
+    fn welcome(&self) -> Welcome {
+        Welcome {
+            volume: self.shared.volume,
+            root: solofs_meta::ROOT_INO,
+            block_size: self.shared.engine.block_size(),
+            storage: self.shared.engine.storage_url().to_string(),
+        }
+    }
+
+    fn run(&self, mut reqs: Vec<Request>) -> Vec<Reply> {
+        let mut replies = Vec::with_capacity(reqs.len());
+        crate::conn::run_batch(&self.shared, &self.opens, &self.m, &mut reqs, &mut replies);
+        replies
+    }
+}
+
+impl Drop for LocalConn {
+    fn drop(&mut self) {
+        self.shared.connections.fetch_sub(1, Ordering::SeqCst);
+        self.m.connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}
