@@ -27,8 +27,12 @@ OPTIONS:
     --threads LIST      thread counts, e.g. 1,2 (default 1,2)
     --layout LIST       private (a directory per thread) and/or shared (one
                         directory for all threads) (default private,shared)
-    --phases LIST       create,stat,readdir,rename,rename-across,unlink,mkdir,
-                        dirstat,rmdir (default all)
+    --phases LIST       create,stat,open,readdir,rename,rename-across,unlink,
+                        mkdir,dirstat,rmdir,write,read (default all): open is
+                        open+close of each file; write creates --data-files
+                        files of 3901 bytes, read reads them back (mdtest-hard)
+    --data-files N      files for the write and read phases, split over the
+                        threads (default 100000)
     --shards N          shards of the engine pool (default 4)
     --depth N           requests in flight per client thread (server targets
                         send N requests per frame); default 1
@@ -110,7 +114,17 @@ trait Target: Sync {
     fn rename_across(&self, from_dir: u64, from: &[u8], to_dir: u64, to: &[u8]) -> Result<()>;
     fn unlink(&self, dir: u64, name: &[u8]) -> Result<()>;
     fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()>;
-    fn readdir(&self, dir: u64) -> Result<u64>;
+    /// Lists a whole directory; returns the entry count. Reports every
+    /// entry (or page of entries) to `pages`, which times pages of 1024.
+    fn readdir(&self, dir: u64, pages: &mut Pages) -> Result<u64>;
+    /// Opens the file and closes it again (mdtest's open+close).
+    fn open_close(&self, dir: u64, name: &[u8]) -> Result<()>;
+    /// Creates the file with `data` in it and closes it (mdtest-hard's
+    /// write phase).
+    fn write_file(&self, dir: u64, name: &[u8], data: &[u8]) -> Result<()>;
+    /// Opens the file, reads it into `buf`, closes it; returns the bytes
+    /// read (mdtest-hard's read phase).
+    fn read_file(&self, dir: u64, name: &[u8], buf: &mut [u8]) -> Result<usize>;
     /// Attributes of a directory itself.
     fn stat_dir(&self, dir: u64) -> Result<()>;
     /// Bytes of metadata storage in use (engine pools), if meaningful.
@@ -120,6 +134,9 @@ trait Target: Sync {
 struct EngineTarget {
     e: Engine,
     cred: Cred,
+    /// File data: the volume's block store (`DIR/blocks`), as a client
+    /// would write it.
+    blocks: solofs_data::BlockStore,
 }
 
 impl Target for EngineTarget {
@@ -160,7 +177,7 @@ impl Target for EngineTarget {
     fn rmdir(&self, p: u64, n: &[u8]) -> Result<()> {
         Ok(self.e.rmdir(&self.cred, p, n)?)
     }
-    fn readdir(&self, d: u64) -> Result<u64> {
+    fn readdir(&self, d: u64, pages: &mut Pages) -> Result<u64> {
         let mut n = 0;
         let mut cookie = 0;
         loop {
@@ -168,8 +185,29 @@ impl Target for EngineTarget {
             let Some(last) = batch.last() else { break };
             cookie = last.cookie;
             n += batch.len() as u64;
+            pages.entries(batch.len() as u64);
         }
         Ok(n)
+    }
+    /// What the server does for an open: the name's attributes and the
+    /// permission check (a close has nothing to do in the engine).
+    fn open_close(&self, d: u64, n: &[u8]) -> Result<()> {
+        let a = self.e.lookup(&self.cred, d, n)?;
+        self.e.access(&self.cred, a.ino, 4)?;
+        Ok(())
+    }
+    fn write_file(&self, d: u64, n: &[u8], data: &[u8]) -> Result<()> {
+        let a = self.e.create(&self.cred, d, n, 0o644)?;
+        self.blocks
+            .put(a.ino, 0, solofs_data::Bytes::copy_from_slice(data))?;
+        self.e
+            .write_commit(&self.cred, a.ino, data.len() as u64, now_ns())?;
+        Ok(())
+    }
+    fn read_file(&self, d: u64, n: &[u8], buf: &mut [u8]) -> Result<usize> {
+        let a = self.e.lookup(&self.cred, d, n)?;
+        self.e.access(&self.cred, a.ino, 4)?;
+        read_blocks(&self.blocks, a.ino, a.size, buf)
     }
     fn stat_dir(&self, d: u64) -> Result<()> {
         self.e.getattr(d)?;
@@ -185,6 +223,8 @@ impl Target for EngineTarget {
 
 /// A metadata server through the client library.
 struct ServerTarget {
+    /// The volume's block store (opened on first use).
+    blocks: std::sync::OnceLock<solofs_data::BlockStore>,
     /// One connection per benchmark thread (so two threads are two clients).
     cs: Vec<solofs_client::Client>,
     /// Per thread: the previous frame, still in flight while the next one
@@ -220,6 +260,13 @@ impl ServerTarget {
     fn one(&self, kind: Kind, dir: u64, n: &[u8]) -> Result<()> {
         self.c.call(&self.cred, Self::op(kind, dir, n))?;
         Ok(())
+    }
+    fn blocks(&self) -> Result<&solofs_data::BlockStore> {
+        if let Some(b) = self.blocks.get() {
+            return Ok(b);
+        }
+        let b = solofs_fuse::block_store(&self.c).context("the volume's block store")?;
+        Ok(self.blocks.get_or_init(|| b))
     }
 }
 
@@ -302,17 +349,64 @@ impl Target for ServerTarget {
     fn rmdir(&self, p: u64, n: &[u8]) -> Result<()> {
         self.one(Kind::Rmdir, p, n)
     }
-    fn readdir(&self, d: u64) -> Result<u64> {
+    fn readdir(&self, d: u64, pages: &mut Pages) -> Result<u64> {
         let (mut n, mut cookie) = (0, 0);
         loop {
             let v = self
                 .c
-                .readdir(&self.cred, solofs_client::Target::Ino(d), cookie, 4096)?;
+                .readdir(&self.cred, solofs_client::Target::Ino(d), cookie, 1024)?;
             let Some(last) = v.last() else { break };
             cookie = last.cookie;
             n += v.len() as u64;
+            pages.entries(v.len() as u64);
         }
         Ok(n)
+    }
+    /// What the mount does: lookup, open (registers the file with the
+    /// server), release.
+    fn open_close(&self, d: u64, n: &[u8]) -> Result<()> {
+        let a = self.c.lookup(&self.cred, solofs_client::at(d, n))?;
+        self.c.open(&self.cred, a.ino, 0)?;
+        self.c.release(&self.cred, a.ino, 0)?;
+        Ok(())
+    }
+    /// What the mount does: create, open for writing, the block to the
+    /// object store, then commit of size and mtime together with the
+    /// release (one frame).
+    fn write_file(&self, d: u64, n: &[u8], data: &[u8]) -> Result<()> {
+        use solofs_client::Op;
+        let a = self.c.create(&self.cred, solofs_client::at(d, n), 0o644)?;
+        self.c.open(&self.cred, a.ino, 1)?;
+        self.blocks()?
+            .put(a.ino, 0, solofs_data::Bytes::copy_from_slice(data))?;
+        let ops = [
+            (
+                self.cred.clone(),
+                Op::WriteCommit {
+                    ino: a.ino,
+                    size: data.len() as u64,
+                    mtime: now_ns(),
+                },
+            ),
+            (
+                self.cred.clone(),
+                Op::Release {
+                    ino: a.ino,
+                    flags: 1,
+                },
+            ),
+        ];
+        for r in self.c.submit(&ops)? {
+            r?;
+        }
+        Ok(())
+    }
+    fn read_file(&self, d: u64, n: &[u8], buf: &mut [u8]) -> Result<usize> {
+        let a = self.c.lookup(&self.cred, solofs_client::at(d, n))?;
+        let a = self.c.open(&self.cred, a.ino, 0)?;
+        let r = read_blocks(self.blocks()?, a.ino, a.size, buf);
+        self.c.release(&self.cred, a.ino, 0)?;
+        r
     }
     fn stat_dir(&self, d: u64) -> Result<()> {
         self.c.getattr(&self.cred, solofs_client::Target::Ino(d))?;
@@ -391,10 +485,47 @@ impl Target for PathTarget {
     fn rmdir(&self, p: u64, n: &[u8]) -> Result<()> {
         Ok(rustix::fs::unlinkat(self.fd(p), n, AtFlags::REMOVEDIR)?)
     }
-    fn readdir(&self, d: u64) -> Result<u64> {
+    fn readdir(&self, d: u64, pages: &mut Pages) -> Result<u64> {
         use std::os::fd::AsRawFd;
         let p = PathBuf::from(format!("/proc/self/fd/{}", self.fd(d).as_raw_fd()));
-        Ok(std::fs::read_dir(&p)?.count() as u64)
+        let mut n = 0;
+        for e in std::fs::read_dir(&p)? {
+            e?;
+            n += 1;
+            pages.entries(1);
+        }
+        Ok(n)
+    }
+    fn open_close(&self, d: u64, n: &[u8]) -> Result<()> {
+        let fd = rustix::fs::openat(self.fd(d), n, OFlags::RDONLY, Mode::empty())?;
+        drop(fd);
+        Ok(())
+    }
+    fn write_file(&self, d: u64, n: &[u8], data: &[u8]) -> Result<()> {
+        let fd = rustix::fs::openat(
+            self.fd(d),
+            n,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
+            Mode::from_raw_mode(0o644),
+        )?;
+        let mut done = 0;
+        while done < data.len() {
+            done += rustix::io::write(&fd, &data[done..])?;
+        }
+        drop(fd);
+        Ok(())
+    }
+    fn read_file(&self, d: u64, n: &[u8], buf: &mut [u8]) -> Result<usize> {
+        let fd = rustix::fs::openat(self.fd(d), n, OFlags::RDONLY, Mode::empty())?;
+        let mut done = 0;
+        while done < buf.len() {
+            let k = rustix::io::read(&fd, &mut buf[done..])?;
+            if k == 0 {
+                break;
+            }
+            done += k;
+        }
+        Ok(done)
     }
     fn stat_dir(&self, d: u64) -> Result<()> {
         rustix::fs::fstat(self.fd(d))?;
@@ -408,10 +539,81 @@ impl Target for PathTarget {
     }
 }
 
+/// Wall-clock nanoseconds (the mtime a writer commits).
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// Reads a file of `size` bytes from its blocks into `buf` (holes read as
+/// zeros); returns the bytes read.
+fn read_blocks(b: &solofs_data::BlockStore, ino: u64, size: u64, buf: &mut [u8]) -> Result<usize> {
+    let want = (size as usize).min(buf.len());
+    let bs = b.block_size() as usize;
+    let mut done = 0;
+    while done < want {
+        let blk = done / bs;
+        let k = (want - done).min(bs - done % bs);
+        match b.get(ino, blk as u64)? {
+            Some(data) => {
+                let from = (done % bs).min(data.len());
+                let have = (data.len() - from).min(k);
+                buf[done..done + have].copy_from_slice(&data[from..from + have]);
+                buf[done + have..done + k].fill(0);
+            }
+            None => buf[done..done + k].fill(0),
+        }
+        done += k;
+    }
+    Ok(done)
+}
+
+/// Times a listing in pages of 1024 entries (the readdir phase's latency:
+/// one sample per 1024 entries, whatever the target's own page size).
+struct Pages {
+    since: Instant,
+    count: u64,
+    samples: Vec<u32>,
+}
+
+impl Pages {
+    fn new() -> Pages {
+        Pages {
+            since: Instant::now(),
+            count: 0,
+            samples: Vec::new(),
+        }
+    }
+    #[inline]
+    fn entries(&mut self, n: u64) {
+        self.count += n;
+        if self.count >= 1024 {
+            self.sample();
+        }
+    }
+    /// Records the time of the entries counted so far, scaled to 1024.
+    fn sample(&mut self) {
+        let ns = self.since.elapsed().as_nanos() as u64 * 1024 / self.count.max(1);
+        self.samples.push(ns.min(u32::MAX as u64) as u32);
+        self.count = 0;
+        self.since = Instant::now();
+    }
+    /// The samples, including a last partial page.
+    fn finish(mut self) -> Vec<u32> {
+        if self.count > 0 {
+            self.sample();
+        }
+        self.samples
+    }
+}
+
 #[derive(Clone)]
 struct Opts {
     targets: Vec<(String, PathBuf)>,
     files: u64,
+    data_files: u64,
     threads: Vec<usize>,
     layouts: Vec<String>,
     phases: Vec<String>,
@@ -437,9 +639,10 @@ fn parse(args: Vec<OsString>) -> Result<Opts> {
     let mut o = Opts {
         targets: Vec::new(),
         files: 1_000_000,
+        data_files: 100_000,
         threads: vec![1, 2],
         layouts: vec!["private".into(), "shared".into()],
-        phases: "noop,create,stat,readdir,rename,rename-across,unlink,mkdir,dirstat,rmdir"
+        phases: "noop,create,stat,open,readdir,rename,rename-across,unlink,mkdir,dirstat,rmdir,write,read"
             .split(',')
             .map(String::from)
             .collect(),
@@ -476,6 +679,7 @@ fn parse(args: Vec<OsString>) -> Result<Opts> {
                 o.targets.push((k.to_string(), PathBuf::from(d)));
             }
             Long("files") => o.files = p.value()?.parse()?,
+            Long("data-files") => o.data_files = p.value()?.parse()?,
             Long("threads") => {
                 o.threads = list(p.value()?)?
                     .iter()
@@ -557,6 +761,7 @@ fn make_target(
             .map(|_| std::sync::Mutex::new(None))
             .collect();
         return Ok(Box::new(ServerTarget {
+            blocks: std::sync::OnceLock::new(),
             cs,
             inflight,
             c,
@@ -572,12 +777,20 @@ fn make_target(
             &dir.join("bench.pool"),
             &Config {
                 shards,
+                storage: format!("file://{}", dir.join("blocks").display()),
                 ..Config::default()
             },
+        )?;
+        let blocks = solofs_data::BlockStore::open(
+            e.storage_url(),
+            &solofs_data::volume_hex(&e.volume_id()),
+            e.block_size(),
+            None,
         )?;
         Ok(Box::new(EngineTarget {
             e,
             cred: Cred::root(),
+            blocks,
         }))
     } else {
         let fd = rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())?;
@@ -616,7 +829,8 @@ fn run_mix(t: &dyn Target, w: &[f64; 9], dirs: &[u64], count: u64, th: usize) ->
         x ^= x << 17;
         x
     };
-    for _ in 0..count {
+    let mut samples = Vec::new();
+    for i in 0..count {
         let mut pick = (rnd() % 1_000_000) as f64 / 1_000_000.0 * total;
         let mut op = 0;
         while op < 8 && pick >= w[op] {
@@ -624,43 +838,48 @@ fn run_mix(t: &dyn Target, w: &[f64; 9], dirs: &[u64], count: u64, th: usize) ->
             op += 1;
         }
         let d = (rnd() % dirs.len() as u64) as usize;
-        match op {
-            1 => t.stat_dir(dirs[d])?,
-            2 => {
-                t.create(dirs[d], &name(b'm', th, next))?;
-                live[d].push(next);
-                next += 1;
+        // Every 8th operation is timed (the mix's latency percentiles).
+        sampled(i, &mut samples, || {
+            match op {
+                1 => t.stat_dir(dirs[d])?,
+                2 => {
+                    t.create(dirs[d], &name(b'm', th, next))?;
+                    live[d].push(next);
+                    next += 1;
+                }
+                3 if !live[d].is_empty() => {
+                    let k = (rnd() % live[d].len() as u64) as usize;
+                    let id = live[d].swap_remove(k);
+                    t.unlink(dirs[d], &name(b'm', th, id))?;
+                }
+                4 => {
+                    t.mkdir(dirs[d], &name(b's', th, next))?;
+                    subdirs.push((d, next));
+                    next += 1;
+                }
+                5 if !subdirs.is_empty() => {
+                    let (sd, id) = subdirs.swap_remove((rnd() % subdirs.len() as u64) as usize);
+                    t.rmdir(dirs[sd], &name(b's', th, id))?;
+                }
+                6 if !live[d].is_empty() => {
+                    let k = (rnd() % live[d].len() as u64) as usize;
+                    t.rename(dirs[d], &name(b'm', th, live[d][k]), &name(b'm', th, next))?;
+                    live[d][k] = next;
+                    next += 1;
+                }
+                7 => {
+                    t.readdir(dirs[d], &mut Pages::new())?;
+                }
+                _ if !live[d].is_empty() => {
+                    let k = (rnd() % live[d].len() as u64) as usize;
+                    t.stat(dirs[d], &name(b'm', th, live[d][k]))?;
+                }
+                _ => t.stat_dir(dirs[d])?,
             }
-            3 if !live[d].is_empty() => {
-                let k = (rnd() % live[d].len() as u64) as usize;
-                let id = live[d].swap_remove(k);
-                t.unlink(dirs[d], &name(b'm', th, id))?;
-            }
-            4 => {
-                t.mkdir(dirs[d], &name(b's', th, next))?;
-                subdirs.push((d, next));
-                next += 1;
-            }
-            5 if !subdirs.is_empty() => {
-                let (sd, id) = subdirs.swap_remove((rnd() % subdirs.len() as u64) as usize);
-                t.rmdir(dirs[sd], &name(b's', th, id))?;
-            }
-            6 if !live[d].is_empty() => {
-                let k = (rnd() % live[d].len() as u64) as usize;
-                t.rename(dirs[d], &name(b'm', th, live[d][k]), &name(b'm', th, next))?;
-                live[d][k] = next;
-                next += 1;
-            }
-            7 => {
-                t.readdir(dirs[d])?;
-            }
-            _ if !live[d].is_empty() => {
-                let k = (rnd() % live[d].len() as u64) as usize;
-                t.stat(dirs[d], &name(b'm', th, live[d][k]))?;
-            }
-            _ => t.stat_dir(dirs[d])?,
-        }
+            Ok(())
+        })?;
     }
+    keep_samples(samples);
     Ok(count)
 }
 
@@ -795,7 +1014,10 @@ fn run_items(
     Ok(count)
 }
 
-/// Runs `f(thread)` on `n` threads started together; returns wall seconds.
+/// Runs `f(thread)` on `n` threads started together; returns wall seconds
+/// from the first thread's start to the last thread's end (each thread
+/// reads the clock itself: the main thread may not run again until a
+/// worker sharing its core is done).
 fn timed(n: usize, f: &(dyn Fn(usize) -> Result<u64> + Sync)) -> Result<(u64, f64)> {
     use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
     let bar = Barrier::new(n + 1);
@@ -807,7 +1029,9 @@ fn timed(n: usize, f: &(dyn Fn(usize) -> Result<u64> + Sync)) -> Result<(u64, f6
                 let bar = &bar;
                 s.spawn(move || {
                     bar.wait();
-                    f(t)
+                    let start = Instant::now();
+                    let r = f(t);
+                    (r, start, Instant::now())
                 })
             })
             .collect();
@@ -835,11 +1059,22 @@ fn timed(n: usize, f: &(dyn Fn(usize) -> Result<u64> + Sync)) -> Result<(u64, f6
                 })
             })
         };
-        let r: Vec<Result<u64>> = hs
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| bail!("thread panicked")))
-            .collect();
-        let secs = t0.elapsed().as_secs_f64();
+        let mut r: Vec<Result<u64>> = Vec::new();
+        let (mut first, mut last) = (None::<Instant>, None::<Instant>);
+        for h in hs {
+            match h.join() {
+                Ok((res, a, b)) => {
+                    r.push(res);
+                    first = Some(first.map_or(a, |f| f.min(a)));
+                    last = Some(last.map_or(b, |l| l.max(b)));
+                }
+                Err(_) => r.push(Err(anyhow::anyhow!("thread panicked"))),
+            }
+        }
+        let secs = match (first, last) {
+            (Some(a), Some(b)) => (b - a).as_secs_f64(),
+            _ => t0.elapsed().as_secs_f64(),
+        };
         done.store(true, Relaxed);
         if let Some(m) = monitor {
             let _ = m.join();
@@ -881,6 +1116,18 @@ impl Shuffle {
         (k.wrapping_mul(self.step) + 7) % self.n
     }
 }
+
+/// The order of `n` items for stat-like phases (`--stat-order`).
+fn stat_order(o: &Opts, n: u64) -> Shuffle {
+    if o.stat_order == "create" {
+        Shuffle::identity()
+    } else {
+        Shuffle::new(n)
+    }
+}
+
+/// mdtest-hard's file size.
+const SMALL_FILE: usize = 3901;
 
 fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 {
@@ -980,7 +1227,13 @@ fn run_one(
     let mut renamed = false;
     let mut footprint = None;
     let before = t.used_bytes();
-    if want("create") || want("stat") || want("readdir") || want("rename") || want("unlink") {
+    if want("create")
+        || want("stat")
+        || want("open")
+        || want("readdir")
+        || want("rename")
+        || want("unlink")
+    {
         measure("create", &|| {
             timed(threads, &|th| {
                 run_items(t, &dirs, depth, Kind::Create, b'f', per, None, th)
@@ -999,11 +1252,7 @@ fn run_one(
         }
     }
     if want("stat") {
-        let order = if o.stat_order == "create" {
-            Shuffle::identity()
-        } else {
-            Shuffle::new(per)
-        };
+        let order = stat_order(o, per);
         measure("stat", &|| {
             timed(threads, &|th| {
                 run_items(t, &dirs, depth, Kind::Stat, b'f', per, Some(&order), th)
@@ -1025,13 +1274,34 @@ fn run_one(
             })?;
         }
     }
+    if want("open") {
+        let order = stat_order(o, per);
+        measure("open", &|| {
+            timed(threads, &|th| {
+                let mut v = Vec::new();
+                for k in 0..per {
+                    let n = name(b'f', th, order.at(k));
+                    sampled(k, &mut v, || t.open_close(dirs[th], &n))?;
+                }
+                keep_samples(v);
+                Ok(per)
+            })
+        })?;
+    }
     if want("readdir") {
         let uniq: Vec<u64> = if layout == "shared" {
             vec![dirs[0]]
         } else {
             dirs.clone()
         };
-        measure("readdir", &|| timed(uniq.len(), &|th| t.readdir(uniq[th])))?;
+        measure("readdir", &|| {
+            timed(uniq.len(), &|th| {
+                let mut pages = Pages::new();
+                let n = t.readdir(uniq[th], &mut pages)?;
+                keep_samples(pages.finish());
+                Ok(n)
+            })
+        })?;
     }
     if want("rename") {
         measure("rename", &|| {
@@ -1107,15 +1377,66 @@ fn run_one(
             })
         })?;
     }
+    // mdtest-hard: files of 3901 bytes written, then read back (checked).
+    let wper = o.data_files / threads as u64;
+    let data: Vec<u8> = (0..SMALL_FILE).map(|i| (i * 7 + 1) as u8).collect();
+    if want("write") || want("read") {
+        measure("write", &|| {
+            timed(threads, &|th| {
+                let mut v = Vec::new();
+                for k in 0..wper {
+                    sampled(k, &mut v, || {
+                        t.write_file(dirs[th], &name(b'w', th, k), &data)
+                    })?;
+                }
+                keep_samples(v);
+                Ok(wper)
+            })
+        })?;
+    }
+    if want("read") {
+        let order = stat_order(o, wper);
+        measure("read", &|| {
+            timed(threads, &|th| {
+                let mut v = Vec::new();
+                let mut buf = vec![0u8; SMALL_FILE + 1];
+                for k in 0..wper {
+                    let n = name(b'w', th, order.at(k));
+                    sampled(k, &mut v, || {
+                        let got = t.read_file(dirs[th], &n, &mut buf)?;
+                        if buf[..got] != data[..] {
+                            bail!("{} read back {got} bytes, not what was written", t.label());
+                        }
+                        Ok(())
+                    })?;
+                }
+                keep_samples(v);
+                Ok(wper)
+            })
+        })?;
+    }
+    if want("write") || want("read") {
+        // Not timed: the written files go (a server deletes their blocks).
+        for (th, &d) in dirs.iter().enumerate() {
+            for k in 0..wper {
+                t.unlink(d, &name(b'w', th, k))?;
+            }
+        }
+    }
     extra.extend(footprint);
     if let Some(m) = &o.mix {
         let w = mix_weights(m).context("mix")?;
         let names: Vec<String> = (0..threads)
             .flat_map(|th| (0..64).map(move |k| format!("mix{th}-{k}")))
             .collect();
+        let mix_dir = if kind == "server" {
+            tdir.clone()
+        } else {
+            tdir.join("mix")
+        };
         let mut tg2 = make_target(
             kind,
-            &tdir.join("mix"),
+            &mix_dir,
             o,
             &format!("mix-t{threads}-{layout}"),
             threads,
@@ -1128,6 +1449,7 @@ fn run_one(
             }
         }
         let per_dirs: Vec<Vec<u64>> = handles.chunks(64).map(|c| c.to_vec()).collect();
+        SAMPLES.lock().unwrap_or_else(|e| e.into_inner()).clear();
         let (n, secs) = timed(threads, &|th| run_mix(t2, &w, &per_dirs[th], per, th))?;
         rows.push(Row {
             target: ti,
@@ -1136,7 +1458,7 @@ fn run_one(
             phase: format!("mix-{m}"),
             ops: n,
             secs,
-            lat: None,
+            lat: take_percentiles(),
         });
         eprintln!(
             "  {:<22} {:>2} thr {:<7} mix-{m} {:>10.0} ops/s",

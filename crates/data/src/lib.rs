@@ -20,7 +20,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-use bytes::Bytes;
+pub use bytes::Bytes;
 use futures_util::StreamExt;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
