@@ -149,20 +149,31 @@ impl OpenFile {
             let n = (self.bs as usize - inb).min(data.len() - pos);
             if !self.dirty.contains_key(&b) {
                 let whole = inb == 0 && n as u64 == self.bs;
-                let base = if whole {
-                    Vec::new()
+                // A large write at the block's start: room for the whole
+                // block at once (growing by doubling would copy a
+                // sequential writer's bytes again and again).
+                let cap = if inb == 0 && n >= 128 << 10 {
+                    self.bs as usize
                 } else {
-                    self.load(store, b)?.to_vec()
+                    0
                 };
+                let mut base = Vec::with_capacity(cap);
+                if !whole {
+                    base.extend_from_slice(&self.load(store, b)?);
+                }
                 self.settle(b)?;
                 self.dirty.insert(b, base);
             }
             self.forget(b);
             let buf = self.dirty.get_mut(&b).expect("inserted above");
-            if buf.len() < inb + n {
-                buf.resize(inb + n, 0);
+            if buf.len() == inb {
+                buf.extend_from_slice(&data[pos..pos + n]); // appending: no zero fill
+            } else {
+                if buf.len() < inb + n {
+                    buf.resize(inb + n, 0);
+                }
+                buf[inb..inb + n].copy_from_slice(&data[pos..pos + n]);
             }
-            buf[inb..inb + n].copy_from_slice(&data[pos..pos + n]);
             let full = buf.len() as u64 == self.bs;
             pos += n;
             if full {
