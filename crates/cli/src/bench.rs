@@ -24,6 +24,8 @@ OPTIONS:
                         against the first target. Default: engine:/dev/shm/solofs-bench
                         and path:/dev/shm/solofs-bench-tmpfs
     --files N           files per run, split over the threads (default 1000000)
+    --items N           files per client instead (like mdtest -n): each
+                        thread creates, stats, … N files
     --threads LIST      thread counts, e.g. 1,2 (default 1,2)
     --layout LIST       private (a directory per thread) and/or shared (one
                         directory for all threads) (default private,shared)
@@ -613,6 +615,8 @@ impl Pages {
 struct Opts {
     targets: Vec<(String, PathBuf)>,
     files: u64,
+    /// Items per client (`--items`, mdtest's -n): overrides --files.
+    items: Option<u64>,
     data_files: u64,
     threads: Vec<usize>,
     layouts: Vec<String>,
@@ -639,6 +643,7 @@ fn parse(args: Vec<OsString>) -> Result<Opts> {
     let mut o = Opts {
         targets: Vec::new(),
         files: 1_000_000,
+        items: None,
         data_files: 100_000,
         threads: vec![1, 2],
         layouts: vec!["private".into(), "shared".into()],
@@ -680,6 +685,7 @@ fn parse(args: Vec<OsString>) -> Result<Opts> {
             }
             Long("files") => o.files = p.value()?.parse()?,
             Long("data-files") => o.data_files = p.value()?.parse()?,
+            Long("items") => o.items = Some(p.value()?.parse()?),
             Long("threads") => {
                 o.threads = list(p.value()?)?
                     .iter()
@@ -1152,7 +1158,7 @@ fn run_one(
         dir.join(format!("t{threads}-{layout}"))
     };
     let mut tg = make_target(kind, &tdir, o, &format!("t{threads}-{layout}"), threads)?;
-    let per = o.files / threads as u64;
+    let per = o.items.unwrap_or(o.files / threads as u64);
     let dirs: Vec<u64> = if layout == "shared" {
         let d = tg.setup_dirs(&["shared".to_string()])?[0];
         vec![d; threads]
@@ -1245,7 +1251,7 @@ fn run_one(
                 t.label(),
                 threads,
                 layout,
-                (b - a) as f64 / o.files as f64,
+                (b - a) as f64 / (per * threads as u64) as f64,
                 per * threads as u64,
                 o.name_len
             ));
@@ -1262,13 +1268,17 @@ fn run_one(
             measure(&format!("stat-b{}", o.batch), &|| {
                 timed(threads, &|th| {
                     let mut buf = Vec::with_capacity(o.batch);
+                    let mut v = Vec::new();
+                    let mut calls = 0;
                     for k in 0..per {
                         buf.push(name(b'f', th, order.at(k)));
                         if buf.len() == o.batch || k + 1 == per {
-                            t.stat_batch(dirs[th], &buf)?;
+                            sampled(calls, &mut v, || t.stat_batch(dirs[th], &buf))?;
+                            calls += 1;
                             buf.clear();
                         }
                     }
+                    keep_samples(v);
                     Ok(per)
                 })
             })?;
