@@ -23,7 +23,7 @@
 pub use bytes::Bytes;
 use futures_util::StreamExt;
 use object_store::path::Path as ObjPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{GetResult, GetResultPayload, ObjectStore, ObjectStoreExt, PutPayload};
 use std::sync::{Arc, OnceLock};
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
@@ -45,6 +45,9 @@ pub enum Error {
     /// A background transfer died.
     #[error("background transfer: {0}")]
     Task(String),
+    /// Reading a block from a local file failed.
+    #[error("{0}")]
+    Read(String),
 }
 
 impl Error {
@@ -220,7 +223,10 @@ impl BlockStore {
 
     /// Writes block `block` of `ino` (at most one block of bytes).
     pub fn put(&self, ino: u64, block: u64, data: Bytes) -> Result<()> {
-        self.put_async(ino, block, data).wait()
+        // Driven by the calling thread: no hop to a runtime worker and back.
+        let key = self.key(ino, block);
+        runtime().block_on(self.store.put(&key, PutPayload::from(data)))?;
+        Ok(())
     }
 
     /// Starts writing a block in the background.
@@ -236,7 +242,47 @@ impl BlockStore {
 
     /// Reads a whole block; `None` if it does not exist (a hole).
     pub fn get(&self, ino: u64, block: u64) -> Result<Option<Bytes>> {
-        self.get_async(ino, block).wait()
+        let key = self.key(ino, block);
+        runtime().block_on(async {
+            let r = match self.store.get(&key).await {
+                Ok(r) => r,
+                Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+            let GetResult {
+                payload,
+                meta,
+                range,
+                attributes,
+                extensions,
+            } = r;
+            match payload {
+                // A local file: read it here, in the caller's thread (not a
+                // runtime worker), instead of chunk by chunk on the
+                // runtime's blocking threads.
+                GetResultPayload::File(f, _) => {
+                    use std::io::{Read, Seek, SeekFrom};
+                    let len = range.end - range.start;
+                    let mut buf = Vec::with_capacity(len as usize);
+                    let io = |e: std::io::Error| Error::Read(format!("reading {key}: {e}"));
+                    let mut f = f;
+                    f.seek(SeekFrom::Start(range.start)).map_err(io)?;
+                    f.take(len).read_to_end(&mut buf).map_err(io)?;
+                    Ok(Some(Bytes::from(buf)))
+                }
+                payload => Ok(Some(
+                    GetResult {
+                        payload,
+                        meta,
+                        range,
+                        attributes,
+                        extensions,
+                    }
+                    .bytes()
+                    .await?,
+                )),
+            }
+        })
     }
 
     /// Starts reading a block in the background.
