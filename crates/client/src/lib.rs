@@ -147,18 +147,9 @@ struct Inner {
     local: Option<Arc<dyn InProcess>>,
 }
 
-/// What the server says about its volume when a client connects.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Volume {
-    /// Volume id.
-    pub id: [u8; 16],
-    /// Root directory inode.
-    pub root: u64,
-    /// Data block size.
-    pub block_size: u64,
-    /// Where data blocks live (`file:///DIR`, `s3://…`; empty: nowhere).
-    pub storage: String,
-}
+/// What the server says about its volume when a client connects: id, root
+/// inode, block size, storage URL.
+pub type Volume = solofs_proto::Welcome;
 
 /// A client of one metadata server.
 #[derive(Clone)]
@@ -174,20 +165,30 @@ impl Client {
 
     /// Connects with explicit options.
     pub fn connect_with(addr: &str, secret: &[u8], opts: Options) -> Result<Client> {
-        let c = Client {
+        let c = Client::with(addr, secret, opts, Volume::default(), None);
+        c.conn()?;
+        Ok(c)
+    }
+
+    fn with(
+        addr: &str,
+        secret: &[u8],
+        opts: Options,
+        volume: Volume,
+        local: Option<Arc<dyn InProcess>>,
+    ) -> Client {
+        Client {
             inner: Arc::new(Inner {
                 addr: addr.to_string(),
                 secret: secret.to_vec(),
                 opts,
                 conn: Mutex::new(None),
                 next_id: AtomicU64::new(1),
-                volume: Mutex::new(Volume::default()),
+                volume: Mutex::new(volume),
                 opens: Mutex::new(HashMap::new()),
-                local: None,
+                local,
             }),
-        };
-        c.conn()?;
-        Ok(c)
+        }
     }
 
     /// A client of a server in this same process: every call runs the
@@ -195,23 +196,7 @@ impl Client {
     /// thread hand-off), with the server's usual checks.
     pub fn in_process(server: Arc<dyn InProcess>) -> Client {
         let w = server.welcome();
-        Client {
-            inner: Arc::new(Inner {
-                addr: "in-process".into(),
-                secret: Vec::new(),
-                opts: Options::default(),
-                conn: Mutex::new(None),
-                next_id: AtomicU64::new(1),
-                volume: Mutex::new(Volume {
-                    id: w.volume,
-                    root: w.root,
-                    block_size: w.block_size,
-                    storage: w.storage,
-                }),
-                opens: Mutex::new(HashMap::new()),
-                local: Some(server),
-            }),
-        }
+        Client::with("in-process", &[], Options::default(), w, Some(server))
     }
 
     fn conn(&self) -> Result<Arc<Conn>> {

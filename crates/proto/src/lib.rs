@@ -23,7 +23,7 @@ pub use msg::*;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Welcome {
     /// Volume id.
-    pub volume: [u8; 16],
+    pub id: [u8; 16],
     /// Root directory inode.
     pub root: u64,
     /// Data block size.

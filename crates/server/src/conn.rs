@@ -286,13 +286,14 @@ fn frame(
                 c.state = State::Closing;
                 return;
             }
+            let welcome = shared.welcome();
             put_frame(&mut c.outbuf, FrameType::Welcome, |b| {
                 let mut w = Writer(b);
                 w.u32(MAX_FRAME);
                 w.u32(MAX_BATCH);
-                w.u64(solofs_meta::ROOT_INO);
-                w.u64(shared.engine.block_size());
-                w.bytes(shared.engine.storage_url().as_bytes());
+                w.u64(welcome.root);
+                w.u64(welcome.block_size);
+                w.bytes(welcome.storage.as_bytes());
             });
             c.state = State::Ready;
         }

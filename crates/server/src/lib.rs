@@ -317,6 +317,16 @@ impl Server {
 }
 
 impl Shared {
+    /// What the WELCOME frame (or an in-process client) is told.
+    pub(crate) fn welcome(&self) -> solofs_proto::Welcome {
+        solofs_proto::Welcome {
+            id: self.volume,
+            root: solofs_meta::ROOT_INO,
+            block_size: self.engine.block_size(),
+            storage: self.engine.storage_url().to_string(),
+        }
+    }
+
     pub(crate) fn nonce(&self) -> [u8; solofs_proto::NONCE_LEN] {
         use std::io::Read;
         let mut n = [0u8; solofs_proto::NONCE_LEN];

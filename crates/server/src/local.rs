@@ -31,12 +31,7 @@ impl LocalConn {
 
 impl InProcess for LocalConn {
     fn welcome(&self) -> Welcome {
-        Welcome {
-            volume: self.shared.volume,
-            root: solofs_meta::ROOT_INO,
-            block_size: self.shared.engine.block_size(),
-            storage: self.shared.engine.storage_url().to_string(),
-        }
+        self.shared.welcome()
     }
 
     fn run(&self, mut reqs: Vec<Request>) -> Vec<Reply> {
