@@ -100,6 +100,21 @@ fn to_fuse(a: &Attr) -> FileAttr {
     }
 }
 
+/// How the kernel should treat an open file. A write-only handle bypasses
+/// the kernel's page cache: the kernel hands the writer's own pages to the
+/// daemon (one copy fewer per byte) instead of first copying them into
+/// cached pages it sends synchronously anyway (this mount has no kernel
+/// write-back cache). Such a handle cannot be read or mapped, so nothing is
+/// lost; the kernel drops cached pages of other handles that the write
+/// covers (`FUSE_DIRECT_IO_ALLOW_MMAP` semantics).
+fn fopen_flags(flags: i32) -> FopenFlags {
+    if flags & libc::O_ACCMODE == libc::O_WRONLY {
+        FopenFlags::FOPEN_DIRECT_IO
+    } else {
+        FopenFlags::empty()
+    }
+}
+
 fn acc_mode(flags: i32) -> u32 {
     match flags & libc::O_ACCMODE {
         libc::O_WRONLY => 1,
@@ -243,17 +258,6 @@ impl SoloFs {
             }
             None => {}
         }
-        if size < old {
-            // Blocks past the new end go now, not only when the server's
-            // deleter gets to them: a later extension must read zeros there.
-            // (The server's queue entry covers a crash before this.)
-            if let Err(e) = self
-                .store
-                .delete_from(ino, size.div_ceil(self.store.block_size()))
-            {
-                eprintln!("solofs: truncate of ino {ino}: {e}");
-            }
-        }
         Ok(a)
     }
 
@@ -299,6 +303,7 @@ impl Filesystem for SoloFs {
                 | InitFlags::FUSE_READDIRPLUS_AUTO
                 | InitFlags::FUSE_PARALLEL_DIROPS,
         );
+        let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
         let _ = config.set_max_write(1 << 20);
         let _ = config.set_max_readahead(1 << 20);
         Ok(())
@@ -477,7 +482,7 @@ impl Filesystem for SoloFs {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.open_file(&self.cred(req), ino.0, flags.0) {
-            Ok((fh, _)) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok((fh, _)) => reply.opened(FileHandle(fh), fopen_flags(flags.0)),
             Err(e) => reply.error(e),
         }
     }
@@ -809,7 +814,7 @@ impl Filesystem for SoloFs {
                 &to_fuse(&a),
                 Generation(0),
                 FileHandle(fh),
-                FopenFlags::empty(),
+                fopen_flags(flags),
             ),
             Err(e) => reply.error(e),
         }

@@ -138,6 +138,22 @@ with open(s, "wb") as f:
     f.write(b"x")
 d = open(s, "rb").read()
 assert len(d) == (9 << 20) + 1 and d[:-1] == bytes(9 << 20) and d[-1:] == b"x"
+# a reader's cached pages follow a write-only (uncached) writer's writes
+c = os.path.join(mnt, "coherent.bin")
+with open(c, "wb") as f:
+    f.write(b"a" * 300000)
+r = os.open(c, os.O_RDONLY)
+assert os.pread(r, 300000, 0) == b"a" * 300000
+w = os.open(c, os.O_WRONLY)
+os.pwrite(w, b"b" * 5000, 1000)
+want = b"a" * 1000 + b"b" * 5000 + b"a" * 294000
+assert os.pread(r, 300000, 0) == want
+os.close(w)
+w = os.open(c, os.O_WRONLY | os.O_APPEND)
+os.write(w, b"tail")
+os.close(w)
+assert os.fstat(r).st_size == 300004 and os.pread(r, 300004, 0) == want + b"tail"
+os.close(r)
 print("python ok")
 PYEOF
 
