@@ -253,23 +253,38 @@ impl HashIndex {
     }
 
     /// Finds the entry for hash `h` whose object satisfies `matches`.
-    pub fn lookup(
-        &self,
-        pool: &Pool,
-        h: u64,
-        matches: &mut dyn FnMut(u64) -> Result<bool>,
-    ) -> Result<Option<Found>> {
+    /// Generic over the matcher so that the engine's comparison is inlined
+    /// into the probe loop (this is the hot path of every stat).
+    #[inline]
+    pub fn lookup<M>(&self, pool: &Pool, h: u64, matches: &mut M) -> Result<Option<Found>>
+    where
+        M: FnMut(u64) -> Result<bool> + ?Sized,
+    {
         loop {
             let dv = self.wait_dir();
-            let (_, _, seg) = self.route(pool, h)?;
+            // One unvalidated route: everything read below is validated
+            // against `dv` at the end (an error on a stale directory retries).
+            let seg = match self.route_once(pool, h) {
+                Ok((_, _, seg)) => seg,
+                Err(e) => {
+                    if self.dir_ver.load(Ordering::Acquire) != dv {
+                        continue;
+                    }
+                    return Err(e);
+                }
+            };
             let st = self.stripe(seg);
             let sv = st.ver.load(Ordering::Acquire);
             if sv & 1 == 1 {
                 std::hint::spin_loop();
                 continue;
             }
-            if pool.ld(seg + IS_SPLIT)? & (SPLITTING | PREPARING) != 0 {
-                if self.dir_ver.load(Ordering::Acquire) == dv && self.route(pool, h)?.2 == seg {
+            let split = pool.ld(seg + IS_SPLIT);
+            if self.dir_ver.load(Ordering::Acquire) != dv {
+                continue;
+            }
+            if split? & (SPLITTING | PREPARING) != 0 {
+                if self.route(pool, h)?.2 == seg {
                     self.finish_crashed_split(pool, seg)?;
                 }
                 continue;
@@ -281,13 +296,11 @@ impl HashIndex {
         }
     }
 
-    fn probe(
-        &self,
-        pool: &Pool,
-        seg: u64,
-        h: u64,
-        matches: &mut dyn FnMut(u64) -> Result<bool>,
-    ) -> Result<Option<Found>> {
+    #[inline]
+    fn probe<M>(&self, pool: &Pool, seg: u64, h: u64, matches: &mut M) -> Result<Option<Found>>
+    where
+        M: FnMut(u64) -> Result<bool> + ?Sized,
+    {
         let (b1, b2) = buckets(h);
         let t = tag(h);
         // Start the second bucket's miss now; it overlaps the first's.

@@ -38,6 +38,13 @@ impl LockTable {
         (key.wrapping_mul(0xD6E8_FEB8_6659_FD93) >> 32) as usize & self.mask
     }
 
+    /// Takes one key's lock shared (a reader's fast path: no lock set to
+    /// sort). Holding it alone is in the global order trivially.
+    #[inline]
+    pub fn read(&self, key: u64) -> RwLockReadGuard<'_, ()> {
+        self.slots[self.stripe(key)].0.read()
+    }
+
     /// Acquires a set of (key hash, mode) locks in the global order. At most
     /// [`MAX_HELD`] keys; no heap allocation.
     pub fn lock(&self, keys: &[(u64, Mode)]) -> Guard<'_> {

@@ -215,3 +215,45 @@ fn readdir_plus_gives_each_entrys_attributes() {
         libc::EACCES
     );
 }
+
+/// Lookups remember where their parent directory lives; that memory must
+/// never outlive the directory: after rmdir, rename, a new directory of the
+/// same name and a chmod, lookups see exactly what the namespace holds.
+#[test]
+fn lookups_follow_directory_changes() {
+    let (_d, e) = fresh("hint");
+    let r = Cred::root();
+    let u = Cred::user(1000, 1000);
+    for round in 0..50u32 {
+        let d = e.mkdir(&r, ROOT_INO, b"d", 0o755).unwrap();
+        e.create(&r, d.ino, b"f", 0o644).unwrap();
+        assert_eq!(e.lookup(&u, d.ino, b"f").unwrap().mode, S_IFREG | 0o644);
+        // Search permission is read from the directory every time.
+        let mode = |m| SetAttr {
+            mode: Some(m),
+            ..Default::default()
+        };
+        e.setattr(&r, d.ino, &mode(0o700)).unwrap();
+        assert_eq!(errno(e.lookup(&u, d.ino, b"f")), libc::EACCES);
+        e.setattr(&r, d.ino, &mode(0o755)).unwrap();
+        assert!(e.lookup(&u, d.ino, b"f").is_ok());
+        // Renamed: same ino, still found through it.
+        e.rename(&r, ROOT_INO, b"d", ROOT_INO, b"d2", 0).unwrap();
+        assert!(e.lookup(&u, d.ino, b"f").is_ok(), "round {round}");
+        e.unlink(&r, d.ino, b"f").unwrap();
+        assert_eq!(errno(e.lookup(&u, d.ino, b"f")), libc::ENOENT);
+        e.rmdir(&r, ROOT_INO, b"d2").unwrap();
+        // Gone: its ino no longer resolves, however often it was used.
+        assert_eq!(errno(e.lookup(&u, d.ino, b"f")), libc::ENOENT);
+        assert_eq!(errno(e.lookup(&u, d.ino, b".")), libc::ENOENT);
+        // Objects of the removed directory get reused by the next round.
+        for i in 0..20u32 {
+            e.mkdir(&r, ROOT_INO, format!("x{i}").as_bytes(), 0o755)
+                .unwrap();
+        }
+        for i in 0..20u32 {
+            e.rmdir(&r, ROOT_INO, format!("x{i}").as_bytes()).unwrap();
+        }
+        assert_eq!(errno(e.lookup(&u, d.ino, b"f")), libc::ENOENT);
+    }
+}

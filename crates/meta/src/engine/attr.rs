@@ -69,14 +69,14 @@ impl Engine {
 
     /// Attributes of inode `ino`.
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
-        let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Read)]);
+        let _g = self.locks.read(hash::ino_key(ino));
         let o = self.inode(ino)?;
         self.attr_of(o)
     }
 
     /// Looks `name` up in directory `parent` (search permission needed).
     pub fn lookup(&self, cred: &Cred, parent: u64, name: &[u8]) -> Result<Attr> {
-        let (access, content) = self.open_dir(parent)?;
+        let (access, content) = self.reader_dir(parent)?;
         perm::check(cred, self.dir_owner(access)?, X)?;
         match name {
             b"." => return self.dir_attr(access, content),
@@ -87,9 +87,7 @@ impl Engine {
             return Err(Error::NameTooLong);
         }
         let link_target = {
-            let _g = self
-                .locks
-                .lock(&[(hash::name_key(parent, name), Mode::Read)]);
+            let _g = self.locks.read(hash::name_key(parent, name));
             let e = self.find_name(parent, name)?.ok_or(Error::NotFound)?;
             match self.obj(e)? {
                 Obj::Link(l) => self.pool.ld(l + E_INO)?,

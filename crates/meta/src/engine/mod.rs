@@ -72,6 +72,8 @@ pub struct Engine {
     pub(crate) alloc: Allocator,
     pub(crate) shards: Vec<Shard>,
     pub(crate) locks: LockTable,
+    /// Readers' hint: directory ino -> its content object (see `reader_dir`).
+    dir_hint: Box<[(AtomicU64, AtomicU64)]>,
     pub(crate) clock: Clock,
     pub(crate) epoch: u32,
     nshards: u32,
@@ -300,6 +302,9 @@ impl Engine {
             alloc,
             shards,
             locks: LockTable::new(14),
+            dir_hint: (0..DIR_HINTS)
+                .map(|_| (AtomicU64::new(0), AtomicU64::new(0)))
+                .collect(),
             clock,
             epoch,
             nshards,
@@ -446,6 +451,7 @@ impl Engine {
     }
 
     /// Does the entry object `o` have key (parent, name) and is it live?
+    #[inline]
     pub(crate) fn entry_matches(&self, o: u64, parent: u64, name: &[u8]) -> Result<bool> {
         let p = &self.pool;
         // The name and attributes run into the next line(s): overlap them.
@@ -464,9 +470,7 @@ impl Engine {
         if len != name.len() {
             return Ok(false);
         }
-        let mut buf = [0u8; NAME_MAX + 8];
-        p.read_bytes(o + name_off, &mut buf[..len])?;
-        Ok(&buf[..len] == name)
+        p.bytes_eq(o + name_off, name)
     }
 
     /// The name of entry object `o`.
@@ -564,6 +568,33 @@ impl Engine {
             Obj::Dir { content, .. } => Ok(content),
             _ => Err(Error::NotDir),
         }
+    }
+
+    /// `open_dir` for readers (lookup, readdir): a small table remembers
+    /// where each recently used directory's content object is, so a stat
+    /// does not look its parent up in the ino index every time. A hint is
+    /// only used after checking, in the object itself, exactly what the
+    /// index lookup would check (a live DIRC carrying this ino; inos are
+    /// never reused and a directory's content object never moves), so a
+    /// stale or torn hint costs a normal lookup and nothing else.
+    pub(crate) fn reader_dir(&self, ino: u64) -> Result<(u64, u64)> {
+        // Hashed: inos handed out in blocks of 1024 per context must not
+        // all land on one entry.
+        let slot = (ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % DIR_HINTS;
+        let (hi, ho) = &self.dir_hint[slot];
+        if hi.load(Ordering::Relaxed) == ino {
+            let o = ho.load(Ordering::Relaxed);
+            if o != 0 && self.ino_matches(o, ino)? && st_kind(self.pool.ld(o)?) == K_DIRC {
+                let access = self.pool.ld(o + C_ACCESS)?;
+                if self.pool.ld(o + C_MOD_EPOCH)? >= self.epoch as u64 {
+                    return Ok((access, o));
+                }
+            }
+        }
+        let (access, content) = self.open_dir(ino)?;
+        ho.store(content, Ordering::Relaxed);
+        hi.store(ino, Ordering::Relaxed);
+        Ok((access, content))
     }
 
     /// Bumps the sequence counter in a state word (odd while writing).
@@ -693,6 +724,9 @@ impl Engine {
         }
     }
 }
+
+/// Entries of the readers' directory hint table.
+const DIR_HINTS: usize = 256;
 
 /// List maintenance memory for one shard.
 pub(crate) struct EMem<'a> {

@@ -271,17 +271,51 @@ impl Pool {
         Ok(())
     }
 
+    /// The word at byte offset `o` of the mapping, already checked.
+    #[inline]
+    fn word_at(&self, o: usize) -> &AtomicU64 {
+        // SAFETY: callers checked bounds and alignment (see `u64`).
+        unsafe { &*(self.base.add(o) as *const AtomicU64) }
+    }
+
     /// Copies `out.len()` bytes from `off` (8-byte aligned) with word-sized
     /// atomic loads, so a concurrent writer can never cause a data race.
     pub fn read_bytes(&self, off: u64, out: &mut [u8]) -> Result<()> {
         let words = out.len().div_ceil(8) as u64;
-        self.check(off, words * 8, 8)?;
+        let o = self.check(off, words * 8, 8)?;
         for (i, chunk) in out.chunks_mut(8).enumerate() {
-            let w = self.u64(off + 8 * i as u64)?.load(Ordering::Relaxed);
+            let w = self.word_at(o + 8 * i).load(Ordering::Relaxed);
             chunk.copy_from_slice(&w.to_le_bytes()[..chunk.len()]);
         }
         std::sync::atomic::fence(Ordering::Acquire);
         Ok(())
+    }
+
+    /// Do the `want.len()` bytes at `off` (8-byte aligned) equal `want`?
+    /// Compares word by word in place (no copy), with atomic loads.
+    #[inline]
+    pub fn bytes_eq(&self, off: u64, want: &[u8]) -> Result<bool> {
+        let words = want.len().div_ceil(8) as u64;
+        let o = self.check(off, words * 8, 8)?;
+        let mut eq = true;
+        for (i, chunk) in want.chunks(8).enumerate() {
+            let w = self.word_at(o + 8 * i).load(Ordering::Relaxed);
+            let (x, mask) = if let Ok(full) = <[u8; 8]>::try_from(chunk) {
+                (u64::from_le_bytes(full), u64::MAX)
+            } else {
+                let mut x = 0u64;
+                for (k, &b) in chunk.iter().enumerate() {
+                    x |= (b as u64) << (8 * k);
+                }
+                (x, (1u64 << (8 * chunk.len())) - 1)
+            };
+            if (w ^ x) & mask != 0 {
+                eq = false;
+                break;
+            }
+        }
+        std::sync::atomic::fence(Ordering::Acquire);
+        Ok(eq)
     }
 
     /// Writes `data` at `off` (8-byte aligned) with word-sized atomic stores,
