@@ -203,7 +203,7 @@ impl Target for EngineTarget {
         self.blocks
             .put(a.ino, 0, solofs_data::Bytes::copy_from_slice(data))?;
         self.e
-            .write_commit(&self.cred, a.ino, data.len() as u64, now_ns())?;
+            .write_commit(&self.cred, a.ino, data.len() as u64, now_ns(), false)?;
         Ok(())
     }
     fn read_file(&self, d: u64, n: &[u8], buf: &mut [u8]) -> Result<usize> {

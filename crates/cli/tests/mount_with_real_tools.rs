@@ -110,7 +110,14 @@ fn full_check(
     for (k, v) in env {
         std::env::set_var(k, v);
     }
-    let opts = ["--attr-timeout", "0", "--entry-timeout", "0"];
+    // --allow-other: the script also works as an unprivileged user.
+    let opts = [
+        "--attr-timeout",
+        "0",
+        "--entry-timeout",
+        "0",
+        "--allow-other",
+    ];
     let (srv, a, addr) = if up {
         let (a, addr) = MountProc::up(&data, &base.join("mnt-a"), &opts);
         (None, a, addr)

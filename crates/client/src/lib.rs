@@ -243,9 +243,22 @@ impl Client {
     /// unlinked.
     pub fn open(&self, cred: &Cred, ino: u64, flags: u32) -> Result<Attr> {
         let a = self.attr(cred, Op::Open { ino, flags })?;
+        self.note_open(cred, ino, flags);
+        Ok(a)
+    }
+
+    /// Creates a regular file (exclusively) and opens it like
+    /// [`Client::open`], with the access asked for whatever the new file's
+    /// mode (`open(O_CREAT|O_EXCL)`).
+    pub fn create_open(&self, cred: &Cred, loc: Loc, mode: u32, flags: u32) -> Result<Attr> {
+        let a = self.attr(cred, Op::CreateOpen { loc, mode, flags })?;
+        self.note_open(cred, a.ino, flags);
+        Ok(a)
+    }
+
+    fn note_open(&self, cred: &Cred, ino: u64, flags: u32) {
         let mut o = self.inner.opens.lock().unwrap_or_else(|e| e.into_inner());
         o.entry((ino, flags)).or_insert((0, cred.clone())).0 += 1;
-        Ok(a)
     }
 
     /// Ends one [`Client::open`].

@@ -212,6 +212,11 @@ impl SoloFs {
     fn open_file(&self, cred: &Cred, ino: u64, flags: i32) -> Res<(u64, Attr)> {
         let mode = acc_mode(flags);
         let a = self.client.open(cred, ino, mode).map_err(errno)?;
+        Ok((self.opened(ino, mode, &a), a))
+    }
+
+    /// Notes an open the server agreed to; returns the file handle.
+    fn opened(&self, ino: u64, mode: u32, a: &Attr) -> u64 {
         let f = {
             let mut files = self.files.lock();
             files
@@ -228,10 +233,16 @@ impl SoloFs {
             let mut f = f.lock();
             f.handles += 1;
             f.refresh(a.size);
+            f.attr.mode = a.mode;
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.handles.lock().insert(fh, (ino, mode));
-        Ok((fh, a))
+        fh
+    }
+
+    /// Is `fh` a handle of this mount opened for writing?
+    fn writes_through(&self, fh: Option<FileHandle>) -> bool {
+        fh.is_some_and(|h| self.handles.lock().get(&h.0).is_some_and(|x| x.1 != 0))
     }
 
     fn truncate(&self, cred: &Cred, ino: u64, size: u64, sa: SetAttr) -> Res<Attr> {
@@ -333,7 +344,7 @@ impl Filesystem for SoloFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -348,6 +359,8 @@ impl Filesystem for SoloFs {
             size,
             atime: time_set(atime),
             mtime: time_set(mtime),
+            // ftruncate through a handle opened for writing.
+            via_open: self.writes_through(fh),
         };
         let r = match size {
             Some(s) => self.truncate(&cred, ino.0, s, sa),
@@ -512,12 +525,12 @@ impl Filesystem for SoloFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
@@ -525,6 +538,27 @@ impl Filesystem for SoloFs {
         let Some(f) = self.file(ino.0) else {
             return reply.error(Errno::EBADF);
         };
+        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            // A writer without the privilege: the write clears set-user-ID,
+            // and set-group-ID where group execute is set (as the kernel
+            // does for cached writes).
+            let mode = f.lock().attr.mode;
+            let mut kill = mode & libc::S_ISUID;
+            if mode & 0o010 != 0 {
+                kill |= mode & libc::S_ISGID;
+            }
+            if kill != 0 {
+                let sa = SetAttr {
+                    mode: Some(mode & 0o7777 & !kill),
+                    via_open: true,
+                    ..Default::default()
+                };
+                match self.client.setattr(&self.cred(req), Target::Ino(ino.0), sa) {
+                    Ok(a) => f.lock().attr.mode = a.mode,
+                    Err(e) => return reply.error(errno(e)),
+                }
+            }
+        }
         let r = f.lock().write(&self.store, offset, data, now_ns());
         match r {
             Ok(()) => reply.written(data.len() as u32),
@@ -794,21 +828,23 @@ impl Filesystem for SoloFs {
     ) {
         let cred = self.cred(req);
         let loc = at(parent.0, n.as_bytes());
-        let created = self
-            .client
-            .create(&cred, loc.clone(), mode & !(umask & 0o777) & 0o7777);
-        let a = match created {
-            Ok(a) => a,
+        let acc = acc_mode(flags);
+        let created =
+            self.client
+                .create_open(&cred, loc.clone(), mode & !(umask & 0o777) & 0o7777, acc);
+        let opened = match created {
+            // The creating open: the access asked for, whatever the mode.
+            Ok(a) => Ok((self.opened(a.ino, acc, &a), a)),
             // Lost a race with another creator: open what is there.
             Err(e) if e.errno() == libc::EEXIST && flags & libc::O_EXCL == 0 => {
                 match self.client.lookup(&cred, loc) {
-                    Ok(a) => a,
+                    Ok(a) => self.open_file(&cred, a.ino, flags),
                     Err(e) => return reply.error(errno(e)),
                 }
             }
             Err(e) => return reply.error(errno(e)),
         };
-        match self.open_file(&cred, a.ino, flags) {
+        match opened {
             Ok((fh, a)) => reply.created(
                 &self.opts.entry_timeout,
                 &to_fuse(&a),

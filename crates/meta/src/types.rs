@@ -196,6 +196,12 @@ pub struct SetAttr {
     pub atime: TimeSet,
     /// New modification time.
     pub mtime: TimeSet,
+    /// The caller acts through a handle it opened for writing (the server
+    /// checks that its connection holds such an open): a size change needs
+    /// no write permission now (ftruncate after a chmod, or on a file
+    /// created read-only), and neither does clearing set-user-ID and
+    /// set-group-ID, which a write does.
+    pub via_open: bool,
 }
 
 /// One directory entry returned by `readdir`.

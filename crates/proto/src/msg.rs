@@ -89,7 +89,14 @@ pub enum Op {
     /// Ends one `Open` of this connection.
     Release { ino: u64, flags: u32 },
     /// A writer's flush: size grows to `size` (never shrinks), mtime is set.
+    /// Through a connection that holds the file open for writing it needs
+    /// no write permission (the open checked it).
     WriteCommit { ino: u64, size: u64, mtime: i64 },
+    /// `open(O_CREAT|O_EXCL)`: creates a regular file and opens it as
+    /// `Open` does (`flags` 0, 1 or 2), without checking the new file's
+    /// permission bits (POSIX: the creating open gets the access it asked
+    /// for, so a file created read-only can still be written through it).
+    CreateOpen { loc: Loc, mode: u32, flags: u32 },
 }
 
 impl Op {
@@ -120,12 +127,13 @@ impl Op {
             Op::Open { .. } => 21,
             Op::Release { .. } => 22,
             Op::WriteCommit { .. } => 23,
+            Op::CreateOpen { .. } => 24,
         }
     }
 
     /// Short name (metrics labels, logs).
     pub fn name(code: u16) -> &'static str {
-        const NAMES: [&str; 24] = [
+        const NAMES: [&str; 25] = [
             "noop",
             "lookup",
             "getattr",
@@ -150,12 +158,13 @@ impl Op {
             "open",
             "release",
             "write_commit",
+            "create_open",
         ];
         NAMES.get(code as usize).copied().unwrap_or("unknown")
     }
 
     /// Number of operation codes.
-    pub const COUNT: usize = 24;
+    pub const COUNT: usize = 25;
 
     /// True for operations that change nothing (safe to resend after a
     /// reconnect).
@@ -315,7 +324,8 @@ fn put_setattr(w: &mut Writer, s: &SetAttr) {
     let mask = s.mode.is_some() as u8
         | (s.uid.is_some() as u8) << 1
         | (s.gid.is_some() as u8) << 2
-        | (s.size.is_some() as u8) << 3;
+        | (s.size.is_some() as u8) << 3
+        | (s.via_open as u8) << 4;
     w.u8(mask);
     if let Some(v) = s.mode {
         w.u32(v);
@@ -335,7 +345,7 @@ fn put_setattr(w: &mut Writer, s: &SetAttr) {
 
 fn get_setattr(r: &mut Reader) -> Result<SetAttr, DecodeError> {
     let m = r.u8()?;
-    if m & !0xF != 0 {
+    if m & !0x1F != 0 {
         return Err(DecodeError("bad setattr mask"));
     }
     Ok(SetAttr {
@@ -345,6 +355,7 @@ fn get_setattr(r: &mut Reader) -> Result<SetAttr, DecodeError> {
         size: if m & 8 != 0 { Some(r.u64()?) } else { None },
         atime: get_time(r)?,
         mtime: get_time(r)?,
+        via_open: m & 0x10 != 0,
     })
 }
 
@@ -470,6 +481,11 @@ impl Request {
                 w.u64(*size);
                 w.i64(*mtime);
             }
+            Op::CreateOpen { loc, mode, flags } => {
+                put_loc(&mut w, loc);
+                w.u32(*mode);
+                w.u32(*flags);
+            }
         }
     }
 
@@ -558,6 +574,11 @@ impl Request {
                 ino: r.u64()?,
                 size: r.u64()?,
                 mtime: r.i64()?,
+            },
+            24 => Op::CreateOpen {
+                loc: get_loc(r)?,
+                mode: r.u32()?,
+                flags: r.u32()?,
             },
             _ => return Err(RequestError::UnknownOp(id)),
         };
@@ -754,6 +775,7 @@ mod tests {
             size: Some(3),
             atime: TimeSet::Now,
             mtime: TimeSet::At(-5),
+            via_open: true,
             ..Default::default()
         };
         for op in [
@@ -767,6 +789,11 @@ mod tests {
             Op::Create {
                 loc: p.clone(),
                 mode: 0o600,
+            },
+            Op::CreateOpen {
+                loc: at.clone(),
+                mode: 0o444,
+                flags: 2,
             },
             Op::Mknod {
                 loc: at.clone(),

@@ -363,18 +363,21 @@ pub(crate) fn run_batch(
     // Opens count before they run, so that a deletion cannot slip in
     // between the check and the registration.
     for q in reqs.iter() {
-        if let Op::Open { ino, .. } = q.op {
-            opens.acquire(ino);
+        if let Op::Open { ino, flags } = q.op {
+            opens.acquire(ino, flags != 0);
         }
     }
     let t0 = Instant::now();
     let first = replies.len();
-    crate::exec::execute_batch(&shared.engine, reqs, replies);
+    crate::exec::execute_batch(&shared.engine, reqs, replies, &|ino| opens.writing(ino));
     let done = &replies[first..];
     for (q, rep) in reqs.iter().zip(done) {
         match (&q.op, &rep.result) {
-            (Op::Open { ino, .. }, Err(_)) | (Op::Release { ino, .. }, Ok(_)) => {
-                opens.release(*ino)
+            (Op::Open { ino, flags }, Err(_)) | (Op::Release { ino, flags }, Ok(_)) => {
+                opens.release(*ino, *flags != 0)
+            }
+            (Op::CreateOpen { flags, .. }, Ok(solofs_proto::Body::Attr(a))) => {
+                opens.acquire(a.ino, *flags != 0)
             }
             _ => {}
         }

@@ -1,6 +1,6 @@
 //! Executes decoded requests on the engine.
 
-use solofs_meta::{Cred, Engine, Error, Result, S_IFDIR, S_IFMT};
+use solofs_meta::{Cred, Engine, Error, Result, SetAttr, S_IFDIR, S_IFMT};
 use solofs_proto::{Body, Loc, Op, Reply, Request, Target};
 
 /// Applies root squash (uid/gid 0 → `nobody`) if configured.
@@ -27,8 +27,15 @@ fn ino(e: &Engine, cred: &Cred, t: &Target) -> Result<u64> {
     }
 }
 
-/// Runs one request.
+/// Runs one request of a connection that holds no opens.
 pub fn execute(e: &Engine, req: &Request) -> Reply {
+    execute_with(e, req, &|_| false)
+}
+
+/// Runs one request; `writing(ino)` tells whether the requesting
+/// connection holds `ino` open for writing (which a `via_open` setattr and
+/// a write commit rely on instead of the file's permission bits).
+pub fn execute_with(e: &Engine, req: &Request, writing: &dyn Fn(u64) -> bool) -> Reply {
     let c = &req.cred;
     let r: Result<Body> = (|| {
         Ok(match &req.op {
@@ -41,7 +48,19 @@ pub fn execute(e: &Engine, req: &Request) -> Reply {
                 follow,
             } => Body::Attr(e.getattr(e.resolve(c, p, *follow)?)?),
             Op::Getattr(t) => Body::Attr(e.getattr(ino(e, c, t)?)?),
-            Op::Setattr(t, sa) => Body::Attr(e.setattr(c, ino(e, c, t)?, sa)?),
+            Op::Setattr(t, sa) => {
+                let i = ino(e, c, t)?;
+                if sa.via_open && !(matches!(t, Target::Ino(_)) && writing(i)) {
+                    // Claimed, but this connection has no such open.
+                    let sa = SetAttr {
+                        via_open: false,
+                        ..sa.clone()
+                    };
+                    Body::Attr(e.setattr(c, i, &sa)?)
+                } else {
+                    Body::Attr(e.setattr(c, i, sa)?)
+                }
+            }
             Op::Create { loc, mode } => {
                 let (p, n) = at(e, c, loc)?;
                 Body::Attr(e.create(c, p, &n, *mode)?)
@@ -130,8 +149,15 @@ pub fn execute(e: &Engine, req: &Request) -> Reply {
             }
             // The registration is the connection's business (conn.rs).
             Op::Release { .. } => Body::Empty,
+            Op::CreateOpen { loc, mode, flags } => {
+                if *flags > 2 {
+                    return Err(Error::Invalid("open flags are 0, 1 or 2"));
+                }
+                let (p, n) = at(e, c, loc)?;
+                Body::Attr(e.create(c, p, &n, *mode)?)
+            }
             Op::WriteCommit { ino, size, mtime } => {
-                Body::Attr(e.write_commit(c, *ino, *size, *mtime)?)
+                Body::Attr(e.write_commit(c, *ino, *size, *mtime, writing(*ino))?)
             }
         })
     })();
@@ -147,7 +173,12 @@ pub const MAX_LIST: u32 = 4096;
 
 /// Runs a batch. Runs of plain lookups go through the engine's batched
 /// lookup, so their cache misses overlap.
-pub fn execute_batch(e: &Engine, reqs: &[Request], out: &mut Vec<Reply>) {
+pub fn execute_batch(
+    e: &Engine,
+    reqs: &[Request],
+    out: &mut Vec<Reply>,
+    writing: &dyn Fn(u64) -> bool,
+) {
     let mut i = 0;
     while i < reqs.len() {
         let run = reqs[i..]
@@ -183,7 +214,7 @@ pub fn execute_batch(e: &Engine, reqs: &[Request], out: &mut Vec<Reply>) {
             }
             i += run;
         } else {
-            out.push(execute(e, &reqs[i]));
+            out.push(execute_with(e, &reqs[i], writing));
             i += 1;
         }
     }

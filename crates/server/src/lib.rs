@@ -22,7 +22,7 @@ pub mod metrics;
 mod opens;
 
 pub use deleter::DeleterStats;
-pub use exec::{execute, execute_batch, squash};
+pub use exec::{execute, execute_batch, execute_with, squash};
 pub use local::LocalConn;
 
 use metrics::Metrics;

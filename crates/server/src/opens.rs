@@ -77,7 +77,8 @@ impl Opens {
 /// releases them all. Shared by the threads of an in-process client.
 pub(crate) struct ConnOpens {
     opens: Arc<Opens>,
-    held: Mutex<HashMap<u64, u32>>,
+    /// ino -> (opens, of which for writing).
+    held: Mutex<HashMap<u64, (u32, u32)>>,
 }
 
 impl ConnOpens {
@@ -88,27 +89,38 @@ impl ConnOpens {
         }
     }
 
-    pub fn acquire(&self, ino: u64) {
+    pub fn acquire(&self, ino: u64, write: bool) {
         self.opens.acquire(ino);
-        *self.held.lock().entry(ino).or_default() += 1;
+        let mut held = self.held.lock();
+        let h = held.entry(ino).or_default();
+        h.0 += 1;
+        h.1 += write as u32;
     }
 
     /// Releases one open of `ino` if this connection holds one.
-    pub fn release(&self, ino: u64) {
+    pub fn release(&self, ino: u64, write: bool) {
         let mut held = self.held.lock();
-        if let Some(n) = held.get_mut(&ino) {
-            *n -= 1;
-            if *n == 0 {
+        if let Some(h) = held.get_mut(&ino) {
+            h.0 -= 1;
+            if write {
+                h.1 = h.1.saturating_sub(1);
+            }
+            if h.0 == 0 {
                 held.remove(&ino);
             }
             self.opens.release(ino);
         }
     }
+
+    /// Does this connection hold `ino` open for writing?
+    pub fn writing(&self, ino: u64) -> bool {
+        self.held.lock().get(&ino).is_some_and(|h| h.1 > 0)
+    }
 }
 
 impl Drop for ConnOpens {
     fn drop(&mut self) {
-        for (&ino, &n) in self.held.get_mut().iter() {
+        for (&ino, &(n, _)) in self.held.get_mut().iter() {
             for _ in 0..n {
                 self.opens.release(ino);
             }

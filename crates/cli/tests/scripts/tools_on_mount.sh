@@ -157,6 +157,52 @@ os.close(r)
 print("python ok")
 PYEOF
 
+step "an unprivileged user: a file created read-only, set-ID bits on write"
+mkdir "$MNT/nobody" && chmod 777 "$MNT/nobody"
+python3 - "$MNT/nobody" <<'PYEOF'
+import os, sys
+d = sys.argv[1]
+pid = os.fork()
+if pid == 0:
+    try:
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+        # As git writes its objects: create read-only, then write through
+        # the creating open (and truncate through it).
+        p = os.path.join(d, "ro")
+        fd = os.open(p, os.O_CREAT | os.O_RDWR | os.O_EXCL, 0o444)
+        os.write(fd, b"kept")
+        os.ftruncate(fd, 2)
+        os.close(fd)
+        assert open(p, "rb").read() == b"ke"
+        assert os.stat(p).st_mode & 0o7777 == 0o444
+        try:
+            os.open(p, os.O_WRONLY)
+            raise AssertionError("a later open for writing must fail")
+        except PermissionError:
+            pass
+        # A write by a process without the privilege clears set-ID bits,
+        # through a write-only (uncached) and a read-write handle.
+        s = os.path.join(d, "setid")
+        os.close(os.open(s, os.O_CREAT | os.O_WRONLY, 0o755))
+        for flags in (os.O_WRONLY, os.O_RDWR):
+            os.chmod(s, 0o6775)
+            assert os.stat(s).st_mode & 0o7777 == 0o6775
+            fd = os.open(s, flags)
+            os.write(fd, b"x")
+            assert os.fstat(fd).st_mode & 0o7777 == 0o775, oct(os.fstat(fd).st_mode)
+            os.close(fd)
+        os._exit(0)
+    except BaseException as e:
+        print("unprivileged check failed:", repr(e), file=sys.stderr)
+        os._exit(1)
+_, st = os.waitpid(pid, 0)
+assert st == 0, st
+print("unprivileged ok")
+PYEOF
+rm -rf "$MNT/nobody"
+
 step "two mounts: close-to-open"
 echo "from A" > "$MNT/shared.txt"
 test "$(cat "$MNT2/shared.txt")" = "from A"

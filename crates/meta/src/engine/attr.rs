@@ -272,10 +272,18 @@ impl Engine {
     /// Records what a writer did to a regular file: the size grows to
     /// `size` if that is larger (never shrinks), mtime becomes `mtime`,
     /// ctime now. Needs write permission, like a write.
-    pub fn write_commit(&self, cred: &Cred, ino: u64, size: u64, mtime: i64) -> Result<Attr> {
+    pub fn write_commit(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        size: u64,
+        mtime: i64,
+        via_open: bool,
+    ) -> Result<Attr> {
         let sa = SetAttr {
             size: Some(size),
             mtime: TimeSet::At(mtime),
+            via_open,
             ..Default::default()
         };
         self.setattr_as(cred, ino, &sa, true)
@@ -297,10 +305,23 @@ impl Engine {
             let mut mode = cur.mode;
             let (mut uid, mut gid) = (cur.uid, cur.gid);
             if let Some(m) = sa.mode {
-                perm::owner_or_root(cred, own)?;
-                mode = (mode & S_IFMT) | (m & 0o7777);
-                if !cred.is_root() && !cred.in_group(cur.gid) {
-                    mode &= !S_ISGID;
+                let new = (mode & S_IFMT) | (m & 0o7777);
+                // What a write does to a set-ID file (POSIX: a write by a
+                // process without the privilege clears the bits): a writer
+                // may clear S_ISUID/S_ISGID and change nothing else.
+                let clears_setid = new & !(S_ISUID | S_ISGID) == mode & !(S_ISUID | S_ISGID)
+                    && new & !mode == 0
+                    && mode & !new & (S_ISUID | S_ISGID) != 0
+                    && mode & S_IFMT == S_IFREG;
+                let writer = || sa.via_open || perm::check(cred, own, W).is_ok();
+                if clears_setid && !(cred.is_root() || cred.uid == cur.uid) && writer() {
+                    mode = new;
+                } else {
+                    perm::owner_or_root(cred, own)?;
+                    mode = new;
+                    if !cred.is_root() && !cred.in_group(cur.gid) {
+                        mode &= !S_ISGID;
+                    }
                 }
             }
             if sa.uid.is_some() || sa.gid.is_some() {
@@ -329,13 +350,15 @@ impl Engine {
                     S_IFDIR => return Err(Error::IsDir),
                     _ => return Err(Error::Invalid("size of a non-regular file")),
                 }
-                perm::check(cred, own, W)?;
+                if !sa.via_open {
+                    perm::check(cred, own, W)?;
+                }
             }
             let explicit = matches!(sa.atime, TimeSet::At(_)) || matches!(sa.mtime, TimeSet::At(_));
             let any_time = sa.atime != TimeSet::Omit || sa.mtime != TimeSet::Omit;
             if explicit && !grow {
                 perm::owner_or_root(cred, own)?;
-            } else if any_time && !(cred.is_root() || cred.uid == cur.uid) {
+            } else if any_time && !(cred.is_root() || cred.uid == cur.uid || sa.via_open) {
                 perm::check(cred, own, W)?;
             }
             if sa.mode.is_none()
