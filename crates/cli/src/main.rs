@@ -72,6 +72,10 @@ fn mkfs(args: Vec<std::ffi::OsString>) -> Result<()> {
                 cfg.durability = Durability::parse(&v).context("durability is process or pmem")?;
             }
             Long("data") => data = Some(p.value()?.into()),
+            Long("help") | Short('h') => {
+                println!("solofs mkfs (--data DIR | POOL) [--storage URL] [--block-size BYTES] [--shards N] [--durability process|pmem]");
+                return Ok(());
+            }
             Value(v) if path.is_none() => path = Some(v.into()),
             _ => return Err(a.unexpected().into()),
         }
@@ -154,6 +158,10 @@ fn fsck(args: Vec<std::ffi::OsString>) -> Result<()> {
         match a {
             Long("repair") => repair = true,
             Long("data") => path = Some(serve::pool_path(&PathBuf::from(p.value()?))),
+            Long("help") | Short('h') => {
+                println!("solofs fsck (--data DIR | POOL) [--repair]");
+                return Ok(());
+            }
             Value(v) if path.is_none() => path = Some(v.into()),
             _ => return Err(a.unexpected().into()),
         }

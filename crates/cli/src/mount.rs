@@ -29,6 +29,10 @@ fn next_arg(p: &mut lexopt::Parser) -> Result<Option<Arg>> {
     }))
 }
 
+fn is_help(a: &Arg) -> bool {
+    matches!(a, Arg::Short('h')) || matches!(a, Arg::Long(k) if k == "help")
+}
+
 /// Mount flags shared by `mount` and `up`; returns false if `a` is not one.
 fn mount_flag(a: &Arg, p: &mut lexopt::Parser, o: &mut MountOptions) -> Result<bool> {
     let Arg::Long(a) = a else {
@@ -112,7 +116,7 @@ pub fn mount(args: Vec<OsString>) -> Result<()> {
         match a {
             Arg::Long(k) if k == "server" => server = Some(p.value()?.parse()?),
             Arg::Long(k) if k == "secret-file" => secret_file = Some(p.value()?.into()),
-            Arg::Short('h') => {
+            a if is_help(&a) => {
                 println!("solofs mount --server ADDR --secret-file FILE MOUNTPOINT {MOUNT_FLAGS}");
                 return Ok(());
             }
@@ -182,7 +186,7 @@ pub fn up(args: Vec<OsString>) -> Result<()> {
             Arg::Long(k) if k == "via-tcp" => via_tcp = true,
             Arg::Long(k) if k == "listen" => listen = p.value()?.parse()?,
             Arg::Long(k) if k == "storage" => storage = p.value()?.parse()?,
-            Arg::Short('h') => {
+            a if is_help(&a) => {
                 println!("solofs up MOUNTPOINT [--data DIR] [--listen ADDR] [--storage URL] [--via-tcp] {MOUNT_FLAGS}");
                 return Ok(());
             }
@@ -271,6 +275,10 @@ pub fn memfs(args: Vec<OsString>) -> Result<()> {
     while let Some(a) = next_arg(&mut p)? {
         match a {
             Arg::Long(k) if k == "threads" => threads = p.value()?.parse()?,
+            a if is_help(&a) => {
+                println!("solofs memfs MOUNTPOINT [--threads N]");
+                return Ok(());
+            }
             Arg::Value(v) if mnt.is_none() => mnt = Some(v.into()),
             a => bail!("unexpected argument {a:?}"),
         }

@@ -255,6 +255,10 @@ pub fn stats(args: Vec<OsString>) -> Result<()> {
         match a {
             Long("interval") => interval = p.value()?.parse()?,
             Long("count") => count = p.value()?.parse()?,
+            Long("help") | Short('h') => {
+                println!("solofs stats METRICS_ADDR [--interval SECS] [--count N]");
+                return Ok(());
+            }
             Value(v) if addr.is_none() => {
                 addr = Some(v.into_string().map_err(|_| anyhow::anyhow!("address"))?)
             }
