@@ -87,7 +87,13 @@ impl Engine {
             return Err(Error::NameTooLong);
         }
         let link_target = {
-            let _g = self.locks.read(hash::name_key(parent, name));
+            let h = hash::name_key(parent, name);
+            // Start the bucket's cache miss before the lock: the two
+            // overlap instead of queueing.
+            self.shards[self.shard_of(parent) as usize]
+                .name
+                .prefetch_bucket(&self.pool, h);
+            let _g = self.locks.read(h);
             let e = self.find_name(parent, name)?.ok_or(Error::NotFound)?;
             match self.obj(e)? {
                 Obj::Link(l) => self.pool.ld(l + E_INO)?,
