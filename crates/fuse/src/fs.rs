@@ -105,8 +105,9 @@ fn to_fuse(a: &Attr) -> FileAttr {
 /// daemon (one copy fewer per byte) instead of first copying them into
 /// cached pages it sends synchronously anyway (this mount has no kernel
 /// write-back cache). Such a handle cannot be read or mapped, so nothing is
-/// lost; the kernel drops cached pages of other handles that the write
-/// covers (`FUSE_DIRECT_IO_ALLOW_MMAP` semantics).
+/// lost; readers' cached pages that such a write covers are dropped by the
+/// kernel (this kernel does so with or without `FUSE_DIRECT_IO_ALLOW_MMAP`,
+/// which `init` asks for; the mount test checks the behaviour).
 fn fopen_flags(flags: i32) -> FopenFlags {
     if flags & libc::O_ACCMODE == libc::O_WRONLY {
         FopenFlags::FOPEN_DIRECT_IO
