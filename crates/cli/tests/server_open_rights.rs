@@ -105,3 +105,34 @@ fn opens_grant_what_they_were_opened_for() {
     assert_eq!(e.errno(), EPERM);
     assert!(srv.stop().success());
 }
+
+/// After a server restart the client registers its opens again; the owner
+/// keeps writing through the handle that created its file read-only, while
+/// an `Open` marked as a re-registration gives nobody else more than the
+/// permission bits do.
+#[test]
+fn owner_keeps_its_open_across_a_restart() {
+    let s = Scratch::new("openagain");
+    let srv = ServerProc::start(&s.path);
+    let addr = srv.addr.clone();
+    let root = Cred::root();
+    let u = Cred::user(1000, 1000);
+    let other = Cred::user(2000, 2000);
+    let c = Client::connect(&addr, &s.secret()).unwrap();
+    c.setattr(&root, Target::Ino(ROOT_INO), mode(0o777))
+        .unwrap();
+    let a = c.create_open(&u, at(ROOT_INO, b"ro"), 0o444, 1).unwrap();
+    srv.kill();
+    let srv = ServerProc::start_at(&s.path, &addr);
+    // A read-only call notices the restart and reconnects (registering the
+    // open again); then the owner's commit still goes through.
+    c.getattr(&u, Target::Ino(a.ino)).unwrap();
+    assert_eq!(c.write_commit(&u, a.ino, 10, 1).unwrap().size, 10);
+    // The flag is no way around the bits for anyone but the owner.
+    let again = solofs_proto::Op::Open {
+        ino: a.ino,
+        flags: 1 | solofs_proto::OPEN_AGAIN,
+    };
+    assert_eq!(c.call(&other, again).unwrap_err().errno(), EACCES);
+    assert!(srv.stop().success());
+}

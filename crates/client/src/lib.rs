@@ -218,7 +218,10 @@ impl Client {
             .unwrap_or_else(|e| e.into_inner())
             .iter()
             .flat_map(|(&(ino, flags), (n, cred))| {
-                (0..*n).map(move |_| (cred.clone(), Op::Open { ino, flags }))
+                (0..*n).map(move |_| {
+                    let flags = flags | solofs_proto::OPEN_AGAIN;
+                    (cred.clone(), Op::Open { ino, flags })
+                })
             })
             .collect();
         if !again.is_empty() {

@@ -84,7 +84,10 @@ pub enum Op {
     /// Opens a regular file for reading (`flags` 0), writing (1) or both
     /// (2): checks permission, registers the open on this connection (its
     /// blocks outlive an unlink until the last release) and returns fresh
-    /// attributes (close-to-open).
+    /// attributes (close-to-open). With [`OPEN_AGAIN`] added: a client
+    /// registering after a reconnect an open it already held; the owner (and
+    /// root) get it without a permission check, so a file created read-only
+    /// stays writable through the handle that created it.
     Open { ino: u64, flags: u32 },
     /// Ends one `Open` of this connection.
     Release { ino: u64, flags: u32 },
@@ -98,6 +101,9 @@ pub enum Op {
     /// for, so a file created read-only can still be written through it).
     CreateOpen { loc: Loc, mode: u32, flags: u32 },
 }
+
+/// `Op::Open` flag: the open is re-registered after a reconnect.
+pub const OPEN_AGAIN: u32 = 0x100;
 
 impl Op {
     /// The operation code on the wire.

@@ -364,7 +364,7 @@ pub(crate) fn run_batch(
     // between the check and the registration.
     for q in reqs.iter() {
         if let Op::Open { ino, flags } = q.op {
-            opens.acquire(ino, flags != 0);
+            opens.acquire(ino, flags & 3 != 0);
         }
     }
     let t0 = Instant::now();
@@ -374,10 +374,10 @@ pub(crate) fn run_batch(
     for (q, rep) in reqs.iter().zip(done) {
         match (&q.op, &rep.result) {
             (Op::Open { ino, flags }, Err(_)) | (Op::Release { ino, flags }, Ok(_)) => {
-                opens.release(*ino, *flags != 0)
+                opens.release(*ino, *flags & 3 != 0)
             }
             (Op::CreateOpen { flags, .. }, Ok(solofs_proto::Body::Attr(a))) => {
-                opens.acquire(a.ino, *flags != 0)
+                opens.acquire(a.ino, *flags & 3 != 0)
             }
             _ => {}
         }

@@ -1,7 +1,7 @@
 //! Executes decoded requests on the engine.
 
 use solofs_meta::{Cred, Engine, Error, Result, SetAttr, S_IFDIR, S_IFMT};
-use solofs_proto::{Body, Loc, Op, Reply, Request, Target};
+use solofs_proto::{Body, Loc, Op, Reply, Request, Target, OPEN_AGAIN};
 
 /// Applies root squash (uid/gid 0 → `nobody`) if configured.
 pub fn squash(cred: &mut Cred, root_squash: bool) {
@@ -138,13 +138,18 @@ pub fn execute_with(e: &Engine, req: &Request, writing: &dyn Fn(u64) -> bool) ->
                 if a.mode & S_IFMT == S_IFDIR {
                     return Err(Error::IsDir);
                 }
-                let mask = match flags {
+                let mask = match flags & !OPEN_AGAIN {
                     0 => 4,
                     1 => 2,
                     2 => 6,
                     _ => return Err(Error::Invalid("open flags are 0, 1 or 2")),
                 };
-                e.access(c, *ino, mask)?;
+                // Re-registering after a reconnect: the owner could grant
+                // itself the access anyway (chmod), so it keeps what it had.
+                let again = flags & OPEN_AGAIN != 0 && (c.is_root() || c.uid == a.uid);
+                if !again {
+                    e.access(c, *ino, mask)?;
+                }
                 Body::Attr(a)
             }
             // The registration is the connection's business (conn.rs).
