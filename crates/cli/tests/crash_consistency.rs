@@ -34,7 +34,9 @@ fn every_crash_point_and_random_kills() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let failures: Vec<&str> = text.lines().filter(|l| l.starts_with("FAIL")).collect();
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // On failure, everything the harness printed (a FAIL line's details,
+    // such as fsck's report, follow it on their own lines).
+    assert!(failures.is_empty(), "{}\n\n{text}", failures.join("\n"));
     let want = format!(
         "crash-test: {POINTS} crash points, {rounds} random kills: {} passed, 0 failed",
         POINTS as u64 + rounds
