@@ -2,11 +2,9 @@
 //!
 //! A [`Client`] is cheap to clone and safe to use from many threads: all
 //! callers share one connection, their requests are coalesced into shared
-//! frames (whoever finds the connection idle writes everything queued), and
-//! whichever waiting caller finds nobody reading the socket reads it and
-//! hands each reply to the caller waiting for its id (no reader thread: the
-//! usual round trip wakes the caller once). So many threads pipeline
-//! naturally; [`Client::submit`] sends a whole batch in one
+//! frames (whoever finds the connection idle writes everything queued), and a
+//! reader thread hands each reply to the caller waiting for its id. So many
+//! threads pipeline naturally; [`Client::submit`] sends a whole batch in one
 //! frame for deep pipelines from one thread.
 //!
 //! [`Client::in_process`] talks to a server in the same process (`solofs
@@ -29,7 +27,7 @@ use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -110,175 +108,20 @@ impl Default for Options {
     }
 }
 
-/// What a waiting caller hears: its reply, or that nobody is reading the
-/// socket any more and it should.
-enum Msg {
-    Reply(Reply),
-    Lead,
-}
+type Pending = Mutex<HashMap<u64, SyncSender<Reply>>>;
 
-type Pending = Mutex<HashMap<u64, Sender<Msg>>>;
-
-/// One connection. There is no reader thread: a caller waiting for a reply
-/// reads the socket itself if nobody else does (the *leader*) and hands
-/// the replies it finds for others to their waiters, so the usual round
-/// trip costs the caller one wake-up, not two.
 struct Conn {
     out: Mutex<Out>,
     pending: Arc<Pending>,
     dead: Arc<AtomicBool>,
-    rd: Mutex<Rd>,
-    /// When a frame last came in (`now_ns`).
-    heard: AtomicU64,
-}
-
-/// Nanoseconds since this process first asked.
-fn now_ns() -> u64 {
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    START
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_nanos() as u64
-}
-
-/// The read half and the bytes of a frame not yet complete.
-struct Rd {
-    stream: TcpStream,
-    buf: Vec<u8>,
 }
 
 impl Drop for Conn {
-    /// Shut the socket down so the server sees the client go at once.
+    /// The reader thread holds a clone of the socket: shut it down so the
+    /// server sees the client go (and the reader thread ends).
     fn drop(&mut self) {
         if let Ok(o) = self.out.lock() {
             let _ = o.stream.shutdown(std::net::Shutdown::Both);
-        }
-    }
-}
-
-impl Conn {
-    /// Marks the connection dead and wakes every waiter (their senders go).
-    fn kill(&self) {
-        self.dead.store(true, Ordering::SeqCst);
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
-    }
-
-    /// Did the server close an idle connection (or send something no
-    /// request asked for)? A non-blocking peek; asked only when nothing is
-    /// in flight and nothing was heard for a while, so that a restart is
-    /// noticed before a request goes into a dead socket, at no cost to a
-    /// busy connection.
-    fn closed_by_peer(&self) -> bool {
-        if self.heard.load(Ordering::Relaxed) + 1_000_000 > now_ns() {
-            return false;
-        }
-        // Held throughout: no request can be sent meanwhile, so any byte
-        // waiting on the socket is one nobody asked for.
-        let p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        if !p.is_empty() {
-            return false;
-        }
-        let Ok(rd) = self.rd.try_lock() else {
-            return false; // someone is reading: they will notice
-        };
-        if !rd.buf.is_empty() {
-            return true;
-        }
-        let mut b = [0u8; 1];
-        if rd.stream.set_nonblocking(true).is_err() {
-            return true;
-        }
-        let r = rd.stream.peek(&mut b);
-        let _ = rd.stream.set_nonblocking(false);
-        !matches!(r, Err(ref e) if e.kind() == io::ErrorKind::WouldBlock)
-    }
-
-    /// Waits for the reply that `rx` will carry, reading the socket for
-    /// everyone when nobody else does. Disconnected: the connection is gone.
-    fn await_reply(
-        &self,
-        rx: &Receiver<Msg>,
-        timeout: Duration,
-    ) -> std::result::Result<Reply, RecvTimeoutError> {
-        let deadline = std::time::Instant::now() + timeout;
-        let r = loop {
-            match rx.try_recv() {
-                Ok(Msg::Reply(r)) => break Ok(r),
-                Ok(Msg::Lead) | Err(TryRecvError::Empty) => {}
-                Err(TryRecvError::Disconnected) => break Err(RecvTimeoutError::Disconnected),
-            }
-            if let Ok(mut rd) = self.rd.try_lock() {
-                // Our reply may have come while we took the lock.
-                match rx.try_recv() {
-                    Ok(Msg::Reply(r)) => break Ok(r),
-                    Ok(Msg::Lead) | Err(TryRecvError::Empty) => {}
-                    Err(TryRecvError::Disconnected) => break Err(RecvTimeoutError::Disconnected),
-                }
-                if self.dead.load(Ordering::SeqCst) {
-                    break Err(RecvTimeoutError::Disconnected);
-                }
-                let rd = &mut *rd;
-                match read_frame(&mut rd.stream, &mut rd.buf) {
-                    Ok((FrameType::Replies, payload)) => match decode_replies(&payload) {
-                        Ok(replies) => {
-                            self.heard.store(now_ns(), Ordering::Relaxed);
-                            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-                            for rep in replies {
-                                if let Some(tx) = p.remove(&rep.id) {
-                                    let _ = tx.send(Msg::Reply(rep));
-                                }
-                            }
-                        }
-                        Err(_) => self.kill(),
-                    },
-                    // A timeout mid-frame would leave the stream out of
-                    // step: the connection is given up either way.
-                    Err(ClientError::Io(e))
-                        if matches!(
-                            e.kind(),
-                            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                        ) =>
-                    {
-                        self.kill();
-                        break Err(RecvTimeoutError::Timeout);
-                    }
-                    // ERROR, nonsense or a closed socket: the connection is over.
-                    _ => self.kill(),
-                }
-                continue;
-            }
-            // Someone else reads: wait to be handed a reply or the lead (a
-            // short wait bounds the rare case of a lost hand-off).
-            let now = std::time::Instant::now();
-            if now >= deadline {
-                break Err(RecvTimeoutError::Timeout);
-            }
-            match rx.recv_timeout((deadline - now).min(Duration::from_millis(2))) {
-                Ok(Msg::Reply(r)) => break Ok(r),
-                Ok(Msg::Lead) | Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break Err(RecvTimeoutError::Disconnected),
-            }
-        };
-        self.pass_lead();
-        r
-    }
-
-    /// Leaving: if others still wait and nobody reads, wake one to read.
-    fn pass_lead(&self) {
-        let p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        if p.is_empty() {
-            return;
-        }
-        if let Ok(rd) = self.rd.try_lock() {
-            drop(rd);
-            for tx in p.values() {
-                if tx.send(Msg::Lead).is_ok() {
-                    break;
-                }
-            }
         }
     }
 }
@@ -359,9 +202,6 @@ impl Client {
     fn conn(&self) -> Result<Arc<Conn>> {
         let mut g = self.inner.conn.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = &*g {
-            if !c.dead.load(Ordering::SeqCst) && c.closed_by_peer() {
-                c.kill();
-            }
             if !c.dead.load(Ordering::SeqCst) {
                 return Ok(c.clone());
             }
@@ -496,7 +336,7 @@ impl Client {
             let mut p = conn.pending.lock().unwrap_or_else(|e| e.into_inner());
             for (cred, op) in ops {
                 let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-                let (tx, rx) = channel();
+                let (tx, rx) = sync_channel(1);
                 p.insert(id, tx);
                 rxs.push((id, rx));
                 Request {
@@ -507,8 +347,8 @@ impl Client {
                 .encode(&mut buf);
             }
         }
-        // A dead connection drops its waiters; requests registered after
-        // that would never hear back.
+        // The reader marks the connection dead before it drops the
+        // waiters; requests registered after that would never hear back.
         let sent = if conn.dead.load(Ordering::SeqCst) {
             Err(ClientError::ConnectionLost)
         } else {
@@ -699,7 +539,7 @@ pub struct Ticket {
     client: Client,
     /// `None` for an in-process server.
     conn: Option<Arc<Conn>>,
-    rxs: Vec<(u64, Receiver<Msg>)>,
+    rxs: Vec<(u64, std::sync::mpsc::Receiver<Reply>)>,
     ops: Vec<(Cred, Op)>,
     lost: bool,
     retried: bool,
@@ -716,14 +556,11 @@ impl Ticket {
             return Ok(r);
         }
         let mut out = Vec::with_capacity(self.rxs.len());
-        let Some(conn) = self.conn.clone() else {
-            return Err(ClientError::ConnectionLost);
-        };
         for (_, rx) in &self.rxs {
             if self.lost {
                 break;
             }
-            match conn.await_reply(rx, self.client.inner.opts.timeout) {
+            match rx.recv_timeout(self.client.inner.opts.timeout) {
                 Ok(rep) => out.push(rep.result.map_err(ClientError::Errno)),
                 Err(RecvTimeoutError::Timeout) => {
                     self.forget();
@@ -892,11 +729,32 @@ fn handshake(inner: &Inner) -> Result<(Conn, Volume)> {
         FrameType::Error => return Err(server_error(&p)),
         _ => return Err(ClientError::Protocol("expected WELCOME".into())),
     }
-    // A leader waiting longer than this for a frame gives the connection up.
-    s.set_read_timeout(Some(inner.opts.timeout))?;
+    s.set_read_timeout(None)?;
     let pending: Arc<Pending> = Arc::new(Mutex::new(HashMap::new()));
     let dead = Arc::new(AtomicBool::new(false));
-    let rs = s.try_clone()?;
+    let mut rs = s.try_clone()?;
+    let (p2, d2) = (pending.clone(), dead.clone());
+    std::thread::Builder::new()
+        .name("solofs-client-reader".into())
+        .spawn(move || {
+            while let Ok((ty, payload)) = read_frame(&mut rs, &mut buf) {
+                if ty != FrameType::Replies {
+                    break; // ERROR or nonsense: the connection is over
+                }
+                let Ok(replies) = decode_replies(&payload) else {
+                    break;
+                };
+                let mut p = p2.lock().unwrap_or_else(|e| e.into_inner());
+                for rep in replies {
+                    if let Some(tx) = p.remove(&rep.id) {
+                        let _ = tx.try_send(rep);
+                    }
+                }
+            }
+            d2.store(true, Ordering::SeqCst);
+            // Waking every waiter: their senders are dropped here.
+            p2.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        })?;
     Ok((
         Conn {
             out: Mutex::new(Out {
@@ -907,8 +765,6 @@ fn handshake(inner: &Inner) -> Result<(Conn, Volume)> {
             }),
             pending,
             dead,
-            rd: Mutex::new(Rd { stream: rs, buf }),
-            heard: AtomicU64::new(now_ns()),
         },
         vol,
     ))
