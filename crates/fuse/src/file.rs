@@ -231,15 +231,13 @@ impl OpenFile {
             let b = at / self.bs;
             let inb = (at % self.bs) as usize;
             let n = (bs - inb).min(data.len() - pos);
-            if !self.dirty.contains_key(&b) {
-                self.settle(b)?;
-                // A large write: room for the whole block at once (growing
-                // by doubling would copy a writer's bytes again and again).
-                let cap = if n >= 128 << 10 { bs } else { 0 };
-                self.dirty.insert(b, Dirty::new(cap));
-            }
             self.forget(b);
-            let d = self.dirty.get_mut(&b).expect("inserted above");
+            // A new buffer for a large write has room for the whole block
+            // (growing by doubling would copy a writer's bytes again and
+            // again). An earlier put of `b` may still run: `send` and `load`
+            // wait for it before they touch the store.
+            let cap = if n >= 128 << 10 { bs } else { 0 };
+            let d = self.dirty.entry(b).or_insert_with(|| Dirty::new(cap));
             d.put(inb, &data[pos..pos + n]);
             let full = d.complete(bs);
             pos += n;

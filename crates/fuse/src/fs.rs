@@ -241,6 +241,15 @@ impl SoloFs {
         fh
     }
 
+    /// Flush and fsync: stores what this mount buffered for `ino` and
+    /// commits its size.
+    fn flush_ino(&self, req: &Request, ino: u64) -> Res<()> {
+        match self.file(ino) {
+            Some(f) => self.flush_file(&self.cred(req), &mut f.lock()),
+            None => Ok(()),
+        }
+    }
+
     /// Is `fh` a handle of this mount opened for writing?
     fn writes_through(&self, fh: Option<FileHandle>) -> bool {
         fh.is_some_and(|h| self.handles.lock().get(&h.0).is_some_and(|x| x.1 != 0))
@@ -575,11 +584,7 @@ impl Filesystem for SoloFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        let r = match self.file(ino.0) {
-            Some(f) => self.flush_file(&self.cred(req), &mut f.lock()),
-            None => Ok(()),
-        };
-        reply_empty(reply, r);
+        reply_empty(reply, self.flush_ino(req, ino.0));
     }
 
     fn release(
@@ -619,11 +624,7 @@ impl Filesystem for SoloFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let r = match self.file(ino.0) {
-            Some(f) => self.flush_file(&self.cred(req), &mut f.lock()),
-            None => Ok(()),
-        };
-        reply_empty(reply, r);
+        reply_empty(reply, self.flush_ino(req, ino.0));
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
