@@ -27,12 +27,19 @@ fn main() {
     println!("create {:.0}/s", n as f64 / t.elapsed().as_secs_f64());
     let t = std::time::Instant::now();
     let step = (0x9E37_79B9u64 % n) | 1;
-    for round in 0..8u64 {
+    let rounds: u64 = std::env::var("ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(8);
+    for round in 0..rounds {
         for k in 0..n {
             e.lookup(&r, d, &name((k * step + round) % n)).unwrap();
         }
     }
-    println!("stat {:.0}/s", 8.0 * n as f64 / t.elapsed().as_secs_f64());
+    println!(
+        "stat {:.0}/s",
+        rounds as f64 * n as f64 / t.elapsed().as_secs_f64()
+    );
     for depth in [4usize, 8, 16, 32] {
         let names: Vec<[u8; 16]> = (0..n).map(|k| name((k * step) % n)).collect();
         let t = std::time::Instant::now();

@@ -45,6 +45,12 @@ impl LockTable {
         self.slots[self.stripe(key)].0.read()
     }
 
+    /// Starts bringing `key`'s stripe into the cache.
+    #[inline]
+    pub fn prefetch(&self, key: u64) {
+        crate::pool::prefetch_ref(&self.slots[self.stripe(key)]);
+    }
+
     /// Acquires a set of (key hash, mode) locks in the global order. At most
     /// [`MAX_HELD`] keys; no heap allocation.
     pub fn lock(&self, keys: &[(u64, Mode)]) -> Guard<'_> {

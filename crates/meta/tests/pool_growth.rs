@@ -69,3 +69,126 @@ fn grows_during_concurrent_creates() {
         &rep.problems[..rep.problems.len().min(10)]
     );
 }
+
+/// Sum of `field` (kB) over the mappings of `path` in /proc/self/smaps.
+fn smaps_kb(path: &std::path::Path, field: &str) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let want = path.to_str().unwrap();
+    let mut ours = false;
+    let mut total = 0;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if first.contains('-') && !first.ends_with(':') {
+            // A mapping header: "start-end perms offset dev inode [path]".
+            ours = line.split_whitespace().nth(5) == Some(want);
+        } else if ours && first == format!("{field}:") {
+            total += line
+                .split_whitespace()
+                .nth(1)
+                .unwrap()
+                .parse::<u64>()
+                .unwrap();
+        }
+    }
+    total
+}
+
+/// Can this kernel collapse tmpfs pages into huge pages (MADV_COLLAPSE,
+/// Linux 6.1+)? Probed on a scratch tmpfs file, as the pool would be.
+fn kernel_collapses_shmem(dir: &std::path::Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let p = dir.join("probe");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&p)
+        .unwrap();
+    f.set_len(4 << 20).unwrap();
+    // SAFETY: a PROT_NONE reservation, the scratch file mapped over its
+    // first 2 MiB-aligned 2 MiB (file offset 0, so that file and address
+    // are congruent, as huge pages need), all unmapped before returning.
+    unsafe {
+        let raw = libc::mmap(
+            std::ptr::null_mut(),
+            4 << 20,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        );
+        assert_ne!(raw, libc::MAP_FAILED);
+        let aligned = (raw as usize + (2 << 20) - 1) & !((2 << 20) - 1);
+        let m = libc::mmap(
+            aligned as *mut libc::c_void,
+            2 << 20,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(m, libc::MAP_FAILED);
+        for page in (aligned..aligned + (2 << 20)).step_by(4096) {
+            *(page as *mut u8) = 1;
+        }
+        // EAGAIN: pages just faulted in may not be collapsible yet.
+        let ok = (0..20).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            libc::madvise(m, 2 << 20, libc::MADV_COLLAPSE) == 0
+        });
+        libc::munmap(raw, 4 << 20);
+        let _ = std::fs::remove_file(&p);
+        ok
+    }
+}
+
+/// A pool on tmpfs moves onto 2 MiB pages in the background while it is
+/// being filled (including the extents growth maps), and nothing in it
+/// changes on the way.
+#[test]
+fn pool_on_tmpfs_moves_to_huge_pages() {
+    let s = Scratch::new("huge");
+    if !s.path.starts_with("/dev/shm") || !kernel_collapses_shmem(&s.path) {
+        eprintln!("skipped: no tmpfs with MADV_COLLAPSE here");
+        return;
+    }
+    let e = Engine::format(&s.pool(), &Config::default()).unwrap();
+    let r = Cred::root();
+    let d = e.mkdir(&r, ROOT_INO, b"d", 0o755).unwrap().ino;
+    let inos: Vec<u64> = (0..60_000u32)
+        .map(|i| {
+            e.create(&r, d, format!("file-{i:08}").as_bytes(), 0o644)
+                .unwrap()
+                .ino
+        })
+        .collect();
+    let pool_kb = std::fs::metadata(s.pool()).unwrap().len() / 1024;
+    assert!(pool_kb >= 8 << 10, "pool only {pool_kb} kB: it never grew");
+    // Every 2 MiB chunk that holds anything ends up as one huge page, so
+    // all that is resident is huge-page mapped (within 20 s).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let counts = || {
+        (
+            smaps_kb(&s.pool(), "Rss"),
+            smaps_kb(&s.pool(), "ShmemPmdMapped"),
+        )
+    };
+    let (mut rss, mut huge) = counts();
+    while (huge < rss || huge == 0) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        (rss, huge) = counts();
+    }
+    assert!(
+        huge >= 8 << 10 && huge == rss,
+        "{huge} kB of {rss} kB resident are huge-page mapped ({pool_kb} kB pool)"
+    );
+    for (i, ino) in inos.iter().enumerate() {
+        let a = e.lookup(&r, d, format!("file-{i:08}").as_bytes()).unwrap();
+        assert_eq!(a.ino, *ino);
+    }
+    drop(e);
+    let e = Engine::open(&s.pool()).unwrap();
+    assert_eq!(e.lookup(&r, d, b"file-00000007").unwrap().ino, inos[7]);
+    assert_eq!(e.readdir(&r, d, 0, 100_000).unwrap().len(), inos.len());
+}

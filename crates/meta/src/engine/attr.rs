@@ -11,6 +11,7 @@ use crate::perm::{self, Owner, R, W, X};
 use crate::types::*;
 
 impl Engine {
+    #[inline]
     pub(crate) fn file_attr(&self, f: u64) -> Result<Attr> {
         let p = &self.pool;
         self.stable(f, || {
@@ -59,6 +60,7 @@ impl Engine {
         }
     }
 
+    #[inline]
     pub(crate) fn attr_of(&self, o: Obj) -> Result<Attr> {
         match o {
             Obj::File(f) => self.file_attr(f),
@@ -76,7 +78,7 @@ impl Engine {
 
     /// Looks `name` up in directory `parent` (search permission needed).
     pub fn lookup(&self, cred: &Cred, parent: u64, name: &[u8]) -> Result<Attr> {
-        let (access, content) = self.reader_dir(parent)?;
+        let (access, content, shard) = self.reader_dir(parent)?;
         perm::check(cred, self.dir_owner(access)?, X)?;
         match name {
             b"." => return self.dir_attr(access, content),
@@ -90,14 +92,18 @@ impl Engine {
             let h = hash::name_key(parent, name);
             // Start the bucket's cache miss before the lock: the two
             // overlap instead of queueing.
-            self.shards[self.shard_of(parent) as usize]
-                .name
-                .prefetch_bucket(&self.pool, h);
+            self.locks.prefetch(h);
+            let index = &self.shards[shard as usize].name;
+            index.prefetch_bucket(&self.pool, h);
             let _g = self.locks.read(h);
-            let e = self.find_name(parent, name)?.ok_or(Error::NotFound)?;
-            match self.obj(e)? {
-                Obj::Link(l) => self.pool.ld(l + E_INO)?,
-                o => return self.attr_of(o),
+            let e = self
+                .find_name_in(shard, h, parent, name)?
+                .ok_or(Error::NotFound)?;
+            // A plain file is the common case: no `Obj` round trip.
+            match st_kind(self.pool.ld(e)?) {
+                K_FILE => return self.file_attr(e),
+                K_LINK => self.pool.ld(e + E_INO)?,
+                _ => return self.attr_of(self.obj(e)?),
             }
         };
         self.getattr(link_target)

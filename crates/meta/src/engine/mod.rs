@@ -256,6 +256,9 @@ impl Engine {
         } else {
             pool
         };
+        if std::env::var_os("SOLOFS_HUGE_PAGES").is_none_or(|v| v != "0") {
+            pool.enable_huge_pages();
+        }
         let was_unclean = pool.ld(H_CLEAN)? == 0;
         let mut epoch = pool.ld(H_EPOCH)?;
         if was_unclean {
@@ -486,8 +489,19 @@ impl Engine {
     /// Finds the entry (parent, name) in the name index.
     pub(crate) fn find_name(&self, parent: u64, name: &[u8]) -> Result<Option<u64>> {
         let h = hash::name_key(parent, name);
-        let sh = &self.shards[self.shard_of(parent) as usize];
-        Ok(sh
+        self.find_name_in(self.shard_of(parent), h, parent, name)
+    }
+
+    /// `find_name` with the key's hash and the parent's shard known.
+    #[inline]
+    pub(crate) fn find_name_in(
+        &self,
+        shard: u32,
+        h: u64,
+        parent: u64,
+        name: &[u8],
+    ) -> Result<Option<u64>> {
+        Ok(self.shards[shard as usize]
             .name
             .lookup(&self.pool, h, &mut |o| self.entry_matches(o, parent, name))?
             .map(|f| f.obj))
@@ -513,6 +527,7 @@ impl Engine {
     }
 
     /// Classifies the entry object `o`.
+    #[inline]
     pub(crate) fn obj(&self, o: u64) -> Result<Obj> {
         let s = self.pool.ld(o)?;
         match st_kind(s) {
@@ -577,24 +592,39 @@ impl Engine {
     /// index lookup would check (a live DIRC carrying this ino; inos are
     /// never reused and a directory's content object never moves), so a
     /// stale or torn hint costs a normal lookup and nothing else.
-    pub(crate) fn reader_dir(&self, ino: u64) -> Result<(u64, u64)> {
+    /// The hint also carries the directory's shard (a jump-hash loop with
+    /// float divisions that would otherwise run on every stat), packed in
+    /// the same word as the content offset so that the two never tear: a
+    /// shard is only used together with the content object it was stored
+    /// with, and that object is checked to belong to `ino`.
+    #[inline]
+    pub(crate) fn reader_dir(&self, ino: u64) -> Result<(u64, u64, u32)> {
         // Hashed: inos handed out in blocks of 1024 per context must not
         // all land on one entry.
         let slot = (ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % DIR_HINTS;
         let (hi, ho) = &self.dir_hint[slot];
         if hi.load(Ordering::Relaxed) == ino {
-            let o = ho.load(Ordering::Relaxed);
-            if o != 0 && self.ino_matches(o, ino)? && st_kind(self.pool.ld(o)?) == K_DIRC {
-                let access = self.pool.ld(o + C_ACCESS)?;
-                if self.pool.ld(o + C_MOD_EPOCH)? >= self.epoch as u64 {
-                    return Ok((access, o));
+            let w = ho.load(Ordering::Relaxed);
+            let o = w & HINT_OFF;
+            if o != 0 {
+                let s = self.pool.ld(o)?;
+                if st_kind(s) == K_DIRC
+                    && st_status(s) != S_FREE
+                    && self.pool.ld(o + C_INO)? == ino
+                    && self.pool.ld(o + C_MOD_EPOCH)? >= self.epoch as u64
+                {
+                    let access = self.pool.ld(o + C_ACCESS)?;
+                    return Ok((access, o, (w >> 56) as u32));
                 }
             }
         }
         let (access, content) = self.open_dir(ino)?;
-        ho.store(content, Ordering::Relaxed);
-        hi.store(ino, Ordering::Relaxed);
-        Ok((access, content))
+        let shard = self.shard_of(ino);
+        if content & !HINT_OFF == 0 {
+            ho.store(content | (shard as u64) << 56, Ordering::Relaxed);
+            hi.store(ino, Ordering::Relaxed);
+        }
+        Ok((access, content, shard))
     }
 
     /// Bumps the sequence counter in a state word (odd while writing).
@@ -615,7 +645,21 @@ impl Engine {
     /// so its write sequence) is unchanged around it.
     /// A writer that died mid-write (odd sequence from an older epoch) no
     /// longer blocks readers; a sequence that stays odd too long is reported.
+    #[inline]
     pub(crate) fn stable<T>(&self, o: u64, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+        let s1 = self.pool.ld(o)?;
+        if (s1 >> 16) & 1 == 0 {
+            let v = f()?;
+            if self.pool.ld(o)? == s1 {
+                return Ok(v);
+            }
+        }
+        self.stable_slow(o, f)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn stable_slow<T>(&self, o: u64, mut f: impl FnMut() -> Result<T>) -> Result<T> {
         let mut spins = 0u64;
         loop {
             let s1 = self.pool.ld(o)?;
@@ -675,6 +719,7 @@ impl Engine {
     }
 
     /// Access words of a directory: (mode, uid, gid).
+    #[inline]
     pub(crate) fn dir_owner(&self, access: u64) -> Result<crate::perm::Owner> {
         self.stable(access, || {
             let m = self.pool.ld(access + D_MODE)?;
@@ -727,6 +772,8 @@ impl Engine {
 
 /// Entries of the readers' directory hint table.
 const DIR_HINTS: usize = 256;
+/// The content offset bits of a hint word (the shard is above them).
+const HINT_OFF: u64 = (1 << 56) - 1;
 
 /// List maintenance memory for one shard.
 pub(crate) struct EMem<'a> {

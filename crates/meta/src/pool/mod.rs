@@ -24,7 +24,8 @@ use portable_atomic::AtomicU128;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// Granule of the mapping: the file is always a multiple of this, and
 /// grows by at least a quarter of its size each time.
@@ -41,6 +42,16 @@ pub struct Pool {
     mapped: AtomicUsize,
     grow_lock: Mutex<()>,
     durability: Durability,
+    /// The thread that moves the mapping onto huge pages, if started.
+    huge: Mutex<Option<HugeWorker>>,
+}
+
+/// Background collapse of the mapping into 2 MiB pages (`MADV_COLLAPSE`).
+struct HugeWorker {
+    /// New mapped lengths to cover; dropping it ends the thread.
+    tx: std::sync::mpsc::Sender<usize>,
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
 }
 
 // SAFETY: the mapping is shared memory accessed only through atomics (or byte
@@ -49,6 +60,18 @@ unsafe impl Send for Pool {}
 // SAFETY: see above; all mutation goes through atomic types or `grow`, which
 // is serialized by `grow_lock` and never unmaps what was mapped.
 unsafe impl Sync for Pool {}
+
+/// Hints the CPU to bring the cache line holding `r` in (DRAM structures
+/// such as the lock table; pool objects use [`Pool::prefetch`]).
+#[inline]
+pub fn prefetch_ref<T>(r: &T) {
+    // SAFETY: a prefetch never faults and changes no memory; `r` is live.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            r as *const T as *const i8,
+        )
+    }
+}
 
 impl Pool {
     /// Creates a new pool file of `initial` bytes (rounded up) at `path`.
@@ -122,6 +145,7 @@ impl Pool {
             mapped: AtomicUsize::new(0),
             grow_lock: Mutex::new(()),
             durability,
+            huge: Mutex::new(None),
         };
         pool.map_extent(0, len as usize)?;
         pool.mapped.store(len as usize, Ordering::Release);
@@ -161,6 +185,33 @@ impl Pool {
         Ok(())
     }
 
+    /// Starts moving the mapping onto 2 MiB pages in the background, and
+    /// every extent that growth maps later. A random lookup over a large
+    /// pool otherwise pays a TLB miss (a page walk, nested in a VM) on top
+    /// of each cache miss. `MADV_COLLAPSE` works on tmpfs (`/dev/shm`)
+    /// whatever the system's shmem THP setting; on file systems that cannot
+    /// (ext4, XFS, DAX) the first call fails and the thread ends. Collapsing
+    /// copies a 2 MiB range into one huge page while accesses to that range
+    /// wait; contents never change. Cost: the pool's not yet used tail
+    /// (at most a quarter of it, the growth step) is backed by memory.
+    pub fn enable_huge_pages(&self) {
+        let mut g = self.huge.lock();
+        if g.is_some() {
+            return;
+        }
+        let (tx, rx) = std::sync::mpsc::channel::<usize>();
+        let stop = Arc::new(AtomicBool::new(false));
+        let base = self.base as usize;
+        let stop2 = stop.clone();
+        let spawned = std::thread::Builder::new()
+            .name("pool-huge".into())
+            .spawn(move || collapse_loop(base, rx, &stop2));
+        if let Ok(thread) = spawned {
+            let _ = tx.send(self.mapped.load(Ordering::Acquire));
+            *g = Some(HugeWorker { tx, stop, thread });
+        }
+    }
+
     /// Bytes currently mapped.
     pub fn len(&self) -> u64 {
         self.mapped.load(Ordering::Acquire) as u64
@@ -192,6 +243,9 @@ impl Pool {
             })?;
         self.map_extent(cur as usize, new_len as usize)?;
         self.mapped.store(new_len as usize, Ordering::Release);
+        if let Some(w) = &*self.huge.lock() {
+            let _ = w.tx.send(new_len as usize);
+        }
         Ok(new_len)
     }
 
@@ -369,8 +423,101 @@ impl Pool {
     }
 }
 
+/// Collapses the mapping at `base` into huge pages chunk by chunk as new
+/// lengths arrive; ends when the sender is gone, `stop` is set, or the
+/// first chunk (the header, always present) cannot be collapsed: then this
+/// mapping cannot have huge pages. The kernel refuses a chunk with no page
+/// in memory yet (a grown extent nothing has touched), so such chunks wait
+/// until something is stored in them; a chunk that fails while it has
+/// pages (pages faulted in right then, no free huge page) is tried again a
+/// few times.
+fn collapse_loop(base: usize, rx: std::sync::mpsc::Receiver<usize>, stop: &AtomicBool) {
+    use std::sync::mpsc::RecvTimeoutError;
+    const TRIES: u8 = 8;
+    let collapse = |off: usize| -> std::result::Result<(), Option<i32>> {
+        // SAFETY: [base+off, base+off+HUGE) is inside the live mapping (the
+        // pool joins this thread before unmapping it); the advice changes
+        // how pages are backed, never their contents.
+        let r =
+            unsafe { libc::madvise((base + off) as *mut libc::c_void, HUGE, libc::MADV_COLLAPSE) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error().raw_os_error())
+        }
+    };
+    let mut resident = vec![0u8; HUGE / 4096];
+    let mut touched = |off: usize| -> bool {
+        // SAFETY: as above; mincore only reports which pages are in memory
+        // into a vector of one byte per page.
+        let r = unsafe {
+            libc::mincore(
+                (base + off) as *mut libc::c_void,
+                HUGE,
+                resident.as_mut_ptr(),
+            )
+        };
+        r != 0 || resident.iter().any(|&b| b & 1 != 0)
+    };
+    let mut mapped = 0usize;
+    // Chunks not collapsed yet, with the failures each had while touched.
+    let mut pending: Vec<(usize, u8)> = Vec::new();
+    let mut first = true;
+    loop {
+        let got = if pending.is_empty() {
+            rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
+        } else {
+            rx.recv_timeout(std::time::Duration::from_millis(200))
+        };
+        let mut target = match got {
+            Ok(t) => t,
+            Err(RecvTimeoutError::Timeout) => mapped,
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        while let Ok(t) = rx.try_recv() {
+            target = target.max(t);
+        }
+        while mapped + HUGE <= target {
+            pending.push((mapped, 0));
+            mapped += HUGE;
+        }
+        let mut i = 0;
+        while i < pending.len() {
+            if stop.load(Ordering::Acquire) {
+                return;
+            }
+            let (off, tries) = pending[i];
+            if !touched(off) {
+                i += 1;
+                continue;
+            }
+            match collapse(off) {
+                Ok(()) => {
+                    pending.swap_remove(i);
+                }
+                Err(e) if first && !matches!(e, Some(libc::EAGAIN) | Some(libc::ENOMEM)) => {
+                    return;
+                }
+                Err(_) if tries + 1 >= TRIES => {
+                    pending.swap_remove(i);
+                }
+                Err(_) => {
+                    pending[i].1 += 1;
+                    i += 1;
+                }
+            }
+            first = false;
+        }
+    }
+}
+
 impl Drop for Pool {
     fn drop(&mut self) {
+        if let Some(w) = self.huge.get_mut().take() {
+            w.stop.store(true, Ordering::Release);
+            drop(w.tx);
+            let _ = w.thread.join();
+        }
         // SAFETY: unmaps exactly the reservation made in `map`; no reference
         // into it can outlive `self`.
         unsafe {
