@@ -70,27 +70,29 @@ fn grows_during_concurrent_creates() {
     );
 }
 
-/// Sum of `field` (kB) over the mappings of `path` in /proc/self/smaps.
-fn smaps_kb(path: &std::path::Path, field: &str) -> u64 {
+/// (Rss, ShmemPmdMapped) in kB, summed over the mappings of `path`, from
+/// one read of /proc/self/smaps.
+fn smaps_kb(path: &std::path::Path) -> (u64, u64) {
     let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
     let want = path.to_str().unwrap();
     let mut ours = false;
-    let mut total = 0;
+    let (mut rss, mut huge) = (0, 0);
     for line in smaps.lines() {
-        let first = line.split_whitespace().next().unwrap_or("");
+        let mut words = line.split_whitespace();
+        let first = words.next().unwrap_or("");
         if first.contains('-') && !first.ends_with(':') {
             // A mapping header: "start-end perms offset dev inode [path]".
             ours = line.split_whitespace().nth(5) == Some(want);
-        } else if ours && first == format!("{field}:") {
-            total += line
-                .split_whitespace()
-                .nth(1)
-                .unwrap()
-                .parse::<u64>()
-                .unwrap();
+            continue;
+        }
+        let kb = || words.clone().next().unwrap().parse::<u64>().unwrap();
+        match first {
+            "Rss:" if ours => rss += kb(),
+            "ShmemPmdMapped:" if ours => huge += kb(),
+            _ => {}
         }
     }
-    total
+    (rss, huge)
 }
 
 /// Can this kernel collapse tmpfs pages into huge pages (MADV_COLLAPSE,
@@ -168,16 +170,10 @@ fn pool_on_tmpfs_moves_to_huge_pages() {
     // Every 2 MiB chunk that holds anything ends up as one huge page, so
     // all that is resident is huge-page mapped (within 20 s).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let counts = || {
-        (
-            smaps_kb(&s.pool(), "Rss"),
-            smaps_kb(&s.pool(), "ShmemPmdMapped"),
-        )
-    };
-    let (mut rss, mut huge) = counts();
+    let (mut rss, mut huge) = smaps_kb(&s.pool());
     while (huge < rss || huge == 0) && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(50));
-        (rss, huge) = counts();
+        (rss, huge) = smaps_kb(&s.pool());
     }
     assert!(
         huge >= 8 << 10 && huge == rss,

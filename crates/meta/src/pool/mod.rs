@@ -203,9 +203,13 @@ impl Pool {
         let stop = Arc::new(AtomicBool::new(false));
         let base = self.base as usize;
         let stop2 = stop.clone();
+        let fd = match self.file.try_clone() {
+            Ok(f) => f,
+            Err(_) => return,
+        };
         let spawned = std::thread::Builder::new()
             .name("pool-huge".into())
-            .spawn(move || collapse_loop(base, rx, &stop2));
+            .spawn(move || collapse_loop(base, &fd, rx, &stop2));
         if let Ok(thread) = spawned {
             let _ = tx.send(self.mapped.load(Ordering::Acquire));
             *g = Some(HugeWorker { tx, stop, thread });
@@ -426,12 +430,17 @@ impl Pool {
 /// Collapses the mapping at `base` into huge pages chunk by chunk as new
 /// lengths arrive; ends when the sender is gone, `stop` is set, or the
 /// first chunk (the header, always present) cannot be collapsed: then this
-/// mapping cannot have huge pages. The kernel refuses a chunk with no page
-/// in memory yet (a grown extent nothing has touched), so such chunks wait
-/// until something is stored in them; a chunk that fails while it has
-/// pages (pages faulted in right then, no free huge page) is tried again a
-/// few times.
-fn collapse_loop(base: usize, rx: std::sync::mpsc::Receiver<usize>, stop: &AtomicBool) {
+/// mapping cannot have huge pages. A chunk in use is copied into its huge
+/// page while accesses to it wait (several ms on this VM), so chunks that
+/// growth adds are collapsed at once, before anything uses them. A chunk
+/// that fails (pages faulted in right then, no free huge page) is tried
+/// again a few times.
+fn collapse_loop(
+    base: usize,
+    file: &File,
+    rx: std::sync::mpsc::Receiver<usize>,
+    stop: &AtomicBool,
+) {
     use std::sync::mpsc::RecvTimeoutError;
     const TRIES: u8 = 8;
     let collapse = |off: usize| -> std::result::Result<(), Option<i32>> {
@@ -487,11 +496,30 @@ fn collapse_loop(base: usize, rx: std::sync::mpsc::Receiver<usize>, stop: &Atomi
                 return;
             }
             let (off, tries) = pending[i];
-            if !touched(off) {
-                i += 1;
-                continue;
+            let mut r = Err(None);
+            if !touched(off) && room(file) {
+                // A grown extent nobody uses yet: collapse it now, while it
+                // is empty, so that no writer waits for it later. The kernel
+                // wants its pages in memory (bring each in with an atomic
+                // no-op: a word here may be taken by an allocation at any
+                // moment) and refuses fresh pages for a short while.
+                for page in (off..off + HUGE).step_by(4096) {
+                    // SAFETY: inside the live mapping, 8-aligned; all access
+                    // to pool memory is atomic and `fetch_or(0)` changes
+                    // nothing.
+                    unsafe { &*((base + page) as *const AtomicU64) }.fetch_or(0, Ordering::Relaxed);
+                }
+                for _ in 0..100 {
+                    r = collapse(off);
+                    if r.is_ok() || stop.load(Ordering::Acquire) {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            } else {
+                r = collapse(off);
             }
-            match collapse(off) {
+            match r {
                 Ok(()) => {
                     pending.swap_remove(i);
                 }
@@ -508,6 +536,18 @@ fn collapse_loop(base: usize, rx: std::sync::mpsc::Receiver<usize>, stop: &Atomi
             }
             first = false;
         }
+    }
+}
+
+/// Is there clearly room on the pool's file system for a chunk to be
+/// brought into memory? A store to a page the file system cannot back is a
+/// SIGBUS; this thread must never be the one that meets it.
+fn room(file: &File) -> bool {
+    // SAFETY: fstatvfs on a valid descriptor into a zeroed struct we own.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        libc::fstatvfs(file.as_raw_fd(), &mut st) == 0
+            && (st.f_bavail as u64).saturating_mul(st.f_frsize as u64) >= 64 << 20
     }
 }
 
