@@ -74,6 +74,8 @@ pub struct Engine {
     pub(crate) locks: LockTable,
     /// Readers' hint: directory ino -> its content object (see `reader_dir`).
     dir_hint: Box<[(AtomicU64, AtomicU64)]>,
+    /// Remembered shards (see `shard_of`).
+    shard_memo: Box<[AtomicU64]>,
     pub(crate) clock: Clock,
     pub(crate) epoch: u32,
     nshards: u32,
@@ -308,6 +310,7 @@ impl Engine {
             dir_hint: (0..DIR_HINTS)
                 .map(|_| (AtomicU64::new(0), AtomicU64::new(0)))
                 .collect(),
+            shard_memo: (0..SHARD_MEMO).map(|_| AtomicU64::new(0)).collect(),
             clock,
             epoch,
             nshards,
@@ -380,8 +383,27 @@ impl Engine {
 
     // ----- internals shared by the operation modules -----
 
-    pub(crate) fn shard_of(&self, dir_ino: u64) -> u32 {
-        hash::jump(hash::ino_key(dir_ino), self.nshards)
+    /// The shard of `ino` (jump consistent hash). The jump loop divides in
+    /// floating point a few times (tens of ns), and a create asks for the
+    /// same parent's shard three times, so results are remembered in a
+    /// small direct-mapped table; one word per entry (ino, shard, valid
+    /// bit), so an entry never tears.
+    #[inline]
+    pub(crate) fn shard_of(&self, ino: u64) -> u32 {
+        if self.nshards == 1 {
+            return 0;
+        }
+        let k = hash::ino_key(ino);
+        let slot = &self.shard_memo[(k >> 54) as usize % SHARD_MEMO];
+        let w = slot.load(Ordering::Relaxed);
+        if w & 1 == 1 && w >> 7 == ino {
+            return (w >> 1) as u32 & 63;
+        }
+        let s = hash::jump(k, self.nshards);
+        if ino >> 57 == 0 {
+            slot.store(ino << 7 | (s as u64) << 1 | 1, Ordering::Relaxed);
+        }
+        s
     }
 
     pub(crate) fn check_writable(&self) -> Result<()> {
@@ -772,6 +794,8 @@ impl Engine {
 
 /// Entries of the readers' directory hint table.
 const DIR_HINTS: usize = 256;
+/// Entries of the shard memo.
+const SHARD_MEMO: usize = 1024;
 /// The content offset bits of a hint word (the shard is above them).
 const HINT_OFF: u64 = (1 << 56) - 1;
 
@@ -853,4 +877,34 @@ pub(crate) fn check_name(name: &[u8]) -> Result<()> {
 /// True for "." and "..".
 pub(crate) fn is_dot(name: &[u8]) -> bool {
     name == b"." || name == b".."
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shard memo answers exactly what the jump hash does, for inos
+    /// that share memo entries and for repeated questions.
+    #[test]
+    fn shard_memo_matches_jump() {
+        let dir = std::env::temp_dir().join(format!("solofs-memo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let e = Engine::format(
+            &dir.join("pool"),
+            &Config {
+                shards: 7,
+                ..Config::default()
+            },
+        )
+        .unwrap();
+        for round in 0..3 {
+            for ino in (1..50_000u64).chain([1 << 56, (1 << 57) + 3, u64::MAX]) {
+                let want = hash::jump(hash::ino_key(ino), 7);
+                assert_eq!(e.shard_of(ino), want, "ino {ino} round {round}");
+            }
+        }
+        drop(e);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
