@@ -432,9 +432,10 @@ impl Pool {
 /// first chunk (the header, always present) cannot be collapsed: then this
 /// mapping cannot have huge pages. A chunk in use is copied into its huge
 /// page while accesses to it wait (several ms on this VM), so chunks that
-/// growth adds are collapsed at once, before anything uses them. A chunk
-/// that fails (pages faulted in right then, no free huge page) is tried
-/// again a few times.
+/// growth adds are brought in and collapsed at once, before anything uses
+/// them. Every pending chunk gets one attempt per pass, so chunks that the
+/// kernel refuses for a while (fresh pages, no free huge page) wait side by
+/// side, not one after another; a chunk is given up after 100 attempts.
 fn collapse_loop(
     base: usize,
     file: &File,
@@ -442,7 +443,7 @@ fn collapse_loop(
     stop: &AtomicBool,
 ) {
     use std::sync::mpsc::RecvTimeoutError;
-    const TRIES: u8 = 8;
+    const TRIES: u16 = 100;
     let collapse = |off: usize| -> std::result::Result<(), Option<i32>> {
         // SAFETY: [base+off, base+off+HUGE) is inside the live mapping (the
         // pool joins this thread before unmapping it); the advice changes
@@ -469,14 +470,16 @@ fn collapse_loop(
         r != 0 || resident.iter().any(|&b| b & 1 != 0)
     };
     let mut mapped = 0usize;
-    // Chunks not collapsed yet, with the failures each had while touched.
-    let mut pending: Vec<(usize, u8)> = Vec::new();
+    // Chunks not collapsed yet, with the failed attempts of each.
+    let mut pending: Vec<(usize, u16)> = Vec::new();
     let mut first = true;
+    let mut retry_soon = false;
     loop {
         let got = if pending.is_empty() {
             rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
         } else {
-            rx.recv_timeout(std::time::Duration::from_millis(200))
+            let ms = if retry_soon { 5 } else { 200 };
+            rx.recv_timeout(std::time::Duration::from_millis(ms))
         };
         let mut target = match got {
             Ok(t) => t,
@@ -490,36 +493,36 @@ fn collapse_loop(
             pending.push((mapped, 0));
             mapped += HUGE;
         }
+        // One attempt per chunk and pass. Pages just brought in are refused
+        // for a while (up to ~150 ms seen here), hence passes every 5 ms
+        // while a chunk that has pages keeps failing.
+        retry_soon = false;
         let mut i = 0;
         while i < pending.len() {
             if stop.load(Ordering::Acquire) {
                 return;
             }
             let (off, tries) = pending[i];
-            let mut r = Err(None);
-            if !touched(off) && room(file) {
-                // A grown extent nobody uses yet: collapse it now, while it
-                // is empty, so that no writer waits for it later. The kernel
-                // wants its pages in memory (bring each in with an atomic
-                // no-op: a word here may be taken by an allocation at any
-                // moment) and refuses fresh pages for a short while.
+            if !touched(off) {
+                if first || !room(file) {
+                    // Nothing in it, and huge pages not known to work here
+                    // yet or no room to bring it in: wait until it is used.
+                    i += 1;
+                    continue;
+                }
+                // A grown extent nobody uses yet: make it a huge page now,
+                // while it is empty, so that no writer waits for it later.
+                // The kernel wants its pages in memory: bring each in with
+                // an atomic no-op (a word here may be taken by an
+                // allocation at any moment).
                 for page in (off..off + HUGE).step_by(4096) {
                     // SAFETY: inside the live mapping, 8-aligned; all access
                     // to pool memory is atomic and `fetch_or(0)` changes
                     // nothing.
                     unsafe { &*((base + page) as *const AtomicU64) }.fetch_or(0, Ordering::Relaxed);
                 }
-                for _ in 0..100 {
-                    r = collapse(off);
-                    if r.is_ok() || stop.load(Ordering::Acquire) {
-                        break;
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(5));
-                }
-            } else {
-                r = collapse(off);
             }
-            match r {
+            match collapse(off) {
                 Ok(()) => {
                     pending.swap_remove(i);
                 }
@@ -531,6 +534,7 @@ fn collapse_loop(
                 }
                 Err(_) => {
                     pending[i].1 += 1;
+                    retry_soon = true;
                     i += 1;
                 }
             }
