@@ -1,4 +1,5 @@
-//! Profiling helper: create N files, then stat them in random order.
+//! Profiling helper: create N files, then stat them in random order
+//! (`CREATE_ONLY=1`: stop after the creates; `ROUNDS=R`: R stat passes).
 use solofs_meta::*;
 fn name(i: u64) -> [u8; 16] {
     let mut n = [b'0'; 16];
@@ -25,6 +26,9 @@ fn main() {
         e.create(&r, d, &name(i), 0o644).unwrap();
     }
     println!("create {:.0}/s", n as f64 / t.elapsed().as_secs_f64());
+    if std::env::var_os("CREATE_ONLY").is_some() {
+        return;
+    }
     let t = std::time::Instant::now();
     let step = (0x9E37_79B9u64 % n) | 1;
     let rounds: u64 = std::env::var("ROUNDS")

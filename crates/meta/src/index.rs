@@ -426,6 +426,12 @@ impl HashIndex {
         let mut i = 0;
         while i < nodes.len() && nodes.len() < MAX_DISPLACE_NODES {
             let (b, _, _) = nodes[i];
+            // The node's entries' other buckets are random lines of the
+            // segment: start all their misses before checking any.
+            for s in 0..BUCKET_SLOTS {
+                let v = pool.ld(seg + 64 * b + 8 * s)?;
+                pool.prefetch(seg + 64 * phys(alt(b - 1, v >> 40)));
+            }
             for s in 0..BUCKET_SLOTS {
                 let v = pool.ld(seg + 64 * b + 8 * s)?;
                 let a = phys(alt(b - 1, v >> 40));
