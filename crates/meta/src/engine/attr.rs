@@ -78,7 +78,7 @@ impl Engine {
 
     /// Looks `name` up in directory `parent` (search permission needed).
     pub fn lookup(&self, cred: &Cred, parent: u64, name: &[u8]) -> Result<Attr> {
-        let (access, content, shard) = self.reader_dir(parent)?;
+        let (access, content) = self.reader_dir(parent)?;
         perm::check(cred, self.dir_owner(access)?, X)?;
         match name {
             b"." => return self.dir_attr(access, content),
@@ -90,6 +90,7 @@ impl Engine {
         }
         let link_target = {
             let h = hash::name_key(parent, name);
+            let shard = self.shard_of(parent);
             // Start the bucket's cache miss before the lock: the two
             // overlap instead of queueing.
             self.locks.prefetch(h);

@@ -614,20 +614,14 @@ impl Engine {
     /// index lookup would check (a live DIRC carrying this ino; inos are
     /// never reused and a directory's content object never moves), so a
     /// stale or torn hint costs a normal lookup and nothing else.
-    /// The hint also carries the directory's shard (a jump-hash loop with
-    /// float divisions that would otherwise run on every stat), packed in
-    /// the same word as the content offset so that the two never tear: a
-    /// shard is only used together with the content object it was stored
-    /// with, and that object is checked to belong to `ino`.
     #[inline]
-    pub(crate) fn reader_dir(&self, ino: u64) -> Result<(u64, u64, u32)> {
+    pub(crate) fn reader_dir(&self, ino: u64) -> Result<(u64, u64)> {
         // Hashed: inos handed out in blocks of 1024 per context must not
         // all land on one entry.
         let slot = (ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % DIR_HINTS;
         let (hi, ho) = &self.dir_hint[slot];
         if hi.load(Ordering::Relaxed) == ino {
-            let w = ho.load(Ordering::Relaxed);
-            let o = w & HINT_OFF;
+            let o = ho.load(Ordering::Relaxed);
             if o != 0 {
                 let s = self.pool.ld(o)?;
                 if st_kind(s) == K_DIRC
@@ -635,18 +629,14 @@ impl Engine {
                     && self.pool.ld(o + C_INO)? == ino
                     && self.pool.ld(o + C_MOD_EPOCH)? >= self.epoch as u64
                 {
-                    let access = self.pool.ld(o + C_ACCESS)?;
-                    return Ok((access, o, (w >> 56) as u32));
+                    return Ok((self.pool.ld(o + C_ACCESS)?, o));
                 }
             }
         }
         let (access, content) = self.open_dir(ino)?;
-        let shard = self.shard_of(ino);
-        if content & !HINT_OFF == 0 {
-            ho.store(content | (shard as u64) << 56, Ordering::Relaxed);
-            hi.store(ino, Ordering::Relaxed);
-        }
-        Ok((access, content, shard))
+        ho.store(content, Ordering::Relaxed);
+        hi.store(ino, Ordering::Relaxed);
+        Ok((access, content))
     }
 
     /// Bumps the sequence counter in a state word (odd while writing).
@@ -796,8 +786,6 @@ impl Engine {
 const DIR_HINTS: usize = 256;
 /// Entries of the shard memo.
 const SHARD_MEMO: usize = 1024;
-/// The content offset bits of a hint word (the shard is above them).
-const HINT_OFF: u64 = (1 << 56) - 1;
 
 /// List maintenance memory for one shard.
 pub(crate) struct EMem<'a> {

@@ -65,12 +65,14 @@ unsafe impl Sync for Pool {}
 /// such as the lock table; pool objects use [`Pool::prefetch`]).
 #[inline]
 pub fn prefetch_ref<T>(r: &T) {
-    // SAFETY: a prefetch never faults and changes no memory; `r` is live.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-            r as *const T as *const i8,
-        )
-    }
+    prefetch_ptr(r as *const T as *const u8);
+}
+
+#[inline]
+fn prefetch_ptr(p: *const u8) {
+    // SAFETY: a prefetch never faults and changes no memory, whatever the
+    // address.
+    unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8) }
 }
 
 impl Pool {
@@ -284,13 +286,7 @@ impl Pool {
     #[inline]
     pub fn prefetch(&self, off: u64) {
         if off < self.mapped.load(Ordering::Relaxed) as u64 {
-            // SAFETY: a prefetch never faults and changes no memory; the
-            // address is inside our mapping anyway.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    self.base.add(off as usize) as *const i8,
-                )
-            }
+            prefetch_ptr(self.base.wrapping_add(off as usize));
         }
     }
 
