@@ -81,6 +81,18 @@ pub struct HashIndex {
     has_pending: std::sync::atomic::AtomicBool,
 }
 
+/// Where a key lives, as read under directory version `dv` (unvalidated).
+#[derive(Clone, Copy, Debug)]
+pub struct Route {
+    dv: u64,
+    seg: u64,
+}
+
+#[cold]
+fn bad_depth(g: u64) -> Error {
+    Error::Corrupt(format!("index directory depth {g}"))
+}
+
 #[inline]
 fn tag(h: u64) -> u64 {
     h >> 40
@@ -200,12 +212,12 @@ impl HashIndex {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn route_once(&self, pool: &Pool, h: u64) -> Result<(u64, u64, u64)> {
         let dir = pool.ld(self.root + IR_DIR)?;
         let g = pool.ld(dir + ID_DEPTH)?;
         if g > MAX_DEPTH {
-            return Err(Error::Corrupt(format!("index directory depth {g}")));
+            return Err(bad_depth(g));
         }
         let seg = pool.ld(dir + ID_ENTRIES + 8 * dir_index(h, g))?;
         Ok((dir, g, seg))
@@ -219,6 +231,23 @@ impl HashIndex {
             }
             std::hint::spin_loop();
         }
+    }
+
+    /// Routes `h` and starts the cache misses of both its buckets; the route
+    /// spares [`lookup_routed`](Self::lookup_routed) routing again. None
+    /// while the directory is being replaced. The route is not validated
+    /// here: the lookup that uses it validates everything it read.
+    #[inline]
+    pub fn prefetch_route(&self, pool: &Pool, h: u64) -> Option<Route> {
+        let dv = self.dir_ver.load(Ordering::Acquire);
+        if dv & 1 != 0 {
+            return None;
+        }
+        let (_, _, seg) = self.route_once(pool, h).ok()?;
+        let (b1, b2) = buckets(h);
+        pool.prefetch(seg + 64 * b1);
+        pool.prefetch(seg + 64 * b2);
+        Some(Route { dv, seg })
     }
 
     /// Prefetches both buckets of `h` (stage 1 of a batched lookup).
@@ -260,17 +289,38 @@ impl HashIndex {
     where
         M: FnMut(u64) -> Result<bool> + ?Sized,
     {
+        self.lookup_routed(pool, h, None, matches)
+    }
+
+    /// `lookup`, starting from a route [`prefetch_route`](Self::prefetch_route)
+    /// gave (if any).
+    #[inline]
+    pub fn lookup_routed<M>(
+        &self,
+        pool: &Pool,
+        h: u64,
+        mut route: Option<Route>,
+        matches: &mut M,
+    ) -> Result<Option<Found>>
+    where
+        M: FnMut(u64) -> Result<bool> + ?Sized,
+    {
         loop {
-            let dv = self.wait_dir();
             // One unvalidated route: everything read below is validated
             // against `dv` at the end (an error on a stale directory retries).
-            let seg = match self.route_once(pool, h) {
-                Ok((_, _, seg)) => seg,
-                Err(e) => {
-                    if self.dir_ver.load(Ordering::Acquire) != dv {
-                        continue;
+            let (dv, seg) = match route.take() {
+                Some(r) => (r.dv, r.seg),
+                None => {
+                    let dv = self.wait_dir();
+                    match self.route_once(pool, h) {
+                        Ok((_, _, seg)) => (dv, seg),
+                        Err(e) => {
+                            if self.dir_ver.load(Ordering::Acquire) != dv {
+                                continue;
+                            }
+                            return Err(e);
+                        }
                     }
-                    return Err(e);
                 }
             };
             let st = self.stripe(seg);
@@ -307,16 +357,28 @@ impl HashIndex {
         pool.prefetch(seg + 64 * b2);
         for b in distinct(b1, b2) {
             let base = seg + 64 * b;
-            for i in 0..BUCKET_SLOTS {
-                let v = pool.ld(base + 8 * i)?;
-                if v != 0 && v >> 40 == t {
-                    let obj = slot_obj(v);
-                    if matches(obj)? {
-                        return Ok(Some(Found {
-                            slot: base + 8 * i,
-                            obj,
-                        }));
-                    }
+            let line = pool.words::<8>(base)?;
+            // All eight tags at once, without a branch per slot (which slot
+            // holds the key is random, so such branches mispredict).
+            let mut v = [0u64; 8];
+            let mut hits = 0u32;
+            for i in 0..8 {
+                v[i] = line[i].load(Ordering::Acquire);
+                hits |= ((v[i] >> 40 == t) as u32) << i;
+            }
+            while hits != 0 {
+                let i = hits.trailing_zeros() as usize;
+                hits &= hits - 1;
+                // An empty slot has tag 0: a hit only if `t` is 0 too.
+                if v[i] == 0 {
+                    continue;
+                }
+                let obj = slot_obj(v[i]);
+                if matches(obj)? {
+                    return Ok(Some(Found {
+                        slot: base + 8 * i as u64,
+                        obj,
+                    }));
                 }
             }
         }

@@ -10,16 +10,7 @@ use std::sync::Arc;
 #[test]
 fn grows_during_concurrent_creates() {
     let s = Scratch::new("growth");
-    let e = Arc::new(
-        Engine::format(
-            &s.pool(),
-            &Config {
-                shards: 2,
-                ..Config::default()
-            },
-        )
-        .unwrap(),
-    );
+    let e = s.engine(2);
     let r = Cred::root();
     let start = e.statfs().unwrap().pool_bytes;
     let dirs: Vec<u64> = (0..4)

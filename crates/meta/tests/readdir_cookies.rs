@@ -13,16 +13,7 @@ use std::sync::Arc;
 #[test]
 fn listing_across_concurrent_creates_and_deletes() {
     let s = Scratch::new("cookies");
-    let e = Arc::new(
-        Engine::format(
-            &s.pool(),
-            &Config {
-                shards: 2,
-                ..Config::default()
-            },
-        )
-        .unwrap(),
-    );
+    let e = s.engine(2);
     let r = Cred::root();
     let d = e.mkdir(&r, ROOT_INO, b"d", 0o755).unwrap().ino;
     // Stable entries: never touched while the listings run.

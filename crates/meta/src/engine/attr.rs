@@ -9,30 +9,49 @@ use crate::list;
 use crate::locks::Mode;
 use crate::perm::{self, Owner, R, W, X};
 use crate::types::*;
+use std::sync::atomic::Ordering;
 
 impl Engine {
     #[inline]
     pub(crate) fn file_attr(&self, f: u64) -> Result<Attr> {
-        let p = &self.pool;
-        self.stable(f, || {
-            let mw = p.ld(f + F_MODE)?;
-            let ow = p.ld(f + F_OWNER)?;
-            let mode = mw as u16 as u32;
-            let v = p.ld(f + F_SIZE)?;
-            let dev = matches!(mode & S_IFMT, S_IFCHR | S_IFBLK);
-            Ok(Attr {
-                ino: p.ld(f + E_INO)?,
-                mode,
-                nlink: (mw >> 32) as u32,
-                uid: ow as u32,
-                gid: (ow >> 32) as u32,
-                size: if dev { 0 } else { v },
-                rdev: if dev { v } else { 0 },
-                atime: p.ld(f + F_ATIME)? as i64,
-                mtime: p.ld(f + F_MTIME)? as i64,
-                ctime: p.ld(f + F_CTIME)? as i64,
-                btime: p.ld(f + E_BDTIME)? as i64,
-            })
+        self.stable(f, || self.read_file_attr(f))
+    }
+
+    /// `file_attr` without waiting or retrying: None if the object is being
+    /// written (or was meanwhile) or cannot be read.
+    #[inline]
+    fn file_attr_try(&self, f: u64) -> Option<Attr> {
+        let s1 = self.pool.ld(f).ok()?;
+        if (s1 >> 16) & 1 != 0 {
+            return None;
+        }
+        let a = self.read_file_attr(f).ok()?;
+        (self.pool.ld(f).ok()? == s1).then_some(a)
+    }
+
+    /// The attributes of file object `f`, read once (callers validate).
+    #[inline]
+    fn read_file_attr(&self, f: u64) -> Result<Attr> {
+        // One bounds check for the whole header.
+        let w = self.pool.words::<{ (F_OWNER / 8 + 1) as usize }>(f)?;
+        let at = |off: u64| w[(off / 8) as usize].load(Ordering::Acquire);
+        let mw = at(F_MODE);
+        let ow = at(F_OWNER);
+        let mode = mw as u16 as u32;
+        let v = at(F_SIZE);
+        let dev = matches!(mode & S_IFMT, S_IFCHR | S_IFBLK);
+        Ok(Attr {
+            ino: at(E_INO),
+            mode,
+            nlink: (mw >> 32) as u32,
+            uid: ow as u32,
+            gid: (ow >> 32) as u32,
+            size: if dev { 0 } else { v },
+            rdev: if dev { v } else { 0 },
+            atime: at(F_ATIME) as i64,
+            mtime: at(F_MTIME) as i64,
+            ctime: at(F_CTIME) as i64,
+            btime: at(E_BDTIME) as i64,
         })
     }
 
@@ -78,6 +97,14 @@ impl Engine {
 
     /// Looks `name` up in directory `parent` (search permission needed).
     pub fn lookup(&self, cred: &Cred, parent: u64, name: &[u8]) -> Result<Attr> {
+        // Start the name's cache misses (its index bucket, its lock stripe)
+        // first: the directory checks below overlap them. Nothing here
+        // depends on the checks' outcome, so their errors come first still.
+        let h = hash::name_key(parent, name);
+        let shard = self.shard_of(parent);
+        let index = &self.shards[shard as usize].name;
+        self.locks.prefetch(h);
+        let route = index.prefetch_route(&self.pool, h);
         let (access, content) = self.reader_dir(parent)?;
         perm::check(cred, self.dir_owner(access)?, X)?;
         match name {
@@ -88,19 +115,14 @@ impl Engine {
         if name.len() > NAME_MAX {
             return Err(Error::NameTooLong);
         }
+        if let Some(r) = self.lookup_unlocked(shard, h, route, parent, name) {
+            return r;
+        }
         let link_target = {
-            let h = hash::name_key(parent, name);
-            let shard = self.shard_of(parent);
-            // Start the bucket's cache miss before the lock: the two
-            // overlap instead of queueing.
-            self.locks.prefetch(h);
-            let index = &self.shards[shard as usize].name;
-            index.prefetch_bucket(&self.pool, h);
             let _g = self.locks.read(h);
             let e = self
                 .find_name_in(shard, h, parent, name)?
                 .ok_or(Error::NotFound)?;
-            // A plain file is the common case: no `Obj` round trip.
             match st_kind(self.pool.ld(e)?) {
                 K_FILE => return self.file_attr(e),
                 K_LINK => self.pool.ld(e + E_INO)?,
@@ -108,6 +130,36 @@ impl Engine {
             }
         };
         self.getattr(link_target)
+    }
+
+    /// `lookup`'s common cases without the name's lock: a plain file, or no
+    /// such name, read optimistically and validated against the stripe's
+    /// write version (no writer of this name's stripe came in between).
+    /// None for anything else — a writer on the stripe, another kind, an
+    /// object being written, an error — and the caller takes the lock.
+    ///
+    /// Besides sparing the lock's two locked instructions, this keeps the
+    /// call's tail short: a caller's next lookup can then start its bucket
+    /// miss while this one's object miss is still under way.
+    #[inline]
+    fn lookup_unlocked(
+        &self,
+        shard: u32,
+        h: u64,
+        route: Option<crate::index::Route>,
+        parent: u64,
+        name: &[u8],
+    ) -> Option<Result<Attr>> {
+        let v = self.locks.read_begin(h)?;
+        let r = match self.find_name_routed(shard, h, route, parent, name) {
+            Ok(None) => Err(Error::NotFound),
+            Ok(Some(e)) => match self.pool.ld(e) {
+                Ok(s) if st_kind(s) == K_FILE => Ok(self.file_attr_try(e)?),
+                _ => return None,
+            },
+            Err(_) => return None,
+        };
+        self.locks.read_valid(h, v).then_some(r)
     }
 
     /// Looks up many names in one call, as the server executes a batch of

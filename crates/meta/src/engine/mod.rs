@@ -495,6 +495,14 @@ impl Engine {
         if len != name.len() {
             return Ok(false);
         }
+        if let Ok(n) = <&[u8; 16]>::try_from(name) {
+            // The common length, in two words under one bounds check.
+            let w = p.words::<2>(o + name_off)?;
+            let (a, b) = n.split_at(8);
+            let a = u64::from_le_bytes(a.try_into().unwrap_or_default());
+            let b = u64::from_le_bytes(b.try_into().unwrap_or_default());
+            return Ok(w[0].load(Ordering::Acquire) == a && w[1].load(Ordering::Acquire) == b);
+        }
         p.bytes_eq(o + name_off, name)
     }
 
@@ -523,9 +531,24 @@ impl Engine {
         parent: u64,
         name: &[u8],
     ) -> Result<Option<u64>> {
+        self.find_name_routed(shard, h, None, parent, name)
+    }
+
+    /// `find_name_in` from a route `prefetch_route` gave.
+    #[inline]
+    pub(crate) fn find_name_routed(
+        &self,
+        shard: u32,
+        h: u64,
+        route: Option<crate::index::Route>,
+        parent: u64,
+        name: &[u8],
+    ) -> Result<Option<u64>> {
         Ok(self.shards[shard as usize]
             .name
-            .lookup(&self.pool, h, &mut |o| self.entry_matches(o, parent, name))?
+            .lookup_routed(&self.pool, h, route, &mut |o| {
+                self.entry_matches(o, parent, name)
+            })?
             .map(|f| f.obj))
     }
 
@@ -657,7 +680,7 @@ impl Engine {
     /// so its write sequence) is unchanged around it.
     /// A writer that died mid-write (odd sequence from an older epoch) no
     /// longer blocks readers; a sequence that stays odd too long is reported.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn stable<T>(&self, o: u64, mut f: impl FnMut() -> Result<T>) -> Result<T> {
         let s1 = self.pool.ld(o)?;
         if (s1 >> 16) & 1 == 0 {
@@ -734,8 +757,9 @@ impl Engine {
     #[inline]
     pub(crate) fn dir_owner(&self, access: u64) -> Result<crate::perm::Owner> {
         self.stable(access, || {
-            let m = self.pool.ld(access + D_MODE)?;
-            let o = self.pool.ld(access + D_OWNER)?;
+            let w = self.pool.words::<{ (D_OWNER / 8 + 1) as usize }>(access)?;
+            let m = w[(D_MODE / 8) as usize].load(Ordering::Acquire);
+            let o = w[(D_OWNER / 8) as usize].load(Ordering::Acquire);
             Ok(crate::perm::Owner {
                 mode: m as u16 as u32,
                 uid: o as u32,

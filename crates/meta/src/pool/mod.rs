@@ -255,7 +255,7 @@ impl Pool {
         Ok(new_len)
     }
 
-    #[inline]
+    #[inline(always)]
     fn check(&self, off: u64, size: u64, align: u64) -> Result<usize> {
         let end = off.checked_add(size).ok_or_else(|| bad_off(off))?;
         if off % align != 0 || end > self.mapped.load(Ordering::Acquire) as u64 {
@@ -265,12 +265,22 @@ impl Pool {
     }
 
     /// The 64-bit word at `off` (8-byte aligned, inside the mapping).
-    #[inline]
+    #[inline(always)]
     pub fn u64(&self, off: u64) -> Result<&AtomicU64> {
         let o = self.check(off, 8, 8)?;
         // SAFETY: bounds and alignment checked; the mapping is never unmapped
         // while `self` lives, and all accesses to pool words are atomic.
         Ok(unsafe { &*(self.base.add(o) as *const AtomicU64) })
+    }
+
+    /// The `N` words from `off` (8-byte aligned, inside the mapping), with
+    /// one bounds check.
+    #[inline(always)]
+    pub fn words<const N: usize>(&self, off: u64) -> Result<&[AtomicU64; N]> {
+        let o = self.check(off, 8 * N as u64, 8)?;
+        // SAFETY: as for `u64`, for 8·N bytes; [AtomicU64; N] has the
+        // alignment of AtomicU64.
+        Ok(unsafe { &*(self.base.add(o) as *const [AtomicU64; N]) })
     }
 
     /// The 16-byte aligned pair at `off`, for 16-byte compare-and-swap.
@@ -313,7 +323,7 @@ impl Pool {
     }
 
     /// Loads the word at `off` (Acquire).
-    #[inline]
+    #[inline(always)]
     pub fn ld(&self, off: u64) -> Result<u64> {
         Ok(self.u64(off)?.load(Ordering::Acquire))
     }

@@ -23,6 +23,15 @@ impl Scratch {
     pub fn pool(&self) -> PathBuf {
         self.path.join("pool")
     }
+
+    /// A new pool with `shards` shards, shared between threads.
+    pub fn engine(&self, shards: u32) -> std::sync::Arc<solofs_meta::Engine> {
+        let cfg = solofs_meta::Config {
+            shards,
+            ..solofs_meta::Config::default()
+        };
+        std::sync::Arc::new(solofs_meta::Engine::format(&self.pool(), &cfg).unwrap())
+    }
 }
 
 impl Drop for Scratch {
