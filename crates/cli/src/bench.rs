@@ -76,8 +76,8 @@ enum Kind {
 trait Target: Sync {
     /// Runs one kind of operation on several names. Targets that can have
     /// requests in flight (the server) send them together; others loop.
-    fn batch(&self, _th: usize, kind: Kind, dir: u64, names: &[Name]) -> Result<()> {
-        for n in names {
+    fn batch(&self, _th: usize, kind: Kind, dir: u64, names: &[&[u8]]) -> Result<()> {
+        for &n in names {
             match kind {
                 Kind::Noop => {}
                 Kind::Create => self.create(dir, n)?,
@@ -276,10 +276,10 @@ impl Target for ServerTarget {
     fn label(&self) -> String {
         format!("server {}", self.addr)
     }
-    fn batch(&self, th: usize, kind: Kind, dir: u64, names: &[Name]) -> Result<()> {
+    fn batch(&self, th: usize, kind: Kind, dir: u64, names: &[&[u8]]) -> Result<()> {
         let c = &self.cs[th % self.cs.len()];
         if names.len() == 1 {
-            c.call(&self.cred, Self::op(kind, dir, &names[0]))?;
+            c.call(&self.cred, Self::op(kind, dir, names[0]))?;
             return Ok(());
         }
         // Two frames of half the depth each: the server works on one while
@@ -978,8 +978,32 @@ fn take_percentiles() -> Option<[f64; 3]> {
     Some([at(0.5), at(0.99), at(0.999)])
 }
 
-/// Runs `count` operations of `kind` in thread `th`'s directory, `depth`
-/// per call to the target.
+/// The names of one thread's loop, built before the clock starts and laid
+/// out in the order the loop uses them: the timed loop reads them one after
+/// another, so formatting names (or finding them in a random order) is not
+/// part of what is measured. Takes `count` × `--name-len` bytes.
+struct NameList {
+    buf: Vec<u8>,
+    len: usize,
+}
+
+impl NameList {
+    fn new(prefix: u8, th: usize, count: u64, order: Option<&Shuffle>) -> NameList {
+        let len = NAMING.get().map_or(16, |n| n.0);
+        let mut buf = Vec::with_capacity(count as usize * len);
+        for k in 0..count {
+            buf.extend_from_slice(&name(prefix, th, order.map_or(k, |s| s.at(k))));
+        }
+        NameList { buf, len }
+    }
+
+    fn iter(&self) -> std::slice::ChunksExact<'_, u8> {
+        self.buf.chunks_exact(self.len)
+    }
+}
+
+/// Runs `count` operations of `kind` in thread `th`'s directory (names
+/// `prefix`…, in `order` or creation order), `depth` per call to the target.
 #[allow(clippy::too_many_arguments)]
 fn run_items(
     t: &dyn Target,
@@ -989,22 +1013,39 @@ fn run_items(
     prefix: u8,
     count: u64,
     order: Option<&Shuffle>,
+    threads: usize,
+) -> Result<(u64, f64)> {
+    timed_with(
+        threads,
+        &|th| NameList::new(prefix, th, count, order),
+        &|th, names| run_names(t, dirs[th], depth, kind, &names, th),
+    )
+}
+
+/// Runs `kind` on every name of `names` in directory `dir`, `depth` per
+/// call to the target.
+fn run_names(
+    t: &dyn Target,
+    dir: u64,
+    depth: usize,
+    kind: Kind,
+    names: &NameList,
     th: usize,
 ) -> Result<u64> {
-    let mut buf = Vec::with_capacity(depth);
+    let mut buf: Vec<&[u8]> = Vec::with_capacity(depth);
     let mut samples = Vec::new();
     let mut calls = 0u64;
-    for k in 0..count {
-        let i = order.map(|s| s.at(k)).unwrap_or(k);
-        buf.push(name(prefix, th, i));
+    let count = names.buf.len() / names.len;
+    for (k, n) in names.iter().enumerate() {
+        buf.push(n);
         if buf.len() == depth || k + 1 == count {
             calls += 1;
             if calls % SAMPLE_EVERY == 0 {
                 let t0 = Instant::now();
-                t.batch(th, kind, dirs[th], &buf)?;
+                t.batch(th, kind, dir, &buf)?;
                 samples.push((t0.elapsed().as_nanos() as u64).min(u32::MAX as u64) as u32);
             } else {
-                t.batch(th, kind, dirs[th], &buf)?;
+                t.batch(th, kind, dir, &buf)?;
             }
             buf.clear();
         }
@@ -1017,7 +1058,7 @@ fn run_items(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .extend(samples);
-    Ok(count)
+    Ok(count as u64)
 }
 
 /// Runs `f(thread)` on `n` threads started together; returns wall seconds
@@ -1025,6 +1066,16 @@ fn run_items(
 /// reads the clock itself: the main thread may not run again until a
 /// worker sharing its core is done).
 fn timed(n: usize, f: &(dyn Fn(usize) -> Result<u64> + Sync)) -> Result<(u64, f64)> {
+    timed_with(n, &|_| (), &|t, ()| f(t))
+}
+
+/// `timed`, where each thread first runs `prep(thread)` before the clock
+/// starts and hands the result to `f`.
+fn timed_with<S>(
+    n: usize,
+    prep: &(dyn Fn(usize) -> S + Sync),
+    f: &(dyn Fn(usize, S) -> Result<u64> + Sync),
+) -> Result<(u64, f64)> {
     use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
     let bar = Barrier::new(n + 1);
     let done = AtomicBool::new(false);
@@ -1034,9 +1085,10 @@ fn timed(n: usize, f: &(dyn Fn(usize) -> Result<u64> + Sync)) -> Result<(u64, f6
             .map(|t| {
                 let bar = &bar;
                 s.spawn(move || {
+                    let st = prep(t);
                     bar.wait();
                     let start = Instant::now();
-                    let r = f(t);
+                    let r = f(t, st);
                     (r, start, Instant::now())
                 })
             })
@@ -1225,9 +1277,7 @@ fn run_one(
     };
     if want("noop") && t.has_noop() {
         measure("noop", &|| {
-            timed(threads, &|th| {
-                run_items(t, &dirs, depth, Kind::Noop, b'n', per, None, th)
-            })
+            run_items(t, &dirs, depth, Kind::Noop, b'n', per, None, threads)
         })?;
     }
     let mut renamed = false;
@@ -1241,9 +1291,7 @@ fn run_one(
         || want("unlink")
     {
         measure("create", &|| {
-            timed(threads, &|th| {
-                run_items(t, &dirs, depth, Kind::Create, b'f', per, None, th)
-            })
+            run_items(t, &dirs, depth, Kind::Create, b'f', per, None, threads)
         })?;
         if let (Some(a), Some(b)) = (before, t.used_bytes()) {
             footprint = Some(format!(
@@ -1260,9 +1308,16 @@ fn run_one(
     if want("stat") {
         let order = stat_order(o, per);
         measure("stat", &|| {
-            timed(threads, &|th| {
-                run_items(t, &dirs, depth, Kind::Stat, b'f', per, Some(&order), th)
-            })
+            run_items(
+                t,
+                &dirs,
+                depth,
+                Kind::Stat,
+                b'f',
+                per,
+                Some(&order),
+                threads,
+            )
         })?;
         if o.batch > 1 {
             measure(&format!("stat-b{}", o.batch), &|| {
@@ -1359,32 +1414,33 @@ fn run_one(
             (&dirs, b'f')
         };
         measure("unlink", &|| {
-            timed(threads, &|th| {
-                run_items(t, udirs, depth, Kind::Unlink, p, per, None, th)
-            })
+            run_items(t, udirs, depth, Kind::Unlink, p, per, None, threads)
         })?;
     }
     let dper = (per / 4).max(1);
     if want("mkdir") {
         measure("mkdir", &|| {
-            timed(threads, &|th| {
-                run_items(t, &dirs, depth, Kind::Mkdir, b'd', dper, None, th)
-            })
+            run_items(t, &dirs, depth, Kind::Mkdir, b'd', dper, None, threads)
         })?;
     }
     if want("dirstat") && want("mkdir") {
         let order = Shuffle::new(dper);
         measure("dirstat", &|| {
-            timed(threads, &|th| {
-                run_items(t, &dirs, depth, Kind::Stat, b'd', dper, Some(&order), th)
-            })
+            run_items(
+                t,
+                &dirs,
+                depth,
+                Kind::Stat,
+                b'd',
+                dper,
+                Some(&order),
+                threads,
+            )
         })?;
     }
     if want("rmdir") && want("mkdir") {
         measure("rmdir", &|| {
-            timed(threads, &|th| {
-                run_items(t, &dirs, depth, Kind::Rmdir, b'd', dper, None, th)
-            })
+            run_items(t, &dirs, depth, Kind::Rmdir, b'd', dper, None, threads)
         })?;
     }
     // mdtest-hard: files of 3901 bytes written, then read back (checked).
@@ -1499,15 +1555,16 @@ fn hand_loop(dir: &Path, n: u64, shards: u32) -> Result<(f64, f64)> {
     )?;
     let r = Cred::root();
     let d = e.mkdir(&r, ROOT_INO, b"private0", 0o755)?.ino;
+    let names = NameList::new(b'f', 0, n, None);
     let t0 = Instant::now();
-    for i in 0..n {
-        e.create(&r, d, &name(b'f', 0, i), 0o644)?;
+    for x in names.iter() {
+        e.create(&r, d, x, 0o644)?;
     }
     let create = n as f64 / t0.elapsed().as_secs_f64();
-    let order = Shuffle::new(n);
+    let names = NameList::new(b'f', 0, n, Some(&Shuffle::new(n)));
     let t0 = Instant::now();
-    for k in 0..n {
-        e.lookup(&r, d, &name(b'f', 0, order.at(k)))?;
+    for x in names.iter() {
+        e.lookup(&r, d, x)?;
     }
     let stat = n as f64 / t0.elapsed().as_secs_f64();
     drop(e);
