@@ -997,6 +997,10 @@ impl NameList {
         NameList { buf, len }
     }
 
+    fn count(&self) -> usize {
+        self.buf.len() / self.len
+    }
+
     fn iter(&self) -> std::slice::ChunksExact<'_, u8> {
         self.buf.chunks_exact(self.len)
     }
@@ -1035,7 +1039,7 @@ fn run_names(
     let mut buf: Vec<&[u8]> = Vec::with_capacity(depth);
     let mut samples = Vec::new();
     let mut calls = 0u64;
-    let count = names.buf.len() / names.len;
+    let count = names.count();
     for (k, n) in names.iter().enumerate() {
         buf.push(n);
         if buf.len() == depth || k + 1 == count {

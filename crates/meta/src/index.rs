@@ -252,11 +252,7 @@ impl HashIndex {
 
     /// Prefetches both buckets of `h` (stage 1 of a batched lookup).
     pub fn prefetch_bucket(&self, pool: &Pool, h: u64) {
-        if let Ok((_, _, seg)) = self.route(pool, h) {
-            let (b1, b2) = buckets(h);
-            pool.prefetch(seg + 64 * b1);
-            pool.prefetch(seg + 64 * b2);
-        }
+        let _ = self.prefetch_route(pool, h);
     }
 
     /// Prefetches every cache line of the objects whose tags match `h` in

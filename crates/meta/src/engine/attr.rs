@@ -17,20 +17,8 @@ impl Engine {
         self.stable(f, || self.read_file_attr(f))
     }
 
-    /// `file_attr` without waiting or retrying: None if the object is being
-    /// written (or was meanwhile) or cannot be read.
-    #[inline]
-    fn file_attr_try(&self, f: u64) -> Option<Attr> {
-        let s1 = self.pool.ld(f).ok()?;
-        if (s1 >> 16) & 1 != 0 {
-            return None;
-        }
-        let a = self.read_file_attr(f).ok()?;
-        (self.pool.ld(f).ok()? == s1).then_some(a)
-    }
-
     /// The attributes of file object `f`, read once (callers validate).
-    #[inline]
+    #[inline(always)]
     fn read_file_attr(&self, f: u64) -> Result<Attr> {
         // One bounds check for the whole header.
         let w = self.pool.words::<{ (F_OWNER / 8 + 1) as usize }>(f)?;
@@ -121,7 +109,7 @@ impl Engine {
         let link_target = {
             let _g = self.locks.read(h);
             let e = self
-                .find_name_in(shard, h, parent, name)?
+                .find_name_routed(shard, h, None, parent, name)?
                 .ok_or(Error::NotFound)?;
             match st_kind(self.pool.ld(e)?) {
                 K_FILE => return self.file_attr(e),
@@ -151,13 +139,16 @@ impl Engine {
         name: &[u8],
     ) -> Option<Result<Attr>> {
         let v = self.locks.read_begin(h)?;
-        let r = match self.find_name_routed(shard, h, route, parent, name) {
-            Ok(None) => Err(Error::NotFound),
-            Ok(Some(e)) => match self.pool.ld(e) {
-                Ok(s) if st_kind(s) == K_FILE => Ok(self.file_attr_try(e)?),
-                _ => return None,
-            },
-            Err(_) => return None,
+        let r = match self.find_name_routed(shard, h, route, parent, name).ok()? {
+            None => Err(Error::NotFound),
+            Some(e) if st_kind(self.pool.ld(e).ok()?) == K_FILE => Ok(self
+                .stable_once(
+                    e,
+                    #[inline(always)]
+                    || self.read_file_attr(e),
+                )
+                .ok()??),
+            Some(_) => return None,
         };
         self.locks.read_valid(h, v).then_some(r)
     }

@@ -495,14 +495,6 @@ impl Engine {
         if len != name.len() {
             return Ok(false);
         }
-        if let Ok(n) = <&[u8; 16]>::try_from(name) {
-            // The common length, in two words under one bounds check.
-            let w = p.words::<2>(o + name_off)?;
-            let (a, b) = n.split_at(8);
-            let a = u64::from_le_bytes(a.try_into().unwrap_or_default());
-            let b = u64::from_le_bytes(b.try_into().unwrap_or_default());
-            return Ok(w[0].load(Ordering::Acquire) == a && w[1].load(Ordering::Acquire) == b);
-        }
         p.bytes_eq(o + name_off, name)
     }
 
@@ -519,22 +511,11 @@ impl Engine {
     /// Finds the entry (parent, name) in the name index.
     pub(crate) fn find_name(&self, parent: u64, name: &[u8]) -> Result<Option<u64>> {
         let h = hash::name_key(parent, name);
-        self.find_name_in(self.shard_of(parent), h, parent, name)
+        self.find_name_routed(self.shard_of(parent), h, None, parent, name)
     }
 
-    /// `find_name` with the key's hash and the parent's shard known.
-    #[inline]
-    pub(crate) fn find_name_in(
-        &self,
-        shard: u32,
-        h: u64,
-        parent: u64,
-        name: &[u8],
-    ) -> Result<Option<u64>> {
-        self.find_name_routed(shard, h, None, parent, name)
-    }
-
-    /// `find_name_in` from a route `prefetch_route` gave.
+    /// `find_name` with the key's hash and the parent's shard known, from
+    /// the route `prefetch_route` gave (if any).
     #[inline]
     pub(crate) fn find_name_routed(
         &self,
@@ -682,14 +663,26 @@ impl Engine {
     /// longer blocks readers; a sequence that stays odd too long is reported.
     #[inline(always)]
     pub(crate) fn stable<T>(&self, o: u64, mut f: impl FnMut() -> Result<T>) -> Result<T> {
-        let s1 = self.pool.ld(o)?;
-        if (s1 >> 16) & 1 == 0 {
-            let v = f()?;
-            if self.pool.ld(o)? == s1 {
-                return Ok(v);
-            }
+        match self.stable_once(o, &mut f)? {
+            Some(v) => Ok(v),
+            None => self.stable_slow(o, f),
         }
-        self.stable_slow(o, f)
+    }
+
+    /// One attempt of `stable`: None if a writer was in the object (or came
+    /// in meanwhile).
+    #[inline(always)]
+    pub(crate) fn stable_once<T>(
+        &self,
+        o: u64,
+        f: impl FnOnce() -> Result<T>,
+    ) -> Result<Option<T>> {
+        let s1 = self.pool.ld(o)?;
+        if (s1 >> 16) & 1 == 1 {
+            return Ok(None);
+        }
+        let v = f()?;
+        Ok((self.pool.ld(o)? == s1).then_some(v))
     }
 
     #[cold]

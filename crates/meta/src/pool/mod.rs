@@ -356,30 +356,26 @@ impl Pool {
     }
 
     /// Do the `want.len()` bytes at `off` (8-byte aligned) equal `want`?
-    /// Compares word by word in place (no copy), with atomic loads.
-    #[inline]
+    /// Compares word by word in place (no copy), with atomic loads and one
+    /// bounds check.
+    #[inline(always)]
     pub fn bytes_eq(&self, off: u64, want: &[u8]) -> Result<bool> {
-        let words = want.len().div_ceil(8) as u64;
-        let o = self.check(off, words * 8, 8)?;
-        let mut eq = true;
-        for (i, chunk) in want.chunks(8).enumerate() {
-            let w = self.word_at(o + 8 * i).load(Ordering::Relaxed);
-            let (x, mask) = if let Ok(full) = <[u8; 8]>::try_from(chunk) {
-                (u64::from_le_bytes(full), u64::MAX)
-            } else {
-                let mut x = 0u64;
-                for (k, &b) in chunk.iter().enumerate() {
-                    x |= (b as u64) << (8 * k);
-                }
-                (x, (1u64 << (8 * chunk.len())) - 1)
-            };
-            if (w ^ x) & mask != 0 {
-                eq = false;
-                break;
+        let o = self.check(off, 8 * want.len().div_ceil(8) as u64, 8)?;
+        let word = |i: usize| self.word_at(o + 8 * i).load(Ordering::Acquire);
+        let (mut rest, mut i) = (want, 0);
+        while let Some((w, tail)) = rest.split_first_chunk::<8>() {
+            if word(i) != u64::from_le_bytes(*w) {
+                return Ok(false);
             }
+            (rest, i) = (tail, i + 1);
         }
-        std::sync::atomic::fence(Ordering::Acquire);
-        Ok(eq)
+        if rest.is_empty() {
+            return Ok(true);
+        }
+        let mut x = [0u8; 8];
+        x[..rest.len()].copy_from_slice(rest);
+        let mask = (1u64 << (8 * rest.len())) - 1;
+        Ok((word(i) ^ u64::from_le_bytes(x)) & mask == 0)
     }
 
     /// Writes `data` at `off` (8-byte aligned) with word-sized atomic stores,
