@@ -30,13 +30,29 @@ pub fn name_key(parent: u64, name: &[u8]) -> u64 {
         let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
         h = mix(h ^ w, K1);
     }
-    let rest = chunks.remainder();
-    if !rest.is_empty() {
-        let mut b = [0u8; 8];
-        b[..rest.len()].copy_from_slice(rest);
-        h = mix(h ^ u64::from_le_bytes(b), K0);
+    if name.len() % 8 != 0 {
+        h = mix(h ^ tail_word(name), K0);
     }
     fmix(h)
+}
+
+/// The last `name.len() % 8` bytes of `name` as a little-endian word (zero
+/// above them), without a copy through memory: names of 8 bytes or more
+/// read their last 8 bytes and shift.
+#[inline(always)]
+pub(crate) fn tail_word(name: &[u8]) -> u64 {
+    let (n, r) = (name.len(), name.len() % 8);
+    if r == 0 {
+        return 0;
+    }
+    if let Some(last) = name.last_chunk::<8>() {
+        return u64::from_le_bytes(*last) >> (8 * (8 - r));
+    }
+    let mut w = 0;
+    for (i, &b) in name[n - r..].iter().enumerate() {
+        w |= (b as u64) << (8 * i);
+    }
+    w
 }
 
 /// Hash of an `(ino)` key.
@@ -74,6 +90,17 @@ mod tests {
             0x70c5_ac8f_d809_d384
         );
         assert_eq!(ino_key(42), 0xf858_0683_98ff_181d);
+    }
+
+    #[test]
+    fn tail_word_is_the_zero_padded_rest() {
+        for len in 0..40 {
+            let name: Vec<u8> = (0..len as u8).map(|i| i.wrapping_mul(37) ^ 0xA5).collect();
+            let rest = &name[len - len % 8..];
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            assert_eq!(tail_word(&name), u64::from_le_bytes(b), "length {len}");
+        }
     }
 
     #[test]

@@ -75,6 +75,11 @@ pub struct HashIndex {
     root: u64,
     stripes: Box<[Stripe]>,
     dir_ver: AtomicU64,
+    /// The directory's offset and global depth (`offset << 5 | depth`), as
+    /// the root names them: a DRAM copy, so that routing a key reads one
+    /// pool word (the directory entry) instead of three in a chain. Changed
+    /// only by doubling, while `dir_ver` is odd.
+    dir_cache: AtomicU64,
     dir_lock: Mutex<()>,
     epoch: u32,
     pending_free: Mutex<Vec<u64>>,
@@ -175,8 +180,14 @@ pub struct Found {
 
 impl HashIndex {
     /// Opens the index whose root object is at `root`.
-    pub fn open(root: u64, epoch: u32) -> HashIndex {
-        HashIndex {
+    pub fn open(pool: &Pool, root: u64, epoch: u32) -> Result<HashIndex> {
+        let dir = pool.ld(root + IR_DIR)?;
+        let g = pool.ld(dir + ID_DEPTH)?;
+        if g > MAX_DEPTH {
+            return Err(bad_depth(g));
+        }
+        pool.check_range(dir, dir_size(g))?;
+        Ok(HashIndex {
             root,
             stripes: (0..STRIPES)
                 .map(|_| Stripe {
@@ -185,11 +196,12 @@ impl HashIndex {
                 })
                 .collect(),
             dir_ver: AtomicU64::new(0),
+            dir_cache: AtomicU64::new(dir << 5 | g),
             dir_lock: Mutex::new(()),
             epoch,
             pending_free: Mutex::new(Vec::new()),
             has_pending: std::sync::atomic::AtomicBool::new(false),
-        }
+        })
     }
 
     #[inline]
@@ -214,11 +226,8 @@ impl HashIndex {
 
     #[inline(always)]
     fn route_once(&self, pool: &Pool, h: u64) -> Result<(u64, u64, u64)> {
-        let dir = pool.ld(self.root + IR_DIR)?;
-        let g = pool.ld(dir + ID_DEPTH)?;
-        if g > MAX_DEPTH {
-            return Err(bad_depth(g));
-        }
+        let c = self.dir_cache.load(Ordering::Acquire);
+        let (dir, g) = (c >> 5, c & 31);
         let seg = pool.ld(dir + ID_ENTRIES + 8 * dir_index(h, g))?;
         Ok((dir, g, seg))
     }
@@ -351,25 +360,27 @@ impl HashIndex {
         let t = tag(h);
         // Start the second bucket's miss now; it overlaps the first's.
         pool.prefetch(seg + 64 * b2);
-        for b in distinct(b1, b2) {
+        let mut b = b1;
+        loop {
             let base = seg + 64 * b;
             let line = pool.words::<8>(base)?;
             // All eight tags at once, without a branch per slot (which slot
             // holds the key is random, so such branches mispredict).
-            let mut v = [0u64; 8];
             let mut hits = 0u32;
-            for i in 0..8 {
-                v[i] = line[i].load(Ordering::Acquire);
-                hits |= ((v[i] >> 40 == t) as u32) << i;
+            for (i, w) in line.iter().enumerate() {
+                hits |= ((w.load(Ordering::Acquire) >> 40 == t) as u32) << i;
             }
             while hits != 0 {
                 let i = hits.trailing_zeros() as usize;
                 hits &= hits - 1;
-                // An empty slot has tag 0: a hit only if `t` is 0 too.
-                if v[i] == 0 {
+                let v = line[i].load(Ordering::Acquire);
+                // An empty slot has tag 0: a hit only if `t` is 0 too. A
+                // slot changed since the tag test is rechecked by the
+                // caller's validation; its new value is tested as it is.
+                if v == 0 || v >> 40 != t {
                     continue;
                 }
-                let obj = slot_obj(v[i]);
+                let obj = slot_obj(v);
                 if matches(obj)? {
                     return Ok(Some(Found {
                         slot: base + 8 * i as u64,
@@ -377,8 +388,11 @@ impl HashIndex {
                     }));
                 }
             }
+            if b == b2 {
+                return Ok(None);
+            }
+            b = b2;
         }
-        Ok(None)
     }
 
     /// Runs `f(segment)` with the segment for `h` locked shared and current;
@@ -743,6 +757,7 @@ impl HashIndex {
         crate::crash_point!("index.double.before_swap");
         pool.st(self.root + IR_DIR, nd)?;
         pool.persist(self.root + IR_DIR, 8);
+        self.dir_cache.store(nd << 5 | (g + 1), Ordering::Release);
         self.dir_ver.fetch_add(1, Ordering::AcqRel);
         // A lock-free reader still in the old directory re-validates against
         // `dir_ver` and retries, so the old one can go now (huge runs, used
@@ -880,7 +895,7 @@ mod stress {
             shard: 0,
         })
         .unwrap();
-        let ix = HashIndex::open(root, 1);
+        let ix = HashIndex::open(&pool, root, 1).unwrap();
         let key_of = |o: u64| pool.ld(o + 8).unwrap();
         std::thread::scope(|s| {
             for t in 0..4u64 {

@@ -58,14 +58,14 @@ impl LockTable {
     /// stripe in between. Unlike [`read`](Self::read) it writes nothing, so
     /// it has no locked instruction (which would order every later load
     /// behind every earlier one, this read's cache misses included).
-    #[inline]
+    #[inline(always)]
     pub fn read_begin(&self, key: u64) -> Option<u64> {
         let v = self.slots[self.stripe(key)].1.load(Ordering::Acquire);
         (v & 1 == 0).then_some(v)
     }
 
     /// True if no writer took `key`'s stripe since `read_begin` gave `v`.
-    #[inline]
+    #[inline(always)]
     pub fn read_valid(&self, key: u64, v: u64) -> bool {
         fence(Ordering::Acquire);
         self.slots[self.stripe(key)].1.load(Ordering::Relaxed) == v

@@ -9,7 +9,35 @@ use crate::list;
 use crate::locks::Mode;
 use crate::perm::{self, Owner, R, W, X};
 use crate::types::*;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Words of a file object before its name.
+const FILE_HEAD_WORDS: usize = (F_NAME / 8) as usize;
+
+/// A file's attributes from the head of its object, read once (callers
+/// validate).
+#[inline(always)]
+fn file_attr_words(w: &[AtomicU64; FILE_HEAD_WORDS]) -> Attr {
+    let at = |off: u64| w[(off / 8) as usize].load(Ordering::Acquire);
+    let mw = at(F_MODE);
+    let ow = at(F_OWNER);
+    let mode = mw as u16 as u32;
+    let v = at(F_SIZE);
+    let dev = matches!(mode & S_IFMT, S_IFCHR | S_IFBLK);
+    Attr {
+        ino: at(E_INO),
+        mode,
+        nlink: (mw >> 32) as u32,
+        uid: ow as u32,
+        gid: (ow >> 32) as u32,
+        size: if dev { 0 } else { v },
+        rdev: if dev { v } else { 0 },
+        atime: at(F_ATIME) as i64,
+        mtime: at(F_MTIME) as i64,
+        ctime: at(F_CTIME) as i64,
+        btime: at(E_BDTIME) as i64,
+    }
+}
 
 impl Engine {
     #[inline]
@@ -20,27 +48,7 @@ impl Engine {
     /// The attributes of file object `f`, read once (callers validate).
     #[inline(always)]
     fn read_file_attr(&self, f: u64) -> Result<Attr> {
-        // One bounds check for the whole header.
-        let w = self.pool.words::<{ (F_OWNER / 8 + 1) as usize }>(f)?;
-        let at = |off: u64| w[(off / 8) as usize].load(Ordering::Acquire);
-        let mw = at(F_MODE);
-        let ow = at(F_OWNER);
-        let mode = mw as u16 as u32;
-        let v = at(F_SIZE);
-        let dev = matches!(mode & S_IFMT, S_IFCHR | S_IFBLK);
-        Ok(Attr {
-            ino: at(E_INO),
-            mode,
-            nlink: (mw >> 32) as u32,
-            uid: ow as u32,
-            gid: (ow >> 32) as u32,
-            size: if dev { 0 } else { v },
-            rdev: if dev { v } else { 0 },
-            atime: at(F_ATIME) as i64,
-            mtime: at(F_MTIME) as i64,
-            ctime: at(F_CTIME) as i64,
-            btime: at(E_BDTIME) as i64,
-        })
+        Ok(file_attr_words(self.pool.words::<FILE_HEAD_WORDS>(f)?))
     }
 
     pub(crate) fn dir_attr(&self, access: u64, content: u64) -> Result<Attr> {
@@ -84,15 +92,20 @@ impl Engine {
     }
 
     /// Looks `name` up in directory `parent` (search permission needed).
+    ///
+    /// A stat's time is mostly two dependent cache misses (the name's index
+    /// bucket, then its object), so the bucket's miss starts first, before
+    /// anything that does not lead to it, and the directory checks overlap
+    /// it; nothing depends on their outcome, so their errors still come
+    /// first. What follows the object's miss is kept short (see
+    /// `lookup_unlocked`).
     pub fn lookup(&self, cred: &Cred, parent: u64, name: &[u8]) -> Result<Attr> {
-        // Start the name's cache misses (its index bucket, its lock stripe)
-        // first: the directory checks below overlap them. Nothing here
-        // depends on the checks' outcome, so their errors come first still.
         let h = hash::name_key(parent, name);
         let shard = self.shard_of(parent);
-        let index = &self.shards[shard as usize].name;
+        let route = self.shards[shard as usize]
+            .name
+            .prefetch_route(&self.pool, h);
         self.locks.prefetch(h);
-        let route = index.prefetch_route(&self.pool, h);
         let (access, content) = self.reader_dir(parent)?;
         perm::check(cred, self.dir_owner(access)?, X)?;
         match name {
@@ -103,9 +116,16 @@ impl Engine {
         if name.len() > NAME_MAX {
             return Err(Error::NameTooLong);
         }
-        if let Some(r) = self.lookup_unlocked(shard, h, route, parent, name) {
-            return r;
+        match self.lookup_unlocked(shard, h, route, parent, name) {
+            Some(r) => r,
+            None => self.lookup_locked(shard, h, parent, name),
         }
+    }
+
+    /// `lookup` under the name's lock: every case.
+    #[cold]
+    #[inline(never)]
+    fn lookup_locked(&self, shard: u32, h: u64, parent: u64, name: &[u8]) -> Result<Attr> {
         let link_target = {
             let _g = self.locks.read(h);
             let e = self
@@ -126,9 +146,11 @@ impl Engine {
     /// None for anything else — a writer on the stripe, another kind, an
     /// object being written, an error — and the caller takes the lock.
     ///
-    /// Besides sparing the lock's two locked instructions, this keeps the
-    /// call's tail short: a caller's next lookup can then start its bucket
-    /// miss while this one's object miss is still under way.
+    /// Each candidate object is read once, with one bounds check for its
+    /// header and name: its state, name and attributes, then its state
+    /// again (a writer inside it or one that came in meanwhile sends the
+    /// caller to the lock too). Everything after the object's cache miss is
+    /// on the critical path of a stat, so this path is kept short.
     #[inline]
     fn lookup_unlocked(
         &self,
@@ -139,18 +161,43 @@ impl Engine {
         name: &[u8],
     ) -> Option<Result<Attr>> {
         let v = self.locks.read_begin(h)?;
-        let r = match self.find_name_routed(shard, h, route, parent, name).ok()? {
-            None => Err(Error::NotFound),
-            Some(e) if st_kind(self.pool.ld(e).ok()?) == K_FILE => Ok(self
-                .stable_once(
-                    e,
-                    #[inline(always)]
-                    || self.read_file_attr(e),
-                )
-                .ok()??),
-            Some(_) => return None,
-        };
-        self.locks.read_valid(h, v).then_some(r)
+        let p = &self.pool;
+        let words = (F_NAME as usize + name.len()).div_ceil(8);
+        let mut file = None;
+        let found = self.shards[shard as usize]
+            .name
+            .lookup_routed(p, h, route, &mut |o| {
+                let Some((w, name_words)) = p.word_slice(o, words)?.split_first_chunk() else {
+                    return Ok(false);
+                };
+                let at = |off: u64| w[(off / 8) as usize].load(Ordering::Acquire);
+                let s = at(0);
+                if st_kind(s) != K_FILE {
+                    // A match of another kind sends the caller to the lock.
+                    return self.entry_matches(o, parent, name);
+                }
+                let st = st_status(s);
+                if st == S_FREE
+                    || st == S_DETACHED
+                    || at(E_PARENT) != parent
+                    || (at(F_MODE) >> 16) as u8 as usize != name.len()
+                    || !crate::pool::words_eq(name_words, name)
+                {
+                    return Ok(false);
+                }
+                file = Some((w, s));
+                Ok(true)
+            })
+            .ok()?;
+        if found.is_none() {
+            return self.locks.read_valid(h, v).then_some(Err(Error::NotFound));
+        }
+        let (w, s) = file?;
+        if (s >> 16) & 1 == 1 {
+            return None;
+        }
+        let a = file_attr_words(w);
+        (w[0].load(Ordering::Acquire) == s && self.locks.read_valid(h, v)).then_some(Ok(a))
     }
 
     /// Looks up many names in one call, as the server executes a batch of

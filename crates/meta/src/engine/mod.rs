@@ -189,7 +189,7 @@ impl Engine {
         pool.st(H_TS_LIMIT, t as u64)?;
         pool.persist(0, HEADER_SIZE);
         let ino_root = pool.ld(shard_roots(rs).1)?;
-        let ix = HashIndex::open(ino_root, 1);
+        let ix = HashIndex::open(&pool, ino_root, 1)?;
         let mut m = IxMem {
             pool: &pool,
             alloc: &alloc,
@@ -280,8 +280,8 @@ impl Engine {
                 }
             }
             shards.push(Shard {
-                name: HashIndex::open(n, epoch),
-                ino: HashIndex::open(i, epoch),
+                name: HashIndex::open(&pool, n, epoch)?,
+                ino: HashIndex::open(&pool, i, epoch)?,
             });
         }
         let block_size = pool.ld(H_BLOCK_SIZE)?;
@@ -399,6 +399,12 @@ impl Engine {
         if w & 1 == 1 && w >> 7 == ino {
             return (w >> 1) as u32 & 63;
         }
+        self.shard_slow(ino, k, slot)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn shard_slow(&self, ino: u64, k: u64, slot: &AtomicU64) -> u32 {
         let s = hash::jump(k, self.nshards);
         if ino >> 57 == 0 {
             slot.store(ino << 7 | (s as u64) << 1 | 1, Ordering::Relaxed);

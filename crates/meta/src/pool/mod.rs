@@ -75,6 +75,24 @@ fn prefetch_ptr(p: *const u8) {
     unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8) }
 }
 
+/// Do the words `w` (pool words, little-endian) begin with the bytes
+/// `want`? Bytes after `want` in its last word are ignored. `w` holds at
+/// least `want.len().div_ceil(8)` words.
+#[inline(always)]
+pub fn words_eq(w: &[AtomicU64], want: &[u8]) -> bool {
+    let mut w = w.iter().map(|x| x.load(Ordering::Acquire));
+    for c in want.chunks_exact(8) {
+        let c: [u8; 8] = c.try_into().unwrap_or_default();
+        if w.next() != Some(u64::from_le_bytes(c)) {
+            return false;
+        }
+    }
+    let r = want.len() % 8;
+    r == 0
+        || w.next()
+            .is_some_and(|v| (v ^ crate::hash::tail_word(want)) & ((1u64 << (8 * r)) - 1) == 0)
+}
+
 impl Pool {
     /// Creates a new pool file of `initial` bytes (rounded up) at `path`.
     /// Fails if the file exists.
@@ -273,6 +291,11 @@ impl Pool {
         Ok(unsafe { &*(self.base.add(o) as *const AtomicU64) })
     }
 
+    /// Checks that `[off, off+len)` is inside the mapping.
+    pub fn check_range(&self, off: u64, len: u64) -> Result<()> {
+        self.check(off, len, 1).map(|_| ())
+    }
+
     /// The `N` words from `off` (8-byte aligned, inside the mapping), with
     /// one bounds check.
     #[inline(always)]
@@ -283,6 +306,15 @@ impl Pool {
         Ok(unsafe { &*(self.base.add(o) as *const [AtomicU64; N]) })
     }
 
+    /// The `n` words from `off` (8-byte aligned, inside the mapping), with
+    /// one bounds check.
+    #[inline(always)]
+    pub fn word_slice(&self, off: u64, n: usize) -> Result<&[AtomicU64]> {
+        let o = self.check(off, 8 * n as u64, 8)?;
+        // SAFETY: as for `words`.
+        Ok(unsafe { std::slice::from_raw_parts(self.base.add(o) as *const AtomicU64, n) })
+    }
+
     /// The 16-byte aligned pair at `off`, for 16-byte compare-and-swap.
     #[inline]
     pub fn u128(&self, off: u64) -> Result<&AtomicU128> {
@@ -291,13 +323,12 @@ impl Pool {
         Ok(unsafe { &*(self.base.add(o) as *const AtomicU128) })
     }
 
-    /// Hints the CPU to bring the cache line at `off` in (no effect if `off`
-    /// is outside the mapping).
-    #[inline]
+    /// Hints the CPU to bring the cache line at `off` in. Needs no bounds
+    /// check: a prefetch never faults, and one outside the mapping (a
+    /// corrupt offset) only wastes a little memory bandwidth.
+    #[inline(always)]
     pub fn prefetch(&self, off: u64) {
-        if off < self.mapped.load(Ordering::Relaxed) as u64 {
-            prefetch_ptr(self.base.wrapping_add(off as usize));
-        }
+        prefetch_ptr(self.base.wrapping_add(off as usize));
     }
 
     /// Prefers NUMA node `node` for the pages of `[off, off+len)` (called
@@ -360,22 +391,10 @@ impl Pool {
     /// bounds check.
     #[inline(always)]
     pub fn bytes_eq(&self, off: u64, want: &[u8]) -> Result<bool> {
-        let o = self.check(off, 8 * want.len().div_ceil(8) as u64, 8)?;
-        let word = |i: usize| self.word_at(o + 8 * i).load(Ordering::Acquire);
-        let (mut rest, mut i) = (want, 0);
-        while let Some((w, tail)) = rest.split_first_chunk::<8>() {
-            if word(i) != u64::from_le_bytes(*w) {
-                return Ok(false);
-            }
-            (rest, i) = (tail, i + 1);
-        }
-        if rest.is_empty() {
-            return Ok(true);
-        }
-        let mut x = [0u8; 8];
-        x[..rest.len()].copy_from_slice(rest);
-        let mask = (1u64 << (8 * rest.len())) - 1;
-        Ok((word(i) ^ u64::from_le_bytes(x)) & mask == 0)
+        Ok(words_eq(
+            self.word_slice(off, want.len().div_ceil(8))?,
+            want,
+        ))
     }
 
     /// Writes `data` at `off` (8-byte aligned) with word-sized atomic stores,
