@@ -93,6 +93,58 @@ trait Target: Sync {
     fn finish(&self, _th: usize) -> Result<()> {
         Ok(())
     }
+    /// Runs `kind` on every name of `names` in directory `dir`, `depth`
+    /// per call to [`batch`](Self::batch). Compiled for each target: a
+    /// phase makes one dynamic call, and every operation a direct one (a
+    /// dynamic call and its frame per operation cost an in-process stat a
+    /// tenth of its rate).
+    fn run_names(
+        &self,
+        th: usize,
+        kind: Kind,
+        dir: u64,
+        depth: usize,
+        names: &NameList,
+    ) -> Result<u64> {
+        let mut buf: Vec<&[u8]> = Vec::with_capacity(depth);
+        let mut samples = Vec::new();
+        let mut it = names.iter();
+        let (mut calls, mut done) = (0u64, 0u64);
+        loop {
+            // The names of one call. A single name is passed as a
+            // one-element slice of a local: pushing it into a vector and
+            // clearing that again on every call put a chain through memory
+            // from each call to the next, which cost an in-process stat
+            // tens of ns (a quarter of its time) and a system call almost
+            // nothing.
+            let one: &[u8];
+            let call: &[&[u8]] = if depth == 1 {
+                let Some(n) = it.next() else { break };
+                one = n;
+                std::slice::from_ref(&one)
+            } else {
+                buf.clear();
+                buf.extend(it.by_ref().take(depth));
+                if buf.is_empty() {
+                    break;
+                }
+                &buf
+            };
+            sampled(calls, &mut samples, || self.batch(th, kind, dir, call))?;
+            calls += 1;
+            let before = done;
+            done += call.len() as u64;
+            if done / 4096 != before / 4096 {
+                PROGRESS.fetch_add(
+                    done / 4096 * 4096 - before / 4096 * 4096,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+            }
+        }
+        self.finish(th)?;
+        keep_samples(samples);
+        Ok(done)
+    }
     /// True if the target has a `noop` (a transport ceiling).
     fn has_noop(&self) -> bool {
         false
@@ -1023,57 +1075,8 @@ fn run_items(
     timed_with(
         threads,
         &|th| NameList::new(prefix, th, count, order),
-        &|th, names| run_names(t, dirs[th], depth, kind, &names, th),
+        &|th, names| t.run_names(th, kind, dirs[th], depth, &names),
     )
-}
-
-/// Runs `kind` on every name of `names` in directory `dir`, `depth` per
-/// call to the target.
-fn run_names(
-    t: &dyn Target,
-    dir: u64,
-    depth: usize,
-    kind: Kind,
-    names: &NameList,
-    th: usize,
-) -> Result<u64> {
-    let mut buf: Vec<&[u8]> = Vec::with_capacity(depth);
-    let mut samples = Vec::new();
-    let mut it = names.iter();
-    let (mut calls, mut done) = (0u64, 0u64);
-    loop {
-        // The names of one call. A single name is passed as a one-element
-        // slice of a local: pushing it into a vector and clearing that
-        // again on every call put a chain through memory from each call to
-        // the next, which cost an in-process stat tens of ns (a quarter of
-        // its time) and a system call almost nothing.
-        let one: &[u8];
-        let call: &[&[u8]] = if depth == 1 {
-            let Some(n) = it.next() else { break };
-            one = n;
-            std::slice::from_ref(&one)
-        } else {
-            buf.clear();
-            buf.extend(it.by_ref().take(depth));
-            if buf.is_empty() {
-                break;
-            }
-            &buf
-        };
-        sampled(calls, &mut samples, || t.batch(th, kind, dir, call))?;
-        calls += 1;
-        let before = done;
-        done += call.len() as u64;
-        if done / 4096 != before / 4096 {
-            PROGRESS.fetch_add(
-                done / 4096 * 4096 - before / 4096 * 4096,
-                std::sync::atomic::Ordering::Relaxed,
-            );
-        }
-    }
-    t.finish(th)?;
-    keep_samples(samples);
-    Ok(done)
 }
 
 /// Runs `f(thread)` on `n` threads started together; returns wall seconds
