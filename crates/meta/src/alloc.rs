@@ -88,6 +88,10 @@ impl std::ops::Index<usize> for SegStates {
 /// Per-context allocation state (DRAM).
 pub struct AllocCache {
     cur: Vec<u32>,
+    /// Per current segment: the bitmap word its last allocation came from,
+    /// where the next search starts (a search from the first word costs a
+    /// create tens of words once the segment fills up).
+    word: Vec<u32>,
 }
 
 /// The allocator's shared DRAM state.
@@ -125,6 +129,7 @@ impl Allocator {
     pub fn cache(&self) -> AllocCache {
         AllocCache {
             cur: vec![NONE; self.shards as usize * SMALL_CLASSES],
+            word: vec![0; self.shards as usize * SMALL_CLASSES],
         }
     }
 
@@ -136,18 +141,21 @@ impl Allocator {
             loop {
                 let seg = cache.cur[i];
                 if seg != NONE {
-                    if let Some(off) = self.take_slot(pool, seg as u64, class)? {
+                    let from = cache.word[i] as u64;
+                    if let Some((off, w)) = self.take_slot(pool, seg as u64, class, from)? {
+                        cache.word[i] = w as u32;
                         break off;
                     }
                     self.release(pool, seg, shard, class);
                 }
                 cache.cur[i] = self.get_segment(pool, shard, class)?;
+                cache.word[i] = 0;
             }
         } else {
             let mut cur = self.medium[class].lock();
             loop {
                 if *cur != NONE {
-                    if let Some(off) = self.take_slot(pool, *cur as u64, class)? {
+                    if let Some((off, _)) = self.take_slot(pool, *cur as u64, class, 0)? {
                         break off;
                     }
                     self.release(pool, *cur, 0, class);
@@ -159,10 +167,20 @@ impl Allocator {
         Ok(off)
     }
 
-    fn take_slot(&self, pool: &Pool, seg: u64, class: usize) -> Result<Option<u64>> {
+    /// Takes a free slot of `seg`, searching the bitmap from word `from`
+    /// to the end and then from the start. Returns (offset, bitmap word).
+    fn take_slot(
+        &self,
+        pool: &Pool,
+        seg: u64,
+        class: usize,
+        from: u64,
+    ) -> Result<Option<(u64, u64)>> {
         let (n, data) = geometry(class);
         let base = seg_off(seg);
-        for w in 0..n.div_ceil(64) {
+        let words = n.div_ceil(64);
+        let from = from.min(words);
+        for w in (from..words).chain(0..from) {
             let word = pool.u64(base + SG_BITMAP + 8 * w)?;
             let mut cur = word.load(Ordering::Acquire);
             loop {
@@ -184,7 +202,7 @@ impl Allocator {
                 ) {
                     Ok(_) => {
                         pool.persist(base + SG_BITMAP + 8 * w, 8);
-                        return Ok(Some(base + data + slot * CLASSES[class] as u64));
+                        return Ok(Some((base + data + slot * CLASSES[class] as u64, w)));
                     }
                     Err(now) => cur = now,
                 }

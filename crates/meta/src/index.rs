@@ -438,19 +438,22 @@ impl HashIndex {
             pool,
             h,
             &mut |seg| {
-                let order = if free_slots(pool, seg, b2)? > free_slots(pool, seg, b1)? {
-                    [b2, b1]
+                let (l1, l2) = (
+                    pool.words::<8>(seg + 64 * b1)?,
+                    pool.words::<8>(seg + 64 * b2)?,
+                );
+                let order = if free_slots(l2) > free_slots(l1) {
+                    [(b2, l2), (b1, l1)]
                 } else {
-                    [b1, b2]
+                    [(b1, l1), (b2, l2)]
                 };
-                for b in order {
-                    for i in 0..BUCKET_SLOTS {
-                        let at = seg + 64 * b + 8 * i;
-                        let w = pool.u64(at)?;
+                for (b, line) in order {
+                    for (i, w) in line.iter().enumerate() {
                         if w.load(Ordering::Acquire) == 0
                             && w.compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire)
                                 .is_ok()
                         {
+                            let at = seg + 64 * b + 8 * i as u64;
                             pool.persist(at, 8);
                             return Ok(Some(at));
                         }
@@ -494,9 +497,25 @@ impl HashIndex {
             }
             Ok(None)
         };
-        let mut nodes: Vec<(u64, usize, u64)> = vec![(b1, usize::MAX, 0), (b2, usize::MAX, 0)];
+        // A fixed array and a bitmap of the buckets already in it: no heap
+        // allocation, and no scan of the nodes for each candidate.
+        // (A node's slots may take the count up to BUCKET_SLOTS - 1 past
+        // the limit before the search stops.)
+        let mut nodes = [(0u64, usize::MAX, 0u64); MAX_DISPLACE_NODES + BUCKET_SLOTS as usize];
+        let mut seen = [0u64; (ISEG_BUCKETS as usize + 1).div_ceil(64)];
+        let mut mark = |b: u64| -> bool {
+            let (w, bit) = ((b / 64) as usize, 1u64 << (b % 64));
+            let new = seen[w] & bit == 0;
+            seen[w] |= bit;
+            new
+        };
+        nodes[0].0 = b1;
+        nodes[1].0 = b2;
+        mark(b1);
+        mark(b2);
+        let mut len = 2;
         let mut i = 0;
-        while i < nodes.len() && nodes.len() < MAX_DISPLACE_NODES {
+        while i < len && len < MAX_DISPLACE_NODES {
             let (b, _, _) = nodes[i];
             // The node's entries' other buckets are random lines of the
             // segment: start all their misses before checking any.
@@ -507,14 +526,15 @@ impl HashIndex {
             for s in 0..BUCKET_SLOTS {
                 let v = pool.ld(seg + 64 * b + 8 * s)?;
                 let a = phys(alt(b - 1, v >> 40));
-                if a == b || nodes.iter().any(|n| n.0 == a) {
+                if a == b || !mark(a) {
                     continue;
                 }
-                nodes.push((a, i, s));
+                nodes[len] = (a, i, s);
+                len += 1;
                 let Some(free) = free_in(a)? else { continue };
                 // Move each entry of the chain one step, from the end.
                 st.ver.fetch_add(1, Ordering::AcqRel);
-                let (mut node, mut dst) = (nodes.len() - 1, seg + 64 * a + 8 * free);
+                let (mut node, mut dst) = (len - 1, seg + 64 * a + 8 * free);
                 while nodes[node].1 != usize::MAX {
                     let (_, parent, slot) = nodes[node];
                     let src = seg + 64 * nodes[parent].0 + 8 * slot;
@@ -827,14 +847,10 @@ fn distinct(b1: u64, b2: u64) -> impl Iterator<Item = u64> {
     [b1, b2].into_iter().take(if b1 == b2 { 1 } else { 2 })
 }
 
-fn free_slots(pool: &Pool, seg: u64, b: u64) -> Result<u64> {
-    let mut n = 0;
-    for i in 0..BUCKET_SLOTS {
-        if pool.ld(seg + 64 * b + 8 * i)? == 0 {
-            n += 1;
-        }
-    }
-    Ok(n)
+fn free_slots(line: &[AtomicU64; 8]) -> usize {
+    line.iter()
+        .filter(|w| w.load(Ordering::Acquire) == 0)
+        .count()
 }
 
 /// True if the entry `v` of a segment at depth `l` belongs to its upper half.

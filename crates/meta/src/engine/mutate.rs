@@ -161,7 +161,7 @@ impl Engine {
         name: &[u8],
     ) -> Result<(u64, u64, crate::locks::Guard<'_>)> {
         loop {
-            let (access, content) = self.open_dir(parent)?;
+            let (access, content) = self.reader_dir(parent)?;
             let g = self.locks.lock(&[
                 (hash::ino_key(parent), Mode::Read),
                 (hash::name_key(parent, name), Mode::Write),
