@@ -42,13 +42,7 @@ fn file_attr_words(w: &[AtomicU64; FILE_HEAD_WORDS]) -> Attr {
 impl Engine {
     #[inline]
     pub(crate) fn file_attr(&self, f: u64) -> Result<Attr> {
-        self.stable(f, || self.read_file_attr(f))
-    }
-
-    /// The attributes of file object `f`, read once (callers validate).
-    #[inline(always)]
-    fn read_file_attr(&self, f: u64) -> Result<Attr> {
-        Ok(file_attr_words(self.pool.words::<FILE_HEAD_WORDS>(f)?))
+        self.stable(f, || Ok(file_attr_words(self.pool.words(f)?)))
     }
 
     pub(crate) fn dir_attr(&self, access: u64, content: u64) -> Result<Attr> {
@@ -129,7 +123,7 @@ impl Engine {
         let link_target = {
             let _g = self.locks.read(h);
             let e = self
-                .find_name_routed(shard, h, None, parent, name)?
+                .find_name_in(shard, h, parent, name)?
                 .ok_or(Error::NotFound)?;
             match st_kind(self.pool.ld(e)?) {
                 K_FILE => return self.file_attr(e),

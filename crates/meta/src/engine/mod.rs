@@ -517,25 +517,21 @@ impl Engine {
     /// Finds the entry (parent, name) in the name index.
     pub(crate) fn find_name(&self, parent: u64, name: &[u8]) -> Result<Option<u64>> {
         let h = hash::name_key(parent, name);
-        self.find_name_routed(self.shard_of(parent), h, None, parent, name)
+        self.find_name_in(self.shard_of(parent), h, parent, name)
     }
 
-    /// `find_name` with the key's hash and the parent's shard known, from
-    /// the route `prefetch_route` gave (if any).
+    /// `find_name` with the key's hash and the parent's shard known.
     #[inline]
-    pub(crate) fn find_name_routed(
+    pub(crate) fn find_name_in(
         &self,
         shard: u32,
         h: u64,
-        route: Option<crate::index::Route>,
         parent: u64,
         name: &[u8],
     ) -> Result<Option<u64>> {
         Ok(self.shards[shard as usize]
             .name
-            .lookup_routed(&self.pool, h, route, &mut |o| {
-                self.entry_matches(o, parent, name)
-            })?
+            .lookup(&self.pool, h, &mut |o| self.entry_matches(o, parent, name))?
             .map(|f| f.obj))
     }
 
@@ -667,28 +663,16 @@ impl Engine {
     /// so its write sequence) is unchanged around it.
     /// A writer that died mid-write (odd sequence from an older epoch) no
     /// longer blocks readers; a sequence that stays odd too long is reported.
-    #[inline(always)]
+    #[inline]
     pub(crate) fn stable<T>(&self, o: u64, mut f: impl FnMut() -> Result<T>) -> Result<T> {
-        match self.stable_once(o, &mut f)? {
-            Some(v) => Ok(v),
-            None => self.stable_slow(o, f),
-        }
-    }
-
-    /// One attempt of `stable`: None if a writer was in the object (or came
-    /// in meanwhile).
-    #[inline(always)]
-    pub(crate) fn stable_once<T>(
-        &self,
-        o: u64,
-        f: impl FnOnce() -> Result<T>,
-    ) -> Result<Option<T>> {
         let s1 = self.pool.ld(o)?;
-        if (s1 >> 16) & 1 == 1 {
-            return Ok(None);
+        if (s1 >> 16) & 1 == 0 {
+            let v = f()?;
+            if self.pool.ld(o)? == s1 {
+                return Ok(v);
+            }
         }
-        let v = f()?;
-        Ok((self.pool.ld(o)? == s1).then_some(v))
+        self.stable_slow(o, f)
     }
 
     #[cold]
