@@ -86,6 +86,9 @@ impl std::ops::Index<usize> for SegStates {
 }
 
 /// Per-context allocation state (DRAM).
+/// Room the pool keeps mapped beyond the last claimed segment.
+const GROW_AHEAD: u64 = 8 << 20;
+
 pub struct AllocCache {
     cur: Vec<u32>,
     /// Per current segment: the bitmap word its last allocation came from,
@@ -296,7 +299,8 @@ impl Allocator {
         Ok(None)
     }
 
-    /// Claims `n` contiguous never-used segments, growing the pool if needed.
+    /// Claims `n` contiguous never-used segments, growing the pool if needed
+    /// (and [`GROW_AHEAD`] beyond).
     fn claim(&self, pool: &Pool, n: u64) -> Result<u64> {
         if n == 1 {
             if let Some(seg) = self.fresh.lock().pop() {
@@ -307,10 +311,23 @@ impl Allocator {
         let next = pool.u64(H_SEG_NEXT)?;
         let seg = next.load(Ordering::Acquire);
         let end = seg_off(seg + n);
-        if end > pool.len() {
-            pool.grow_to(end)?;
-            pool.st(H_POOL_LEN, pool.len())?;
-            pool.persist(H_POOL_LEN, 8);
+        if end.saturating_add(GROW_AHEAD) > pool.len() {
+            let before = pool.len();
+            // Grow before the space is needed: the huge-page worker then
+            // makes the new extent huge pages while nothing uses it. Space
+            // first touched by an allocation is faulted in 4 KiB pages and
+            // later copied into a huge page while its users wait.
+            match pool.grow_to(end.saturating_add(GROW_AHEAD)) {
+                Ok(_) => {}
+                Err(Error::NoSpace) => {
+                    pool.grow_to(end)?;
+                }
+                Err(e) => return Err(e),
+            }
+            if pool.len() != before {
+                pool.st(H_POOL_LEN, pool.len())?;
+                pool.persist(H_POOL_LEN, 8);
+            }
         }
         if seg + n > self.seg_state.len() as u64 {
             return Err(Error::NoSpace);

@@ -136,19 +136,28 @@ fn kernel_collapses_shmem(dir: &std::path::Path) -> bool {
     }
 }
 
+/// A fresh pool on tmpfs with directory "d" in it, where the kernel can
+/// collapse tmpfs pages into huge pages; None (test skipped) elsewhere.
+fn huge_pool(name: &str) -> Option<(Scratch, Engine, u64)> {
+    let s = Scratch::new(name);
+    if !s.path.starts_with("/dev/shm") || !kernel_collapses_shmem(&s.path) {
+        eprintln!("skipped: no tmpfs with MADV_COLLAPSE here");
+        return None;
+    }
+    let e = Engine::format(&s.pool(), &Config::default()).unwrap();
+    let d = e.mkdir(&Cred::root(), ROOT_INO, b"d", 0o755).unwrap().ino;
+    Some((s, e, d))
+}
+
 /// A pool on tmpfs moves onto 2 MiB pages in the background while it is
 /// being filled (including the extents growth maps), and nothing in it
 /// changes on the way.
 #[test]
 fn pool_on_tmpfs_moves_to_huge_pages() {
-    let s = Scratch::new("huge");
-    if !s.path.starts_with("/dev/shm") || !kernel_collapses_shmem(&s.path) {
-        eprintln!("skipped: no tmpfs with MADV_COLLAPSE here");
+    let Some((s, e, d)) = huge_pool("huge") else {
         return;
-    }
-    let e = Engine::format(&s.pool(), &Config::default()).unwrap();
+    };
     let r = Cred::root();
-    let d = e.mkdir(&r, ROOT_INO, b"d", 0o755).unwrap().ino;
     let inos: Vec<u64> = (0..60_000u32)
         .map(|i| {
             e.create(&r, d, format!("file-{i:08}").as_bytes(), 0o644)
@@ -178,4 +187,43 @@ fn pool_on_tmpfs_moves_to_huge_pages() {
     let e = Engine::open(&s.pool()).unwrap();
     assert_eq!(e.lookup(&r, d, b"file-00000007").unwrap().ino, inos[7]);
     assert_eq!(e.readdir(&r, d, 0, 100_000).unwrap().len(), inos.len());
+}
+
+/// Minor page faults taken by the calling thread so far.
+fn thread_faults() -> i64 {
+    // SAFETY: getrusage fills the zeroed struct we own.
+    unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::getrusage(libc::RUSAGE_THREAD, &mut u), 0);
+        u.ru_minflt
+    }
+}
+
+/// The pool grows ahead of its use and the background worker makes each
+/// grown extent one huge page while it is still empty, so a thread filling
+/// the pool does not fault it in 4 KiB at a time (and then wait while the
+/// worker copies those pages into a huge page).
+#[test]
+fn grown_extents_are_huge_before_use() {
+    let Some((s, e, d)) = huge_pool("huge-ahead") else {
+        return;
+    };
+    let r = Cred::root();
+    let start = e.statfs().unwrap().pool_bytes;
+    let faults = thread_faults();
+    for i in 0..200_000u32 {
+        e.create(&r, d, format!("file-{i:08}").as_bytes(), 0o644)
+            .unwrap();
+    }
+    let faults = thread_faults() - faults;
+    let grown = e.statfs().unwrap().pool_bytes - start;
+    let pages = grown as i64 / 4096;
+    assert!(grown >= 16 << 20, "pool grew only {grown} bytes");
+    eprintln!("{faults} page faults while the pool grew by {pages} pages");
+    // Filling 4 KiB pages would take one fault per page grown (less the
+    // part grown ahead); huge pages take one per 2 MiB.
+    assert!(
+        faults * 10 < pages,
+        "{faults} page faults while the pool grew by {pages} pages"
+    );
 }

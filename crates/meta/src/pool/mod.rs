@@ -533,15 +533,21 @@ fn collapse_loop(
                 }
                 // A grown extent nobody uses yet: make it a huge page now,
                 // while it is empty, so that no writer waits for it later.
-                // The kernel wants its pages in memory: bring each in with
-                // an atomic no-op (a word here may be taken by an
-                // allocation at any moment).
-                for page in (off..off + HUGE).step_by(4096) {
-                    // SAFETY: inside the live mapping, 8-aligned; all access
-                    // to pool memory is atomic and `fetch_or(0)` changes
-                    // nothing.
-                    unsafe { &*((base + page) as *const AtomicU64) }.fetch_or(0, Ordering::Relaxed);
-                }
+                // The kernel refuses a range with no page at all and fills
+                // the holes of one that has some, so the first page is
+                // brought in, writable, without writing anything (a word
+                // there may be taken by an allocation at any moment). An
+                // atomic no-op store does not do it: the compiler turns an
+                // idempotent read-modify-write into a plain load.
+                // SAFETY: advice on a page inside the live mapping; it
+                // changes no contents.
+                unsafe {
+                    libc::madvise(
+                        (base + off) as *mut libc::c_void,
+                        4096,
+                        libc::MADV_POPULATE_WRITE,
+                    )
+                };
             }
             match collapse(off) {
                 Ok(()) => {
