@@ -732,8 +732,13 @@ impl HashIndex {
 
     /// Objects that crash repair found unreferenced (abandoned split
     /// segments); the caller frees them with an allocation context.
+    /// Every mutation asks, so the common answer (none) is a plain load: a
+    /// swap would write the flag's cache line on every call, from every
+    /// thread, and move it between cores each time.
     pub fn take_pending_frees(&self) -> Vec<u64> {
-        if !self.has_pending.swap(false, Ordering::AcqRel) {
+        if !self.has_pending.load(Ordering::Acquire)
+            || !self.has_pending.swap(false, Ordering::AcqRel)
+        {
             return Vec::new();
         }
         std::mem::take(&mut *self.pending_free.lock())

@@ -205,7 +205,7 @@ fn thread_faults() -> i64 {
 /// worker copies those pages into a huge page).
 #[test]
 fn grown_extents_are_huge_before_use() {
-    let Some((s, e, d)) = huge_pool("huge-ahead") else {
+    let Some((_s, e, d)) = huge_pool("huge-ahead") else {
         return;
     };
     let r = Cred::root();

@@ -27,7 +27,7 @@ use crate::types::*;
 use ctx::{Ctx, CtxPool};
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Options for formatting a new pool.
@@ -83,6 +83,9 @@ pub struct Engine {
     id: u64,
     pub(crate) rename_lock: Mutex<()>,
     poison: Mutex<Option<String>>,
+    /// Set once `poison` holds a reason: writers check it with a load, not
+    /// by locking the mutex (a write to a line every thread shares).
+    poisoned: AtomicBool,
     path: PathBuf,
     pub(crate) root_access: u64,
     pub(crate) open_stats: OpenStats,
@@ -318,6 +321,7 @@ impl Engine {
             id: NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed),
             rename_lock: Mutex::new(()),
             poison: Mutex::new(None),
+            poisoned: AtomicBool::new(false),
             path: path.to_path_buf(),
             root_access,
             open_stats: OpenStats {
@@ -412,7 +416,11 @@ impl Engine {
         s
     }
 
+    #[inline]
     pub(crate) fn check_writable(&self) -> Result<()> {
+        if !self.poisoned.load(Ordering::Acquire) {
+            return Ok(());
+        }
         match &*self.poison.lock() {
             Some(why) => Err(Error::Poisoned(why.clone())),
             None => Ok(()),
@@ -424,6 +432,7 @@ impl Engine {
         let mut p = self.poison.lock();
         if p.is_none() {
             *p = Some(why.clone());
+            self.poisoned.store(true, Ordering::Release);
         }
         Error::Poisoned(why)
     }
