@@ -86,6 +86,20 @@ pub struct HashIndex {
     has_pending: std::sync::atomic::AtomicBool,
 }
 
+/// One round of waiting for a split or a doubling that another thread is
+/// doing: a short spin, then giving the processor away. A thread that
+/// only spun could burn its whole time slice while the one it waits for
+/// is not running (more threads than cores, or a preempted virtual CPU).
+#[inline]
+fn relax(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 64 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
 /// Where a key lives, as read under directory version `dv` (unvalidated).
 #[derive(Clone, Copy, Debug)]
 pub struct Route {
@@ -233,12 +247,13 @@ impl HashIndex {
     }
 
     fn wait_dir(&self) -> u64 {
+        let mut spins = 0;
         loop {
             let v = self.dir_ver.load(Ordering::Acquire);
             if v & 1 == 0 {
                 return v;
             }
-            std::hint::spin_loop();
+            relax(&mut spins);
         }
     }
 
@@ -310,6 +325,7 @@ impl HashIndex {
     where
         M: FnMut(u64) -> Result<bool> + ?Sized,
     {
+        let mut spins = 0;
         loop {
             // One unvalidated route: everything read below is validated
             // against `dv` at the end (an error on a stale directory retries).
@@ -331,7 +347,7 @@ impl HashIndex {
             let st = self.stripe(seg);
             let sv = st.ver.load(Ordering::Acquire);
             if sv & 1 == 1 {
-                std::hint::spin_loop();
+                relax(&mut spins);
                 continue;
             }
             let split = pool.ld(seg + IS_SPLIT);
