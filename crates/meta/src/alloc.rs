@@ -85,10 +85,10 @@ impl std::ops::Index<usize> for SegStates {
     }
 }
 
-/// Per-context allocation state (DRAM).
 /// Room the pool keeps mapped beyond the last claimed segment.
 const GROW_AHEAD: u64 = 8 << 20;
 
+/// Per-context allocation state (DRAM).
 pub struct AllocCache {
     cur: Vec<u32>,
     /// Per current segment: the bitmap word its last allocation came from,
