@@ -46,7 +46,9 @@ OPTIONS:
     --prefix-every K    K consecutive names share their first N-16 bytes
                         (HMFS §5.8 naming pattern; default 1: no sharing)
     --stat-order O      random (default) or create (creation order)
-    --iterations N      run everything N times; the table shows medians
+    --iterations N      run everything N times; the table shows medians,
+                        the scaling line the median of each iteration's
+                        ratio
     --overhead          also time a hand-written loop of engine creates and
                         stats (same names and order) to show the tool's cost
     --mix NAME          also run a production operation mix (HMFS Table 5):
@@ -1716,22 +1718,45 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
         }
         println!();
     }
-    for thr in &o.threads {
-        if let (Some(a), Some(b)) = (
-            rows.iter().find(|r| {
-                r.target == 0 && r.threads == 1 && r.layout == "shared" && r.phase == "create"
-            }),
-            rows.iter().find(|r| {
-                r.target == 0 && r.threads == *thr && r.layout == "shared" && r.phase == "create"
-            }),
-        ) {
-            if *thr > 1 {
-                println!(
-                    "scaling, {}: shared-directory create with {thr} threads = {:.2}x one thread",
-                    labels[0],
-                    (b.ops as f64 / b.secs) / (a.ops as f64 / a.secs)
-                );
-            }
+    // Scaling: each iteration's many-thread rate over the same iteration's
+    // one-thread rate (measured seconds apart, so a host that slows down
+    // or speeds up between iterations moves both), then the median.
+    let shared_create = |thr: usize| -> Vec<f64> {
+        rows.iter()
+            .filter(|r| {
+                r.target == 0 && r.threads == thr && r.layout == "shared" && r.phase == "create"
+            })
+            .map(|r| r.ops as f64 / r.secs)
+            .collect()
+    };
+    let one = shared_create(1);
+    for &thr in o.threads.iter().filter(|&&t| t > 1) {
+        let mut ratios: Vec<f64> = one
+            .iter()
+            .zip(shared_create(thr))
+            .map(|(a, b)| b / a)
+            .collect();
+        if ratios.is_empty() {
+            continue;
+        }
+        let each = ratios
+            .iter()
+            .map(|r| format!("{r:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        ratios.sort_by(|a, b| a.total_cmp(b));
+        let med = ratios[ratios.len() / 2];
+        if ratios.len() > 1 {
+            println!(
+                "scaling, {}: shared-directory create with {thr} threads = {med:.2}x one thread (median of {} iterations: {each})",
+                labels[0],
+                ratios.len()
+            );
+        } else {
+            println!(
+                "scaling, {}: shared-directory create with {thr} threads = {med:.2}x one thread",
+                labels[0]
+            );
         }
     }
     println!("\nlatency per call in µs (every {SAMPLE_EVERY}th call timed, every 8th of the first 512; a call carries --depth requests)");

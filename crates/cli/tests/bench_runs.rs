@@ -87,3 +87,43 @@ fn every_phase_on_every_target() {
     common::assert_fsck_clean(&s.path);
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// With `--iterations`, the scaling line pairs each iteration's two-thread
+/// rate with the same iteration's one-thread rate and reports the median
+/// of those ratios, listing each.
+#[test]
+fn scaling_is_the_median_of_paired_iterations() {
+    let work = std::env::temp_dir().join(format!("solofs-bench-scaling-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).unwrap();
+    let out = Command::new(BIN)
+        .arg("bench")
+        .arg("--target")
+        .arg(format!("engine:{}", work.join("e").display()))
+        .args(["--files", "400", "--threads", "1,2", "--layout", "shared"])
+        .args(["--phases", "create", "--iterations", "3"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "bench failed:\n{stdout}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("scaling, engine:"))
+        .unwrap_or_else(|| panic!("no scaling line:\n{stdout}"));
+    let num = |s: &str| -> f64 { s.trim().trim_end_matches('x').parse().unwrap() };
+    let (head, each) = line
+        .split_once("(median of 3 iterations: ")
+        .unwrap_or_else(|| panic!("not a median of 3: {line}"));
+    let mut ratios: Vec<f64> = each.trim_end_matches(')').split(", ").map(num).collect();
+    assert_eq!(ratios.len(), 3, "{line}");
+    ratios.sort_by(|a, b| a.total_cmp(b));
+    let median = num(head
+        .rsplit_once(" = ")
+        .unwrap()
+        .1
+        .split_whitespace()
+        .next()
+        .unwrap());
+    assert_eq!(median, ratios[1], "{line}");
+    let _ = std::fs::remove_dir_all(&work);
+}
