@@ -1081,6 +1081,12 @@ fn run_items(
     )
 }
 
+/// The median of `v` (the upper one of an even count); None if empty.
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied()
+}
+
 /// Runs `f(thread)` on `n` threads started together; returns wall seconds
 /// from the first thread's start to the last thread's end (each thread
 /// reads the clock itself: the main thread may not run again until a
@@ -1693,15 +1699,14 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
     for (thr, layout, phase) in keys {
         // The median over iterations.
         let rate = |ti: usize| {
-            let mut v: Vec<f64> = rows
-                .iter()
-                .filter(|r| {
-                    r.target == ti && r.threads == thr && r.layout == layout && r.phase == phase
-                })
-                .map(|r| r.ops as f64 / r.secs)
-                .collect();
-            v.sort_by(|a, b| a.total_cmp(b));
-            v.get(v.len() / 2).copied()
+            median(
+                rows.iter()
+                    .filter(|r| {
+                        r.target == ti && r.threads == thr && r.layout == layout && r.phase == phase
+                    })
+                    .map(|r| r.ops as f64 / r.secs)
+                    .collect(),
+            )
         };
         print!("{:<7} {:<4} {:<13}", layout, thr, phase);
         for ti in 0..labels.len() {
@@ -1731,30 +1736,24 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
     };
     let one = shared_create(1);
     for &thr in o.threads.iter().filter(|&&t| t > 1) {
-        let mut ratios: Vec<f64> = one
+        let ratios: Vec<f64> = one
             .iter()
             .zip(shared_create(thr))
             .map(|(a, b)| b / a)
             .collect();
-        if ratios.is_empty() {
-            continue;
-        }
-        let each = ratios
-            .iter()
-            .map(|r| format!("{r:.2}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        ratios.sort_by(|a, b| a.total_cmp(b));
-        let med = ratios[ratios.len() / 2];
-        if ratios.len() > 1 {
-            println!(
-                "scaling, {}: shared-directory create with {thr} threads = {med:.2}x one thread (median of {} iterations: {each})",
-                labels[0],
-                ratios.len()
-            );
+        let each = if ratios.len() > 1 {
+            let list: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+            format!(
+                " (median of {} iterations: {})",
+                ratios.len(),
+                list.join(", ")
+            )
         } else {
+            String::new()
+        };
+        if let Some(med) = median(ratios) {
             println!(
-                "scaling, {}: shared-directory create with {thr} threads = {med:.2}x one thread",
+                "scaling, {}: shared-directory create with {thr} threads = {med:.2}x one thread{each}",
                 labels[0]
             );
         }
