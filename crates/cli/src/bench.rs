@@ -47,8 +47,9 @@ OPTIONS:
                         (HMFS §5.8 naming pattern; default 1: no sharing)
     --stat-order O      random (default) or create (creation order)
     --iterations N      run everything N times; the table shows medians,
-                        the scaling line the median of each iteration's
-                        ratio
+                        the scaling lines the median of each iteration's
+                        ratio (shared over one thread; with the private
+                        layout also shared over private)
     --overhead          also time a hand-written loop of engine creates and
                         stats (same names and order) to show the tool's cost
     --mix NAME          also run a production operation mix (HMFS Table 5):
@@ -1725,22 +1726,19 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
     }
     // Scaling: each iteration's many-thread rate over the same iteration's
     // one-thread rate (measured seconds apart, so a host that slows down
-    // or speeds up between iterations moves both), then the median.
-    let shared_create = |thr: usize| -> Vec<f64> {
+    // or speeds up between iterations moves both), then the median. With
+    // private directories in the same run, also shared over private at the
+    // same thread count: what one directory costs over one per thread.
+    let create = |layout: &str, thr: usize| -> Vec<f64> {
         rows.iter()
             .filter(|r| {
-                r.target == 0 && r.threads == thr && r.layout == "shared" && r.phase == "create"
+                r.target == 0 && r.threads == thr && r.layout == layout && r.phase == "create"
             })
             .map(|r| r.ops as f64 / r.secs)
             .collect()
     };
-    let one = shared_create(1);
-    for &thr in o.threads.iter().filter(|&&t| t > 1) {
-        let ratios: Vec<f64> = one
-            .iter()
-            .zip(shared_create(thr))
-            .map(|(a, b)| b / a)
-            .collect();
+    let paired = |num: Vec<f64>, den: Vec<f64>| -> Option<(f64, String)> {
+        let ratios: Vec<f64> = den.iter().zip(num).map(|(a, b)| b / a).collect();
         let each = if ratios.len() > 1 {
             let list: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
             format!(
@@ -1751,9 +1749,18 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
         } else {
             String::new()
         };
-        if let Some(med) = median(ratios) {
+        median(ratios).map(|m| (m, each))
+    };
+    for &thr in o.threads.iter().filter(|&&t| t > 1) {
+        if let Some((med, each)) = paired(create("shared", thr), create("shared", 1)) {
             println!(
                 "scaling, {}: shared-directory create with {thr} threads = {med:.2}x one thread{each}",
+                labels[0]
+            );
+        }
+        if let Some((med, each)) = paired(create("shared", thr), create("private", thr)) {
+            println!(
+                "scaling, {}: shared-directory create with {thr} threads = {med:.2}x private directories{each}",
                 labels[0]
             );
         }

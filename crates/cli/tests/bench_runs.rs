@@ -100,30 +100,35 @@ fn scaling_is_the_median_of_paired_iterations() {
         .arg("bench")
         .arg("--target")
         .arg(format!("engine:{}", work.join("e").display()))
-        .args(["--files", "400", "--threads", "1,2", "--layout", "shared"])
-        .args(["--phases", "create", "--iterations", "3"])
+        .args(["--files", "400", "--threads", "1,2"])
+        .args(["--layout", "private,shared", "--phases", "create"])
+        .args(["--iterations", "3"])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "bench failed:\n{stdout}");
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("scaling, engine:"))
-        .unwrap_or_else(|| panic!("no scaling line:\n{stdout}"));
-    let num = |s: &str| -> f64 { s.trim().trim_end_matches('x').parse().unwrap() };
-    let (head, each) = line
-        .split_once("(median of 3 iterations: ")
-        .unwrap_or_else(|| panic!("not a median of 3: {line}"));
-    let mut ratios: Vec<f64> = each.trim_end_matches(')').split(", ").map(num).collect();
-    assert_eq!(ratios.len(), 3, "{line}");
-    ratios.sort_by(|a, b| a.total_cmp(b));
-    let median = num(head
-        .rsplit_once(" = ")
-        .unwrap()
-        .1
-        .split_whitespace()
-        .next()
-        .unwrap());
-    assert_eq!(median, ratios[1], "{line}");
+    // Shared over one thread, and shared over private directories at two
+    // threads: each the median of its three per-iteration ratios.
+    for against in ["x one thread", "x private directories"] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("scaling, engine:") && l.contains(against))
+            .unwrap_or_else(|| panic!("no scaling line against{against}:\n{stdout}"));
+        let num = |s: &str| -> f64 { s.trim().trim_end_matches('x').parse().unwrap() };
+        let (head, each) = line
+            .split_once("(median of 3 iterations: ")
+            .unwrap_or_else(|| panic!("not a median of 3: {line}"));
+        let mut ratios: Vec<f64> = each.trim_end_matches(')').split(", ").map(num).collect();
+        assert_eq!(ratios.len(), 3, "{line}");
+        ratios.sort_by(|a, b| a.total_cmp(b));
+        let median = num(head
+            .rsplit_once(" = ")
+            .unwrap()
+            .1
+            .split_whitespace()
+            .next()
+            .unwrap());
+        assert_eq!(median, ratios[1], "{line}");
+    }
     let _ = std::fs::remove_dir_all(&work);
 }
