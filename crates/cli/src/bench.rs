@@ -1752,17 +1752,16 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
         median(ratios).map(|m| (m, each))
     };
     for &thr in o.threads.iter().filter(|&&t| t > 1) {
-        if let Some((med, each)) = paired(create("shared", thr), create("shared", 1)) {
-            println!(
-                "scaling, {}: shared-directory create with {thr} threads = {med:.2}x one thread{each}",
-                labels[0]
-            );
-        }
-        if let Some((med, each)) = paired(create("shared", thr), create("private", thr)) {
-            println!(
-                "scaling, {}: shared-directory create with {thr} threads = {med:.2}x private directories{each}",
-                labels[0]
-            );
+        for (against, base) in [
+            ("one thread", create("shared", 1)),
+            ("private directories", create("private", thr)),
+        ] {
+            if let Some((med, each)) = paired(create("shared", thr), base) {
+                println!(
+                    "scaling, {}: shared-directory create with {thr} threads = {med:.2}x {against}{each}",
+                    labels[0]
+                );
+            }
         }
     }
     println!("\nlatency per call in µs (every {SAMPLE_EVERY}th call timed, every 8th of the first 512; a call carries --depth requests)");

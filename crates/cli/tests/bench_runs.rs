@@ -113,7 +113,7 @@ fn scaling_is_the_median_of_paired_iterations() {
         let line = stdout
             .lines()
             .find(|l| l.starts_with("scaling, engine:") && l.contains(against))
-            .unwrap_or_else(|| panic!("no scaling line against{against}:\n{stdout}"));
+            .unwrap_or_else(|| panic!("no scaling line ending in \"{against}\":\n{stdout}"));
         let num = |s: &str| -> f64 { s.trim().trim_end_matches('x').parse().unwrap() };
         let (head, each) = line
             .split_once("(median of 3 iterations: ")
