@@ -32,6 +32,10 @@ fn main() {
 }
 
 fn run() -> Result<()> {
+    // Everything this process creates (pool, secret, block files and their
+    // directories, in a local store) is owner-only. Files made through a
+    // mount are not affected: their modes come from the caller.
+    rustix::process::umask(rustix::fs::Mode::from_bits_truncate(0o077));
     let mut args = std::env::args_os().skip(1);
     let Some(cmd) = args.next() else {
         print!("{USAGE}");

@@ -128,9 +128,8 @@ pub fn mount(args: Vec<OsString>) -> Result<()> {
     let server = server.context("mount needs --server ADDR (or SOLOFS_SERVER)")?;
     let secret_file =
         secret_file.context("mount needs --secret-file FILE (or SOLOFS_SECRET_FILE)")?;
-    let secret = std::fs::read_to_string(&secret_file)
-        .with_context(|| format!("reading {}", secret_file.display()))?;
-    let session = connect_and_mount(&server, secret.trim().as_bytes(), &mnt, opts)?;
+    let secret = serve::read_secret_file(&secret_file)?;
+    let session = connect_and_mount(&server, &secret, &mnt, opts)?;
     println!("mounted {server} at {}", mnt.display());
     use std::io::Write;
     std::io::stdout().flush()?;
@@ -155,7 +154,13 @@ fn default_data_dir() -> PathBuf {
 /// Formats a volume in `data` with blocks under `storage` (default: the
 /// directory `data/blocks`).
 pub fn format_data_dir(data: &Path, mut cfg: EngineConfig) -> Result<Engine> {
-    std::fs::create_dir_all(data).with_context(|| format!("creating {}", data.display()))?;
+    use std::os::unix::fs::DirBuilderExt;
+    // Owner-only: the pool, the secret and the blocks are nobody else's.
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(data)
+        .with_context(|| format!("creating {}", data.display()))?;
     let data = data
         .canonicalize()
         .with_context(|| format!("resolving {}", data.display()))?;

@@ -44,11 +44,29 @@ pub fn ensure_secret(data: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Fewest bytes a volume secret may have (`mkfs` makes 64 hex digits of
+/// 32 random bytes).
+pub const MIN_SECRET: usize = solofs_server::MIN_SECRET;
+
 /// Reads the volume secret of a data directory.
 pub fn read_secret(data: &Path) -> Result<Vec<u8>> {
-    let s = std::fs::read_to_string(secret_path(data))
-        .with_context(|| format!("reading the volume secret {}", secret_path(data).display()))?;
-    Ok(s.trim().as_bytes().to_vec())
+    read_secret_file(&secret_path(data))
+}
+
+/// Reads a volume secret file; refuses one shorter than [`MIN_SECRET`]
+/// bytes (an empty or truncated file must not open the volume to anyone).
+pub fn read_secret_file(p: &Path) -> Result<Vec<u8>> {
+    let s = std::fs::read_to_string(p)
+        .with_context(|| format!("reading the volume secret {}", p.display()))?;
+    let s = s.trim().as_bytes().to_vec();
+    if s.len() < MIN_SECRET {
+        bail!(
+            "the volume secret in {} is {} bytes; at least {MIN_SECRET} are needed (copy the secret file `solofs mkfs` wrote, 64 hex digits)",
+            p.display(),
+            s.len()
+        );
+    }
+    Ok(s)
 }
 
 /// The config file (`--config FILE`): TOML with these top-level keys.

@@ -36,6 +36,10 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Fewest bytes a volume secret may have: a shorter (or empty) one is
+/// refused at [`Server::bind`], never served.
+pub const MIN_SECRET: usize = 16;
+
 /// Server configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -136,6 +140,15 @@ const WAKE: Token = Token(usize::MAX);
 impl Server {
     /// Binds the listening socket(s) and prepares the workers.
     pub fn bind(engine: Arc<Engine>, cfg: Config) -> io::Result<Server> {
+        if cfg.secret.len() < MIN_SECRET {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "the volume secret is {} bytes; at least {MIN_SECRET} are needed",
+                    cfg.secret.len()
+                ),
+            ));
+        }
         let addr: SocketAddr = cfg.listen.parse().map_err(|e| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,

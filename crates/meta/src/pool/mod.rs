@@ -97,17 +97,21 @@ impl Pool {
     /// Creates a new pool file of `initial` bytes (rounded up) at `path`.
     /// Fails if the file exists.
     pub fn create(path: &Path, initial: u64, reserve: u64, durability: Durability) -> Result<Pool> {
+        use std::os::unix::fs::OpenOptionsExt;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
+            .mode(0o600)
             .open(path)
             .map_err(|e| Error::io(format!("create pool {}", path.display()), e))?;
         lock_exclusive(&file, path)?;
         let len = round_up(initial.max(GROW_STEP), GROW_STEP);
         debug_assert!(len >= initial);
-        file.set_len(len)
-            .map_err(|e| Error::io("size pool file".into(), e))?;
+        if let Err(e) = reserve_file_space(&file, 0, len) {
+            let _ = std::fs::remove_file(path);
+            return Err(e);
+        }
         Pool::map(file, len, reserve, durability)
     }
 
@@ -247,30 +251,47 @@ impl Pool {
     }
 
     /// Grows the file and the mapping so that at least `need` bytes are valid.
-    /// Live objects never move. Returns the new length.
+    /// Live objects never move. Returns the new length. The new extent's
+    /// space is reserved on the file system first (`fallocate`), so a full
+    /// disk is an [`Error::NoSpace`] here and never a SIGBUS at a later
+    /// store into the mapping. When the usual step (a quarter of the pool)
+    /// does not fit, the least that covers `need` is tried.
     pub fn grow_to(&self, need: u64) -> Result<u64> {
         let _g = self.grow_lock.lock();
         let cur = self.mapped.load(Ordering::Acquire) as u64;
         if need <= cur {
             return Ok(cur);
         }
-        let new_len = round_up(need.max(cur + cur / 4), GROW_STEP);
-        if new_len as usize > self.reserved {
+        let least = round_up(need, GROW_STEP);
+        let step = round_up(need.max(cur + cur / 4), GROW_STEP);
+        if least as usize > self.reserved {
             return Err(Error::NoSpace);
         }
+        let step = step
+            .min(self.reserved as u64 / GROW_STEP * GROW_STEP)
+            .max(least);
         crate::crash_point!("pool.grow.before_extend");
-        self.file
-            .set_len(new_len)
-            .map_err(|e| match e.raw_os_error() {
-                Some(libc::ENOSPC) | Some(libc::EFBIG) => Error::NoSpace,
-                _ => Error::io("extend pool file".into(), e),
-            })?;
+        let new_len = match self.reserve_space(cur, step) {
+            Ok(()) => step,
+            Err(Error::NoSpace) if least < step => {
+                self.reserve_space(cur, least)?;
+                least
+            }
+            Err(e) => return Err(e),
+        };
         self.map_extent(cur as usize, new_len as usize)?;
         self.mapped.store(new_len as usize, Ordering::Release);
         if let Some(w) = &*self.huge.lock() {
             let _ = w.tx.send(new_len as usize);
         }
         Ok(new_len)
+    }
+
+    /// Extends the file to `to` bytes with the space of `[from, to)`
+    /// allocated on its file system (sparse only where the file system
+    /// cannot allocate ahead).
+    fn reserve_space(&self, from: u64, to: u64) -> Result<()> {
+        reserve_file_space(&self.file, from, to)
     }
 
     #[inline(always)]
@@ -614,6 +635,37 @@ fn bad_off(off: u64) -> Error {
     Error::Corrupt(format!(
         "object offset {off:#x} is outside the pool or misaligned"
     ))
+}
+
+/// Extends `file` to `to` bytes, allocating `[from, to)` on its file
+/// system: a full disk is [`Error::NoSpace`] now rather than a SIGBUS when
+/// a mapped page is first written.
+fn reserve_file_space(file: &File, from: u64, to: u64) -> Result<()> {
+    if to <= from {
+        return Ok(());
+    }
+    // SAFETY: fallocate on our own open descriptor; it touches no memory.
+    let r = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            0,
+            from as libc::off_t,
+            (to - from) as libc::off_t,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EFBIG) | Some(libc::EDQUOT) => Err(Error::NoSpace),
+        // A file system that cannot allocate ahead: a sparse extension.
+        Some(libc::EOPNOTSUPP) => file.set_len(to).map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOSPC) | Some(libc::EFBIG) => Error::NoSpace,
+            _ => Error::io("extend pool file".into(), e),
+        }),
+        _ => Err(Error::io("allocate pool file space".into(), e)),
+    }
 }
 
 /// Rounds `v` up to a multiple of `to` (a power of two).
