@@ -222,6 +222,7 @@ pub fn up(args: Vec<OsString>) -> Result<()> {
     };
     let engine = Arc::new(engine);
     let secret = read_secret(&data)?;
+    serve::raise_fd_limit();
     let cfg = Config {
         listen,
         secret: secret.clone(),

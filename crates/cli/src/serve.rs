@@ -44,6 +44,17 @@ pub fn ensure_secret(data: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Raises the soft limit of open descriptors to the hard one: a server
+/// holds one per client connection.
+pub fn raise_fd_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut l = getrlimit(Resource::Nofile);
+    if l.current != l.maximum {
+        l.current = l.maximum;
+        let _ = setrlimit(Resource::Nofile, l);
+    }
+}
+
 /// Fewest bytes a volume secret may have (`mkfs` makes 64 hex digits of
 /// 32 random bytes).
 pub const MIN_SECRET: usize = solofs_server::MIN_SECRET;
@@ -81,6 +92,8 @@ pub struct FileConfig {
     idle_timeout_secs: Option<u64>,
     max_connections: Option<usize>,
     free_grace_ms: Option<u64>,
+    max_unauthenticated: Option<usize>,
+    auth_timeout_secs: Option<f64>,
 }
 
 /// Parses a config file.
@@ -111,6 +124,14 @@ impl FileConfig {
             self.max_connections.map(|x| x.to_string()),
         );
         put("free_grace_ms", self.free_grace_ms.map(|x| x.to_string()));
+        put(
+            "max_unauthenticated",
+            self.max_unauthenticated.map(|x| x.to_string()),
+        );
+        put(
+            "auth_timeout_secs",
+            self.auth_timeout_secs.map(|x| x.to_string()),
+        );
         v
     }
 }
@@ -120,7 +141,7 @@ struct Settings {
     cfg: Config,
 }
 
-const KEYS: [&str; 8] = [
+const KEYS: [&str; 10] = [
     "data",
     "listen",
     "workers",
@@ -129,6 +150,8 @@ const KEYS: [&str; 8] = [
     "idle_timeout_secs",
     "max_connections",
     "free_grace_ms",
+    "max_unauthenticated",
+    "auth_timeout_secs",
 ];
 
 fn apply(s: &mut Settings, key: &str, v: &str) -> Result<()> {
@@ -149,6 +172,16 @@ fn apply(s: &mut Settings, key: &str, v: &str) -> Result<()> {
             s.cfg.free_grace =
                 Duration::from_millis(v.parse().context("free_grace_ms is a number")?)
         }
+        "max_unauthenticated" => {
+            s.cfg.max_unauthenticated = v.parse().context("max_unauthenticated is a number")?
+        }
+        "auth_timeout_secs" => {
+            let t: f64 = v.parse().context("auth_timeout_secs is a number")?;
+            if !(0.01..=3600.0).contains(&t) {
+                bail!("auth_timeout_secs is 0.01..=3600");
+            }
+            s.cfg.auth_timeout = Duration::from_secs_f64(t)
+        }
         _ => bail!("unknown setting {key:?} (known: {})", KEYS.join(", ")),
     }
     Ok(())
@@ -168,7 +201,7 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
                 flags.push((k, p.value()?.parse()?));
             }
             Long("help") | Short('h') => {
-                println!("solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--root-squash]\n             [--idle-timeout-secs S] [--max-connections N] [--config FILE]\nEnvironment: SOLOFS_DATA, SOLOFS_LISTEN, SOLOFS_WORKERS, SOLOFS_METRICS, SOLOFS_ROOT_SQUASH, ...");
+                println!("solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--root-squash]\n             [--idle-timeout-secs S] [--max-connections N] [--config FILE]\n             [--max-unauthenticated N] [--auth-timeout-secs S] [--free-grace-ms MS]\nEnvironment: SOLOFS_DATA, SOLOFS_LISTEN, SOLOFS_WORKERS, SOLOFS_METRICS, SOLOFS_ROOT_SQUASH, ...");
                 return Ok(());
             }
             _ => return Err(a.unexpected().into()),
@@ -202,6 +235,7 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
         .context("serve needs --data DIR (or SOLOFS_DATA, or data = \"…\" in the config)")?;
     let mut cfg = s.cfg;
     cfg.secret = read_secret(&data)?;
+    raise_fd_limit();
     let engine = Arc::new(
         Engine::open(&pool_path(&data))
             .with_context(|| format!("opening {}", pool_path(&data).display()))?,

@@ -33,6 +33,10 @@ enum State {
 
 struct Conn {
     stream: TcpStream,
+    /// When it was accepted (the authentication deadline runs from here).
+    since: Instant,
+    /// Counted in `Shared::connections` (it authenticated).
+    counted: bool,
     inbuf: Vec<u8>,
     outbuf: Vec<u8>,
     state: State,
@@ -41,15 +45,24 @@ struct Conn {
     opens: crate::opens::ConnOpens,
 }
 
-/// Sends an ERROR frame (best effort) to a connection we will not serve.
-pub fn refuse(mut stream: TcpStream, why: &str) {
-    let mut out = Vec::new();
-    error_frame(&mut out, libc_ebusy(), why);
-    let _ = stream.write(&out);
+/// EBUSY, for a refusal because of the connection limit.
+const EBUSY: u32 = 16;
+
+impl Conn {
+    fn authenticating(&self) -> bool {
+        matches!(self.state, State::Hello | State::Auth(_))
+    }
 }
 
-fn libc_ebusy() -> u32 {
-    16
+/// Closes connection `t` of a worker and forgets it.
+fn close(shared: &Shared, poll: &Poll, conns: &mut HashMap<usize, Conn>, t: usize, m: &Metrics) {
+    if let Some(mut c) = conns.remove(&t) {
+        let _ = poll.registry().deregister(&mut c.stream);
+        if c.counted {
+            shared.connections.fetch_sub(1, Ordering::SeqCst);
+        }
+        m.connections.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 fn error_frame(out: &mut Vec<u8>, errno: u32, msg: &str) {
@@ -60,7 +73,13 @@ fn error_frame(out: &mut Vec<u8>, errno: u32, msg: &str) {
     });
 }
 
-pub fn worker(shared: Arc<Shared>, mut poll: Poll, rx: Receiver<TcpStream>, m: Arc<Metrics>) {
+pub fn worker(
+    shared: Arc<Shared>,
+    mut poll: Poll,
+    rx: Receiver<TcpStream>,
+    m: Arc<Metrics>,
+    workers: usize,
+) {
     let mut conns: HashMap<usize, Conn> = HashMap::new();
     let mut next = 0usize;
     let mut events = Events::with_capacity(256);
@@ -100,6 +119,8 @@ pub fn worker(shared: Arc<Shared>, mut poll: Poll, rx: Receiver<TcpStream>, m: A
                             t,
                             Conn {
                                 stream: s,
+                                since: Instant::now(),
+                                counted: false,
                                 inbuf: Vec::new(),
                                 outbuf: Vec::new(),
                                 state: State::Hello,
@@ -109,8 +130,20 @@ pub fn worker(shared: Arc<Shared>, mut poll: Poll, rx: Receiver<TcpStream>, m: A
                             },
                         );
                         m.connections.fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        shared.connections.fetch_sub(1, Ordering::SeqCst);
+                    }
+                }
+                // Over this worker's share of handshakes in progress: the
+                // oldest goes.
+                let cap = shared.cfg.max_unauthenticated.div_ceil(workers).max(1);
+                let mut waiting: Vec<(Instant, usize)> = conns
+                    .iter()
+                    .filter(|(_, c)| c.authenticating())
+                    .map(|(&t, c)| (c.since, t))
+                    .collect();
+                if waiting.len() > cap {
+                    waiting.sort_unstable();
+                    for &(_, t) in &waiting[..waiting.len() - cap] {
+                        close(&shared, &poll, &mut conns, t, &m);
                     }
                 }
                 continue;
@@ -122,33 +155,30 @@ pub fn worker(shared: Arc<Shared>, mut poll: Poll, rx: Receiver<TcpStream>, m: A
             }
             let alive = service(&shared, c, &m, &mut replies);
             if !alive {
-                if let Some(mut c) = conns.remove(&t) {
-                    let _ = poll.registry().deregister(&mut c.stream);
-                }
-                shared.connections.fetch_sub(1, Ordering::SeqCst);
-                m.connections.fetch_sub(1, Ordering::Relaxed);
+                close(&shared, &poll, &mut conns, t, &m);
             }
         }
-        if last_sweep.elapsed() > Duration::from_secs(1) {
+        let sweep_every = Duration::from_secs(1).min(shared.cfg.auth_timeout / 2);
+        if last_sweep.elapsed() > sweep_every {
             last_sweep = Instant::now();
-            let idle = shared.cfg.idle_timeout;
+            let (idle, auth) = (shared.cfg.idle_timeout, shared.cfg.auth_timeout);
             let dead: Vec<usize> = conns
                 .iter()
-                .filter(|(_, c)| c.last.elapsed() > idle)
+                .filter(|(_, c)| {
+                    c.last.elapsed() > idle || (c.authenticating() && c.since.elapsed() > auth)
+                })
                 .map(|(&t, _)| t)
                 .collect();
             for t in dead {
-                if let Some(mut c) = conns.remove(&t) {
-                    let _ = poll.registry().deregister(&mut c.stream);
-                    shared.connections.fetch_sub(1, Ordering::SeqCst);
-                    m.connections.fetch_sub(1, Ordering::Relaxed);
-                }
+                close(&shared, &poll, &mut conns, t, &m);
             }
         }
     }
     for (_, mut c) in conns.drain() {
         let _ = c.stream.flush();
-        shared.connections.fetch_sub(1, Ordering::SeqCst);
+        if c.counted {
+            shared.connections.fetch_sub(1, Ordering::SeqCst);
+        }
         m.connections.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -286,6 +316,20 @@ fn frame(
                 c.state = State::Closing;
                 return;
             }
+            if shared.connections.fetch_add(1, Ordering::SeqCst) >= shared.cfg.max_connections {
+                shared.connections.fetch_sub(1, Ordering::SeqCst);
+                error_frame(
+                    &mut c.outbuf,
+                    EBUSY,
+                    &format!(
+                        "too many connections: the server's limit is {} (max_connections)",
+                        shared.cfg.max_connections
+                    ),
+                );
+                c.state = State::Closing;
+                return;
+            }
+            c.counted = true;
             let welcome = shared.welcome();
             put_frame(&mut c.outbuf, FrameType::Welcome, |b| {
                 let mut w = Writer(b);

@@ -49,8 +49,16 @@ pub struct Config {
     pub workers: usize,
     /// Volume secret clients must prove they know.
     pub secret: Vec<u8>,
-    /// Most simultaneous connections; more are refused.
+    /// Most simultaneous authenticated connections; more are refused at
+    /// authentication. Connections still in the handshake do not count.
     pub max_connections: usize,
+    /// Most connections that have not yet authenticated; beyond it the
+    /// oldest of them is closed to make room (a legitimate handshake takes
+    /// one round trip, a socket left silent waits to be pushed out).
+    pub max_unauthenticated: usize,
+    /// A connection that has not authenticated this long after it was
+    /// accepted is closed.
+    pub auth_timeout: Duration,
     /// Connections idle this long are closed.
     pub idle_timeout: Duration,
     /// Map uid/gid 0 to 65534.
@@ -72,6 +80,8 @@ impl Default for Config {
             workers: 0,
             secret: Vec::new(),
             max_connections: 1024,
+            max_unauthenticated: 256,
+            auth_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(600),
             root_squash: false,
             metrics_listen: None,
@@ -86,6 +96,7 @@ pub(crate) struct Shared {
     pub engine: Arc<Engine>,
     pub cfg: Config,
     pub stop: AtomicBool,
+    /// Authenticated connections (and in-process clients).
     pub connections: AtomicUsize,
     pub volume: [u8; 16],
     pub urandom: Mutex<Option<std::fs::File>>,
@@ -240,13 +251,14 @@ impl Server {
     pub fn run(mut self) -> io::Result<()> {
         let mut threads = Vec::new();
         let mut slots = Vec::new();
+        let n = self.workers.len();
         for (slot, p, rx, m) in self.workers.drain(..) {
             let shared = self.shared.clone();
             threads.push(
                 std::thread::Builder::new()
                     .name("solofs-worker".into())
                     .spawn(move || {
-                        conn::worker(shared, p, rx, m);
+                        conn::worker(shared, p, rx, m, n);
                     })?,
             );
             slots.push(slot);
@@ -293,13 +305,8 @@ impl Server {
             loop {
                 match self.listener.accept() {
                     Ok((stream, _)) => {
-                        if self.shared.connections.load(Ordering::SeqCst)
-                            >= self.shared.cfg.max_connections
-                        {
-                            conn::refuse(stream, "too many connections");
-                            continue;
-                        }
-                        self.shared.connections.fetch_add(1, Ordering::SeqCst);
+                        // Counted against `max_connections` once it
+                        // authenticates (conn.rs).
                         let _ = stream.set_nodelay(true);
                         let slot = &slots[next % slots.len()];
                         next += 1;
