@@ -6,49 +6,13 @@
 
 mod common;
 
-use common::{ServerProc, BIN};
+use common::{ServerProc, SmallFs, BIN};
 use solofs_client::{at, Client, ClientError, Op};
 use solofs_meta::{Cred, ROOT_INO};
 use std::path::Path;
 use std::process::Command;
 
 const ENOSPC: i32 = 28;
-
-/// A small tmpfs mounted for the test, unmounted on drop.
-struct SmallFs {
-    path: std::path::PathBuf,
-}
-
-impl SmallFs {
-    fn mount(name: &str, size: &str) -> Option<SmallFs> {
-        if !rustix_is_root() {
-            eprintln!("not root: {name} needs a tmpfs mount, skipped");
-            return None;
-        }
-        let path = std::env::temp_dir().join(format!("solofs-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&path).unwrap();
-        let st = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&path)
-            .status()
-            .unwrap();
-        assert!(st.success(), "mounting a tmpfs at {}", path.display());
-        Some(SmallFs { path })
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
-        let _ = std::fs::remove_dir(&self.path);
-    }
-}
-
-fn rustix_is_root() -> bool {
-    std::fs::metadata("/proc/self")
-        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
-        .unwrap_or(false)
-}
 
 fn mkfs(data: &Path) {
     let st = Command::new(BIN)

@@ -53,10 +53,26 @@ pub enum Error {
 impl Error {
     /// The errno a file system call should return for this error.
     pub fn errno(&self) -> i32 {
-        match self {
-            Error::Url { .. } => 22, // EINVAL
-            _ => 5,                  // EIO
+        const ENOSPC: i32 = 28;
+        const EROFS: i32 = 30;
+        const EDQUOT: i32 = 122;
+        if let Error::Url { .. } = self {
+            return 22; // EINVAL
         }
+        // A full or read-only local store says so; anything else is EIO.
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(c) = cause {
+            if let Some(io) = c.downcast_ref::<std::io::Error>() {
+                if let Some(e @ (ENOSPC | EROFS | EDQUOT)) = io.raw_os_error() {
+                    return e;
+                }
+            }
+            cause = c.source();
+        }
+        if self.to_string().contains("No space left on device") {
+            return ENOSPC;
+        }
+        5 // EIO
     }
 }
 

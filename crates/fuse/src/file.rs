@@ -6,6 +6,13 @@
 //! goes to the block store on a full block, on flush/fsync and on close;
 //! the size and mtime reach the metadata server with `write_commit` once the
 //! blocks are stored (close-to-open consistency).
+//!
+//! A put that fails puts its block back among the dirty ones, so the next
+//! flush tries it again, and its error reaches the next `write`, `flush`
+//! or `fsync`; nothing is committed while a block is unstored. A file
+//! closed for the last time with blocks that still cannot be stored gives
+//! them up ([`OpenFile::abandon`]): the size committed then covers only
+//! what was stored, so nobody reads zeros that were never written.
 
 use bytes::Bytes;
 use solofs_data::{BlockStore, GetTicket, PutTicket, Result};
@@ -37,6 +44,15 @@ impl Dirty {
             buf: Vec::with_capacity(cap),
             have: Vec::new(),
             based: false,
+        }
+    }
+
+    /// The whole content of a block whose put failed, to send again.
+    fn unsent(data: &[u8]) -> Dirty {
+        Dirty {
+            buf: data.to_vec(),
+            have: vec![(0, data.len())],
+            based: true,
         }
     }
 
@@ -114,8 +130,8 @@ pub(crate) struct OpenFile {
     pub dirty_mtime: Option<i64>,
     /// Partially or fully written blocks not yet sent.
     dirty: BTreeMap<u64, Dirty>,
-    /// Puts in flight, oldest first.
-    inflight: VecDeque<(u64, PutTicket)>,
+    /// Puts in flight, oldest first: block, bytes sent, the put.
+    inflight: VecDeque<(u64, Bytes, PutTicket)>,
     /// Clean copies of blocks (what the store holds or will hold).
     clean: HashMap<u64, Bytes>,
     clean_order: VecDeque<u64>,
@@ -123,8 +139,12 @@ pub(crate) struct OpenFile {
     last_read: Option<u64>,
     /// Handles of this mount open on the inode.
     pub handles: u32,
-    /// A put failed: reported by the next flush.
-    failed: Option<String>,
+    /// A put failed (its block is dirty again): reported by the next
+    /// write, flush or fsync.
+    failed: Option<solofs_data::Error>,
+    /// The size the server has recorded for the file, as far as this
+    /// mount knows (at open, and after each commit).
+    committed_size: u64,
 }
 
 impl OpenFile {
@@ -145,6 +165,7 @@ impl OpenFile {
             last_read: None,
             handles: 0,
             failed: None,
+            committed_size: size,
         }
     }
 
@@ -163,6 +184,7 @@ impl OpenFile {
             }
             self.size = size;
             self.stored = size;
+            self.committed_size = size;
         }
     }
 
@@ -185,23 +207,50 @@ impl OpenFile {
 
     /// Waits for every put of block `b` (before reading it back or
     /// writing it again: two puts of one key must not race).
-    fn settle(&mut self, b: u64) -> Result<()> {
-        if !self.inflight.iter().any(|(x, _)| *x == b) {
-            return Ok(());
+    /// A failed put is not an error here: its block is dirty again.
+    fn settle(&mut self, b: u64) {
+        if !self.inflight.iter().any(|(x, _, _)| *x == b) {
+            return;
         }
         let mut keep = VecDeque::new();
-        let mut r = Ok(());
-        for (x, t) in self.inflight.drain(..) {
+        let mut failed = Vec::new();
+        for (x, data, t) in std::mem::take(&mut self.inflight) {
             if x == b {
                 if let Err(e) = t.wait() {
-                    r = Err(e);
+                    failed.push((x, data, e));
                 }
             } else {
-                keep.push_back((x, t));
+                keep.push_back((x, data, t));
             }
         }
         self.inflight = keep;
-        r
+        for (x, data, e) in failed {
+            self.put_failed(x, &data, e);
+        }
+    }
+
+    /// The put of `data` as block `b` failed: the block is dirty again
+    /// (unless newer writes made it dirty already, which then build on
+    /// `data`), and the error waits for the next write, flush or fsync.
+    fn put_failed(&mut self, b: u64, data: &[u8], e: solofs_data::Error) {
+        eprintln!("solofs: storing block {b} of ino {}: {e}", self.ino);
+        match self.dirty.get_mut(&b) {
+            Some(d) if !d.based => d.base_on(data),
+            Some(_) => {}
+            None => {
+                self.dirty.insert(b, Dirty::unsent(data));
+            }
+        }
+        self.failed.get_or_insert(e);
+    }
+
+    /// Waits for the oldest put in flight.
+    fn settle_oldest(&mut self) {
+        if let Some((b, data, t)) = self.inflight.pop_front() {
+            if let Err(e) = t.wait() {
+                self.put_failed(b, &data, e);
+            }
+        }
     }
 
     /// The stored content of block `b` (zeros where there are none).
@@ -209,7 +258,11 @@ impl OpenFile {
         if let Some(d) = self.clean.get(&b) {
             return Ok(d.clone());
         }
-        self.settle(b)?;
+        self.settle(b);
+        if let Some(d) = self.dirty.get(&b).filter(|d| d.based) {
+            // Its put just failed: what it should hold is here.
+            return Ok(Bytes::copy_from_slice(&d.buf));
+        }
         if b * self.bs >= self.stored {
             return Ok(Bytes::new());
         }
@@ -247,11 +300,14 @@ impl OpenFile {
         }
         self.size = self.size.max(off + data.len() as u64);
         self.dirty_mtime = Some(now);
-        while self.dirty.len() > MAX_DIRTY {
+        while self.dirty.len() > MAX_DIRTY && self.failed.is_none() {
             let first = *self.dirty.keys().next().expect("not empty");
             self.send(store, first)?;
         }
-        Ok(())
+        match self.failed.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Merges the stored bytes under the gaps of dirty block `b`.
@@ -263,7 +319,9 @@ impl OpenFile {
         }
         let stored = self.load(store, b)?;
         let d = self.dirty.get_mut(&b).expect("checked above");
-        d.base_on(&stored);
+        if !d.based {
+            d.base_on(&stored);
+        }
         self.forget(b);
         Ok(())
     }
@@ -274,47 +332,66 @@ impl OpenFile {
         let Some(d) = self.dirty.remove(&b) else {
             return Ok(());
         };
-        self.settle(b)?;
+        self.settle(b);
+        // `settle` may have put a failed earlier put of `b` back; the
+        // bytes being sent now were based on it, so that one is done.
+        self.dirty.remove(&b);
         while self.inflight.len() >= MAX_INFLIGHT {
-            if let Some((_, t)) = self.inflight.pop_front() {
-                if let Err(e) = t.wait() {
-                    self.failed = Some(e.to_string());
-                }
-            }
+            self.settle_oldest();
         }
         let data = Bytes::from(d.buf);
         self.stored = self.stored.max(b * self.bs + data.len() as u64);
         self.remember(b, data.clone());
-        self.inflight
-            .push_back((b, store.put_async(self.ino, b, data)));
+        let t = store.put_async(self.ino, b, data.clone());
+        self.inflight.push_back((b, data, t));
         Ok(())
     }
 
     /// Sends every dirty block and waits until all are stored. Returns the
-    /// (size, mtime) to commit, if anything was written.
+    /// (size, mtime) to commit, if anything was written. If a put failed,
+    /// its block stays dirty (the next flush tries again) and nothing may
+    /// be committed.
     pub fn flush(&mut self, store: &BlockStore) -> Result<Option<(u64, i64)>> {
         let blocks: Vec<u64> = self.dirty.keys().copied().collect();
         for b in blocks {
             self.send(store, b)?;
         }
-        let mut first_err = None;
-        for (_, t) in self.inflight.drain(..) {
-            if let Err(e) = t.wait() {
-                first_err.get_or_insert(e);
-            }
+        while !self.inflight.is_empty() {
+            self.settle_oldest();
         }
-        if let Some(e) = first_err {
+        if let Some(e) = self.failed.take() {
             return Err(e);
-        }
-        if let Some(why) = self.failed.take() {
-            return Err(solofs_data::Error::Task(why));
         }
         Ok(self.dirty_mtime.map(|m| (self.size, m)))
     }
 
-    /// The commit of a flush reached the server.
-    pub fn committed(&mut self) {
+    /// The commit of a flush (of `size` bytes) reached the server.
+    pub fn committed(&mut self, size: u64) {
         self.dirty_mtime = None;
+        self.committed_size = self.committed_size.max(size);
+    }
+
+    /// Gives up the blocks that could not be stored (the last close of a
+    /// file whose flush failed). Returns the (size, mtime) that may still
+    /// be committed: the size grows only as far as every block below it
+    /// is stored, and never shrinks below what the server had, so the
+    /// file is as it was before the lost writes, or as far as they were
+    /// stored.
+    pub fn abandon(&mut self) -> Option<(u64, i64)> {
+        while !self.inflight.is_empty() {
+            self.settle_oldest();
+        }
+        self.failed = None;
+        let lost = self.dirty.keys().next().map(|&b| b * self.bs);
+        self.dirty.clear();
+        self.clean.clear();
+        self.clean_order.clear();
+        self.ahead.clear();
+        let reach = lost.map_or(self.size, |l| self.size.min(l));
+        let size = self.committed_size.max(reach);
+        self.size = size;
+        self.stored = self.stored.min(size);
+        self.dirty_mtime.take().map(|m| (size, m))
     }
 
     /// Reads up to `len` bytes at `off`.
@@ -361,7 +438,7 @@ impl OpenFile {
             if self.clean.contains_key(&nb)
                 || self.dirty.contains_key(&nb)
                 || self.ahead.contains_key(&nb)
-                || self.inflight.iter().any(|(x, _)| *x == nb)
+                || self.inflight.iter().any(|(x, _, _)| *x == nb)
             {
                 continue;
             }
@@ -385,7 +462,7 @@ impl OpenFile {
                 let mut d = self.load(store, b)?.to_vec();
                 if d.len() > keep {
                     d.truncate(keep);
-                    self.settle(b)?;
+                    self.settle(b);
                     let d = Bytes::from(d);
                     store.put(self.ino, b, d.clone())?;
                     self.remember(b, d);
@@ -406,8 +483,10 @@ impl OpenFile {
                 .filter(|&b| b >= first_gone)
                 .collect();
             for b in late {
-                self.settle(b)?;
+                self.settle(b);
             }
+            // Failed puts past the end need not be sent again.
+            self.dirty.retain(|&b, _| b < first_gone);
             if let Err(e) = store.delete_from(self.ino, first_gone) {
                 eprintln!("solofs: truncate of ino {}: {e}", self.ino);
             }
@@ -480,6 +559,55 @@ mod tests {
         }
     }
 
+    /// A put that fails keeps its block dirty: the error reaches flush,
+    /// nothing is committed, the bytes stay readable, and the next flush
+    /// after the store recovers stores them. A last close that still
+    /// cannot store gives them up and commits no size they would cover.
+    #[test]
+    fn failed_puts_are_retried_and_never_committed() {
+        const BS: u64 = 4096;
+        let dir = std::env::temp_dir().join(format!("solofs-failput-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let url = format!("file://{}", dir.display());
+        let store = BlockStore::open(&url, "vol", BS, None).unwrap();
+        // A regular file where the inode's directory of blocks belongs:
+        // every put of its blocks fails.
+        std::fs::create_dir_all(dir.join("vol")).unwrap();
+        let blocker = dir.join("vol/78");
+        std::fs::write(&blocker, b"x").unwrap();
+        let data: Vec<u8> = (0..(3 * BS + 100)).map(|i| (i % 251 + 1) as u8).collect();
+        let mut f = OpenFile::new(BS, attr(78, 0));
+        let _ = f.write(&store, 0, &data, 1); // may already see a failure
+        assert!(f.flush(&store).is_err(), "flush with failed puts");
+        assert!(f.flush(&store).is_err(), "the blocks are tried again");
+        same(
+            &f.read(&store, 0, data.len() as u32, 0).unwrap(),
+            &data,
+            "kept",
+        );
+        // The store recovers: the next flush stores everything.
+        std::fs::remove_file(&blocker).unwrap();
+        let (size, _) = f.flush(&store).unwrap().expect("something to commit");
+        assert_eq!(size, data.len() as u64);
+        f.committed(size);
+        let mut g = OpenFile::new(BS, attr(78, size));
+        same(&g.read(&store, 0, size as u32, 0).unwrap(), &data, "stored");
+        // Failing for good: the last close gives the blocks up.
+        std::fs::write(dir.join("vol/79"), b"x").unwrap();
+        let mut h = OpenFile::new(BS, attr(79, 0));
+        let _ = h.write(&store, 0, &data, 2);
+        assert!(h.flush(&store).is_err());
+        assert_eq!(h.abandon(), Some((0, 2)), "nothing stored: size stays 0");
+        // Writes past a committed size that fail leave that size.
+        let mut k = OpenFile::new(BS, attr(78, size));
+        std::fs::rename(dir.join("vol/78"), dir.join("vol/78.moved")).unwrap();
+        std::fs::write(dir.join("vol/78"), b"x").unwrap();
+        let _ = k.write(&store, size, &data, 3);
+        assert!(k.flush(&store).is_err());
+        assert_eq!(k.abandon(), Some((size, 3)), "the committed size stays");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// Random writes (in and out of order, overlapping, sparse), reads,
     /// truncates, flushes and re-opens of one file with 4 KiB blocks,
     /// checked against a byte vector. A re-open starts from what the store
@@ -535,7 +663,7 @@ mod tests {
                     }
                     8 => {
                         f.flush(&store).unwrap();
-                        f.committed();
+                        f.committed(f.size);
                     }
                     _ => {
                         f.flush(&store).unwrap();

@@ -201,11 +201,17 @@ impl SoloFs {
     fn flush_file(&self, cred: &Cred, f: &mut OpenFile) -> Res<()> {
         let pending = f.flush(&self.store).map_err(data_errno)?;
         if let Some((size, mtime)) = pending {
-            match self.client.write_commit(cred, f.ino, size, mtime) {
-                Ok(_) => f.committed(),
-                Err(e) if e.errno() == libc::ENOENT => f.committed(),
-                Err(e) => return Err(errno(e)),
-            }
+            self.commit(cred, f, size, mtime)?;
+        }
+        Ok(())
+    }
+
+    /// Records `size` and `mtime` of `f` on the server.
+    fn commit(&self, cred: &Cred, f: &mut OpenFile, size: u64, mtime: i64) -> Res<()> {
+        match self.client.write_commit(cred, f.ino, size, mtime) {
+            Ok(_) => f.committed(size),
+            Err(e) if e.errno() == libc::ENOENT => f.committed(size),
+            Err(e) => return Err(errno(e)),
         }
         Ok(())
     }
@@ -603,6 +609,15 @@ impl Filesystem for SoloFs {
         if let Some(f) = self.file(ino.0) {
             let mut g = f.lock();
             r = self.flush_file(&cred, &mut g);
+            if r.is_err() && g.handles <= 1 {
+                // The last close and blocks still unstored: they are given
+                // up, and only what was stored is committed.
+                if let Some((size, mtime)) = g.abandon() {
+                    if let Err(e) = self.commit(&cred, &mut g, size, mtime) {
+                        eprintln!("solofs: commit of ino {} after a lost write: {e:?}", ino.0);
+                    }
+                }
+            }
             g.handles = g.handles.saturating_sub(1);
             if g.handles == 0 {
                 self.files.lock().remove(&ino.0);

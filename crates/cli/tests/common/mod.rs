@@ -255,3 +255,40 @@ pub fn spawn_piped(cmd: &mut Command) -> (Child, Lines<BufReader<ChildStdout>>) 
     let lines = BufReader::new(child.stdout.take().unwrap()).lines();
     (child, lines)
 }
+
+/// A small tmpfs mounted for the test, unmounted on drop.
+pub struct SmallFs {
+    pub path: std::path::PathBuf,
+}
+
+impl SmallFs {
+    pub fn mount(name: &str, size: &str) -> Option<SmallFs> {
+        if !is_root() {
+            eprintln!("not root: {name} needs a tmpfs mount, skipped");
+            return None;
+        }
+        let path = std::env::temp_dir().join(format!("solofs-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&path).unwrap();
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(st.success(), "mounting a tmpfs at {}", path.display());
+        Some(SmallFs { path })
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}
+
+/// Is the test running as root?
+pub fn is_root() -> bool {
+    std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false)
+}
