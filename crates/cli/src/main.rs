@@ -24,6 +24,30 @@ USAGE:
     solofs crash-test [--all-points | --point NAME]... [--rounds N]
 ";
 
+/// The umask the command started with: directories it makes outside a
+/// volume (a mount point, the parents of a data directory) keep it.
+static USER_UMASK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0o022);
+
+/// `mkdir -p` with the modes the user's umask gives (the process itself
+/// runs with umask 077, for the volume's own files).
+pub(crate) fn create_dir_all_public(p: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if p.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = p.parent().filter(|q| !q.as_os_str().is_empty()) {
+        create_dir_all_public(parent)?;
+    }
+    match std::fs::create_dir(p) {
+        Ok(()) => {
+            let mode = 0o777 & !USER_UMASK.load(std::sync::atomic::Ordering::Relaxed);
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && p.is_dir() => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 fn main() {
     if let Err(e) = run() {
         eprintln!("solofs: {e:#}");
@@ -35,7 +59,8 @@ fn run() -> Result<()> {
     // Everything this process creates (pool, secret, block files and their
     // directories, in a local store) is owner-only. Files made through a
     // mount are not affected: their modes come from the caller.
-    rustix::process::umask(rustix::fs::Mode::from_bits_truncate(0o077));
+    let was = rustix::process::umask(rustix::fs::Mode::from_bits_truncate(0o077));
+    USER_UMASK.store(was.bits(), std::sync::atomic::Ordering::Relaxed);
     let mut args = std::env::args_os().skip(1);
     let Some(cmd) = args.next() else {
         print!("{USAGE}");

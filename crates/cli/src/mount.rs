@@ -155,12 +155,18 @@ fn default_data_dir() -> PathBuf {
 /// directory `data/blocks`).
 pub fn format_data_dir(data: &Path, mut cfg: EngineConfig) -> Result<Engine> {
     use std::os::unix::fs::DirBuilderExt;
-    // Owner-only: the pool, the secret and the blocks are nobody else's.
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(data)
-        .with_context(|| format!("creating {}", data.display()))?;
+    // Owner-only: the pool, the secret and the blocks are nobody else's
+    // (the directories above keep the user's umask).
+    if let Some(parent) = data.parent().filter(|q| !q.as_os_str().is_empty()) {
+        crate::create_dir_all_public(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
+    }
+    if !data.is_dir() {
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(data)
+            .with_context(|| format!("creating {}", data.display()))?;
+    }
     let data = data
         .canonicalize()
         .with_context(|| format!("resolving {}", data.display()))?;
@@ -200,7 +206,7 @@ pub fn up(args: Vec<OsString>) -> Result<()> {
         }
     }
     let mnt = mnt.context("up needs a MOUNTPOINT")?;
-    std::fs::create_dir_all(&mnt).with_context(|| format!("creating {}", mnt.display()))?;
+    crate::create_dir_all_public(&mnt).with_context(|| format!("creating {}", mnt.display()))?;
     let data = data.unwrap_or_else(default_data_dir);
     let engine = if pool_path(&data).exists() {
         if !storage.is_empty() {

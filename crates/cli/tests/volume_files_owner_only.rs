@@ -24,7 +24,9 @@ fn data_dir_pool_secret_and_blocks_are_owner_only() {
     let base = std::env::temp_dir().join(format!("solofs-owner-only-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
     std::fs::create_dir_all(&base).unwrap();
-    let data = base.join("data");
+    // `up` makes the directories above the data directory, and the mount
+    // point, with the user's umask: others may still pass through them.
+    let data = base.join("above/data");
     let (up, addr) = MountProc::up(&data, &base.join("mnt-up"), &[]);
     let remote = MountProc::start(&addr, &data.join("secret"), &base.join("mnt-remote"), &[]);
     // Files made through the mounts are world-readable there (their modes
@@ -35,6 +37,10 @@ fn data_dir_pool_secret_and_blocks_are_owner_only() {
     assert_eq!(std::fs::read(remote.mnt.join("a")).unwrap().len(), 5 << 20);
     remote.stop();
     up.stop();
+    for d in [base.join("above"), base.join("mnt-up")] {
+        let m = std::fs::metadata(&d).unwrap().permissions().mode();
+        assert_eq!(m & 0o011, 0o011, "{} is {m:o}", d.display());
+    }
     let mut all = Vec::new();
     walk(&data, &mut all);
     let blocks = all

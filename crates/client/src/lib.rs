@@ -264,8 +264,16 @@ impl Client {
         o.entry((ino, flags)).or_insert((0, cred.clone())).0 += 1;
     }
 
-    /// Ends one [`Client::open`].
+    /// Ends one [`Client::open`], saying that every block stored through
+    /// it is covered by a committed size.
     pub fn release(&self, cred: &Cred, ino: u64, flags: u32) -> Result<()> {
+        self.release_with(cred, ino, flags, true)
+    }
+
+    /// Ends one [`Client::open`]. `clean`: every block stored through it
+    /// is covered by a committed size; if not, the server deletes the
+    /// file's blocks past its size once nobody has it open.
+    pub fn release_with(&self, cred: &Cred, ino: u64, flags: u32, clean: bool) -> Result<()> {
         {
             let mut o = self.inner.opens.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(e) = o.get_mut(&(ino, flags)) {
@@ -275,7 +283,12 @@ impl Client {
                 }
             }
         }
-        self.empty(cred, Op::Release { ino, flags })
+        let wire = if clean {
+            flags | solofs_proto::RELEASE_CLEAN
+        } else {
+            flags
+        };
+        self.empty(cred, Op::Release { ino, flags: wire })
     }
 
     /// Records a writer's flush: size grows to `size`, mtime is `mtime`.

@@ -624,7 +624,7 @@ impl Filesystem for SoloFs {
             }
         }
         if let Some(m) = mode {
-            if let Err(e) = self.client.release(&cred, ino.0, m) {
+            if let Err(e) = self.client.release_with(&cred, ino.0, m, r.is_ok()) {
                 eprintln!("solofs: release of ino {}: {e}", ino.0);
             }
         }

@@ -105,6 +105,12 @@ pub enum Op {
 /// `Op::Open` flag: the open is re-registered after a reconnect.
 pub const OPEN_AGAIN: u32 = 0x100;
 
+/// `Op::Release` flag: every block this open stored is covered by a
+/// committed size, so the server need not look for blocks to delete
+/// (without it, a writer's release makes the server delete the file's
+/// blocks past its size, or all of them if the file is gone).
+pub const RELEASE_CLEAN: u32 = 0x200;
+
 impl Op {
     /// The operation code on the wire.
     pub fn code(&self) -> u16 {

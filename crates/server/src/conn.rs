@@ -411,17 +411,21 @@ pub(crate) fn run_batch(
             opens.acquire(ino, flags & 3 != 0);
         }
     }
+    let clean = |flags: u32| flags & 3 == 0 || flags & solofs_proto::RELEASE_CLEAN != 0;
     let t0 = Instant::now();
     let first = replies.len();
     crate::exec::execute_batch(&shared.engine, reqs, replies, &|ino| opens.writing(ino));
     let done = &replies[first..];
     for (q, rep) in reqs.iter().zip(done) {
         match (&q.op, &rep.result) {
-            (Op::Open { ino, flags }, Err(_)) | (Op::Release { ino, flags }, Ok(_)) => {
-                opens.release(*ino, *flags & 3 != 0)
+            (Op::Open { ino, flags }, Err(_)) => opens.release(*ino, *flags & 3 != 0, true),
+            (Op::Open { ino, flags }, Ok(_)) => opens.opened(*ino, *flags & 3 != 0),
+            (Op::Release { ino, flags }, Ok(_)) => {
+                opens.release(*ino, *flags & 3 != 0, clean(*flags))
             }
             (Op::CreateOpen { flags, .. }, Ok(solofs_proto::Body::Attr(a))) => {
-                opens.acquire(a.ino, *flags & 3 != 0)
+                opens.acquire(a.ino, *flags & 3 != 0);
+                opens.opened(a.ino, *flags & 3 != 0);
             }
             _ => {}
         }

@@ -43,6 +43,7 @@ pub(crate) fn run(
             }
             Err(e) => eprintln!("solofs deleter: reading the to-free queue: {e}"),
         }
+        waiting.extend(opens.take_due());
         let mut again = Vec::new();
         for job in waiting.drain(..) {
             if stop.load(Ordering::SeqCst) {

@@ -69,7 +69,10 @@ pub struct Config {
     /// queue names (`None`: a metadata-only server, the queue just waits).
     pub blocks: Option<solofs_data::BlockStore>,
     /// After start, wait this long before deleting blocks queued by an
-    /// earlier run (clients reconnect and re-register open files first).
+    /// earlier run (clients reconnect and re-register open files first);
+    /// and after a connection is lost, wait this long before deleting the
+    /// uncommitted blocks of the files it had open for writing (it may
+    /// reconnect and commit them). Longer than a client's retry window.
     pub free_grace: Duration,
 }
 
@@ -86,7 +89,7 @@ impl Default for Config {
             root_squash: false,
             metrics_listen: None,
             blocks: None,
-            free_grace: Duration::from_secs(5),
+            free_grace: Duration::from_secs(90),
         }
     }
 }
@@ -197,6 +200,7 @@ impl Server {
             None => None,
         };
         let volume = engine.volume_id();
+        let opens = Arc::new(opens::Opens::new(engine.clone(), cfg.free_grace));
         let shared = Arc::new(Shared {
             engine,
             cfg,
@@ -204,7 +208,7 @@ impl Server {
             connections: AtomicUsize::new(0),
             volume,
             urandom: Mutex::new(std::fs::File::open("/dev/urandom").ok()),
-            opens: Default::default(),
+            opens,
             deleter: Default::default(),
         });
         let handle = Handle {

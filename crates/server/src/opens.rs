@@ -5,25 +5,58 @@
 //! size decides which go). The deleter marks an inode `deleting` while it
 //! removes blocks; an open of that inode waits until it is done, so a new
 //! writer never races the deletion of the blocks it is about to write.
+//!
+//! While anyone has a file open for writing, a durable to-free entry for
+//! it is held ([`Engine::hold_free_job`]): a writer may store blocks that
+//! no committed size covers (it crashes, its connection drops, the file is
+//! unlinked while open). At the last release the entry is cleared if every
+//! writer released cleanly (said its stored blocks are all committed) and
+//! the file still exists; otherwise the deleter gets it and deletes the
+//! blocks the file's size does not cover (all of them if it is gone). A
+//! connection that drops releases its opens uncleanly, and its entries go
+//! to the deleter only after the grace period, so a client that reconnects
+//! and re-registers its opens in time keeps blocks it has yet to commit.
 
 use parking_lot::{Condvar, Mutex};
+use solofs_meta::{Engine, Error, FreeJob};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 #[derive(Default)]
 struct Count {
     opens: u32,
     deleting: bool,
+    /// The to-free entry held while it is (or was) open for writing.
+    held: Option<FreeJob>,
+    /// A writer released without saying all its blocks are committed.
+    unclean: bool,
+    /// An unclean release came from a lost connection: hand the entry
+    /// over only after the grace period.
+    lost: bool,
 }
 
 /// Open counts of every inode, for all connections.
-#[derive(Default)]
 pub(crate) struct Opens {
+    engine: Arc<Engine>,
+    grace: Duration,
     map: Mutex<HashMap<u64, Count>>,
     cv: Condvar,
+    /// Entries of lost connections' files, with when they may go.
+    later: Mutex<Vec<(Instant, FreeJob)>>,
 }
 
 impl Opens {
+    pub fn new(engine: Arc<Engine>, grace: Duration) -> Opens {
+        Opens {
+            engine,
+            grace,
+            map: Mutex::new(HashMap::new()),
+            cv: Condvar::new(),
+            later: Mutex::new(Vec::new()),
+        }
+    }
+
     /// Counts one open of `ino`, waiting while its blocks are being deleted.
     pub fn acquire(&self, ino: u64) {
         let mut m = self.map.lock();
@@ -33,15 +66,56 @@ impl Opens {
         m.entry(ino).or_default().opens += 1;
     }
 
-    /// Ends one open of `ino`.
-    pub fn release(&self, ino: u64) {
+    /// An open of `ino` (counted) is for writing: holds a to-free entry for
+    /// it unless one is held already. Without room for the entry the open
+    /// still works; only a crash's orphans would then wait for fsck.
+    pub fn writer(&self, ino: u64) {
         let mut m = self.map.lock();
-        if let Some(c) = m.get_mut(&ino) {
-            c.opens = c.opens.saturating_sub(1);
-            if c.opens == 0 && !c.deleting {
-                m.remove(&ino);
+        let Some(c) = m.get_mut(&ino) else { return };
+        if c.held.is_none() {
+            match self.engine.hold_free_job(ino) {
+                Ok(job) => c.held = Some(job),
+                Err(e) => eprintln!("solofs: to-free entry for open ino {ino}: {e}"),
             }
         }
+    }
+
+    /// Ends one open of `ino`. `clean`: nothing this open stored is left
+    /// uncommitted; `lost`: the connection went away.
+    pub fn release(&self, ino: u64, clean: bool, lost: bool) {
+        let mut m = self.map.lock();
+        let Some(c) = m.get_mut(&ino) else { return };
+        c.opens = c.opens.saturating_sub(1);
+        c.unclean |= !clean;
+        c.lost |= lost;
+        if c.opens > 0 {
+            return;
+        }
+        if let Some(job) = c.held.take() {
+            let (unclean, lost) = (c.unclean, c.lost);
+            let gone = matches!(self.engine.getattr(ino), Err(Error::NotFound));
+            if lost {
+                self.later.lock().push((Instant::now() + self.grace, job));
+            } else if unclean || gone {
+                self.engine.release_free_job(job);
+            } else if let Err(e) = self.engine.finish_free_job(&job) {
+                eprintln!("solofs: clearing the to-free entry of ino {ino}: {e}");
+            }
+        }
+        c.unclean = false;
+        c.lost = false;
+        if !c.deleting {
+            m.remove(&ino);
+        }
+    }
+
+    /// Entries of lost connections whose grace period is over.
+    pub fn take_due(&self) -> Vec<FreeJob> {
+        let mut l = self.later.lock();
+        let now = Instant::now();
+        let (due, keep): (Vec<_>, Vec<_>) = l.drain(..).partition(|(t, _)| *t <= now);
+        *l = keep;
+        due.into_iter().map(|(_, j)| j).collect()
     }
 
     /// Starts deleting blocks of `ino` unless anyone has it open.
@@ -74,7 +148,8 @@ impl Opens {
 }
 
 /// The opens one connection holds; dropping it (the connection closed)
-/// releases them all. Shared by the threads of an in-process client.
+/// releases them all, uncleanly. Shared by the threads of an in-process
+/// client.
 pub(crate) struct ConnOpens {
     opens: Arc<Opens>,
     /// ino -> (opens, of which for writing).
@@ -89,6 +164,7 @@ impl ConnOpens {
         }
     }
 
+    /// Counts an open before it runs (a deletion cannot slip in between).
     pub fn acquire(&self, ino: u64, write: bool) {
         self.opens.acquire(ino);
         let mut held = self.held.lock();
@@ -97,8 +173,15 @@ impl ConnOpens {
         h.1 += write as u32;
     }
 
+    /// The open of `ino` counted with `acquire` succeeded.
+    pub fn opened(&self, ino: u64, write: bool) {
+        if write {
+            self.opens.writer(ino);
+        }
+    }
+
     /// Releases one open of `ino` if this connection holds one.
-    pub fn release(&self, ino: u64, write: bool) {
+    pub fn release(&self, ino: u64, write: bool, clean: bool) {
         let mut held = self.held.lock();
         if let Some(h) = held.get_mut(&ino) {
             h.0 -= 1;
@@ -108,7 +191,7 @@ impl ConnOpens {
             if h.0 == 0 {
                 held.remove(&ino);
             }
-            self.opens.release(ino);
+            self.opens.release(ino, clean, false);
         }
     }
 
@@ -120,9 +203,10 @@ impl ConnOpens {
 
 impl Drop for ConnOpens {
     fn drop(&mut self) {
-        for (&ino, &(n, _)) in self.held.get_mut().iter() {
-            for _ in 0..n {
-                self.opens.release(ino);
+        for (&ino, &(n, w)) in self.held.get_mut().iter() {
+            for i in 0..n {
+                // Read-only opens store nothing: they release cleanly.
+                self.opens.release(ino, i >= w, i < w);
             }
         }
     }

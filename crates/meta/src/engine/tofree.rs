@@ -156,6 +156,29 @@ impl Engine {
         Ok(out)
     }
 
+    /// Records `ino` in the to-free queue (durable on return) and gives the
+    /// entry to the caller instead of the deleter: the server holds one
+    /// for every file a client has open for writing, since the client may
+    /// store blocks that no committed size will cover (a crash, a lost
+    /// connection, an unlink while open). At the last release the holder
+    /// clears it with [`Engine::finish_free_job`] (every stored block is
+    /// covered) or hands it over with [`Engine::release_free_job`]; after a
+    /// crash it is an earlier run's entry, which the deleter takes.
+    pub fn hold_free_job(&self, ino: u64) -> Result<FreeJob> {
+        self.check_writable()?;
+        self.with_ctx(|ctx| {
+            self.queue_free(ctx, ino)?;
+            ctx.freed
+                .pop()
+                .ok_or_else(|| Error::Corrupt("to-free entry vanished".into()))
+        })
+    }
+
+    /// Hands an entry taken with [`Engine::hold_free_job`] to the deleter.
+    pub fn release_free_job(&self, job: FreeJob) {
+        self.free_queue.lock().ready.push(job);
+    }
+
     /// Clears a job's entry once its blocks are gone.
     pub fn finish_free_job(&self, job: &FreeJob) -> Result<()> {
         crate::crash_point!("tofree.finish");

@@ -1,0 +1,126 @@
+//! Blocks nobody will ever read are deleted online, with no `fsck
+//! --repair`: those of a file unlinked while open (C `tmpfile()`, Python
+//! `TemporaryFile`) when its last handle closes, and the uncommitted blocks
+//! of a client that disappears — its connection lost, or the server
+//! killed while it wrote — once the grace period is over.
+
+mod common;
+
+use common::{assert_fsck_clean, MountProc, Scratch, ServerProc};
+use solofs_client::{at, Client};
+use solofs_meta::{Cred, ROOT_INO};
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+const GRACE: &[&str] = &["--free-grace-ms", "300"];
+
+/// Waits until the volume's blocks are exactly `want` (ino, blocks) or
+/// the deadline passes; returns what is there.
+fn blocks_become(
+    store: &solofs_data::BlockStore,
+    want: &[(u64, Vec<u64>)],
+) -> Vec<(u64, Vec<u64>)> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let have = store.all_blocks().unwrap();
+        if have == want || Instant::now() > deadline {
+            return have;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn blocks_of_files_unlinked_while_open_are_freed_at_last_close() {
+    let s = Scratch::new("tmpfile-blocks");
+    let srv = ServerProc::start_with(&s.path, "127.0.0.1:0", GRACE);
+    let mnt = s.path.with_extension("mnt");
+    let m = MountProc::start(&srv.addr, &s.path.join("secret"), &mnt, &[]);
+    let data = vec![0x42u8; 6 << 20];
+    for i in 0..5 {
+        let p = mnt.join(format!("tmp{i}"));
+        let mut f = std::fs::File::create(&p).unwrap();
+        std::fs::remove_file(&p).unwrap();
+        f.write_all(&data).unwrap();
+        f.sync_all().unwrap();
+    }
+    // Python's TemporaryFile, as a user would.
+    let py = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            "import tempfile\nfor _ in range(3):\n  f = tempfile.TemporaryFile(dir={:?})\n  f.write(b'x' * (5 << 20)); f.flush(); f.close()",
+            mnt.display().to_string()
+        ))
+        .status()
+        .unwrap();
+    assert!(py.success());
+    let c = Client::connect(&srv.addr, &s.secret()).unwrap();
+    let store = solofs_fuse::block_store(&c).unwrap();
+    let left = blocks_become(&store, &[]);
+    assert!(left.is_empty(), "blocks of unlinked files left: {left:?}");
+    drop(c);
+    assert!(m.stop().success());
+    assert!(srv.stop().success());
+    assert_fsck_clean(&s.path);
+    let _ = std::fs::remove_dir(&mnt);
+}
+
+/// A client that stores four blocks, commits a size covering one, and
+/// vanishes (connection dropped, no release).
+fn write_and_vanish(c: &Client, store: &solofs_data::BlockStore, name: &[u8]) -> u64 {
+    let me = Cred::root();
+    let bs = store.block_size();
+    let a = c.create_open(&me, at(ROOT_INO, name), 0o644, 1).unwrap();
+    for b in 0..4 {
+        store
+            .put(a.ino, b, bytes::Bytes::from(vec![b as u8 + 1; bs as usize]))
+            .unwrap();
+    }
+    c.write_commit(&me, a.ino, bs, 1).unwrap();
+    a.ino
+}
+
+#[test]
+fn uncommitted_blocks_of_a_vanished_client_are_reclaimed_online() {
+    let s = Scratch::new("vanished-client");
+    let mut srv = ServerProc::start_with(&s.path, "127.0.0.1:0", GRACE);
+    // 1. The connection is lost.
+    let c = Client::connect(&srv.addr, &s.secret()).unwrap();
+    let store = solofs_fuse::block_store(&c).unwrap();
+    let a = write_and_vanish(&c, &store, b"lost-connection");
+    drop(c);
+    let left = blocks_become(&store, &[(a, vec![0])]);
+    assert_eq!(left, [(a, vec![0])], "after a lost connection");
+    // 2. The server is killed while the client holds the file open; the
+    // client never comes back.
+    let c = Client::connect(&srv.addr, &s.secret()).unwrap();
+    let b = write_and_vanish(&c, &store, b"server-killed");
+    assert!(srv.alive());
+    srv.kill();
+    drop(c);
+    let srv = ServerProc::start_with(&s.path, "127.0.0.1:0", GRACE);
+    let left = blocks_become(&store, &[(a, vec![0]), (b, vec![0])]);
+    assert_eq!(left, [(a, vec![0]), (b, vec![0])], "after a server kill");
+    // 3. A client that reconnects within the grace period keeps its
+    // blocks and commits them.
+    let c = Client::connect(&srv.addr, &s.secret()).unwrap();
+    let me = Cred::root();
+    let bs = store.block_size();
+    let x = c
+        .create_open(&me, at(ROOT_INO, b"comes-back"), 0o644, 1)
+        .unwrap();
+    store
+        .put(x.ino, 0, bytes::Bytes::from(vec![9u8; 100]))
+        .unwrap();
+    drop(c);
+    let c = Client::connect(&srv.addr, &s.secret()).unwrap();
+    c.open(&me, x.ino, 1).unwrap();
+    c.write_commit(&me, x.ino, 100, 2).unwrap();
+    c.release(&me, x.ino, 1).unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(store.get(x.ino, 0).unwrap().map(|d| d.len()), Some(100));
+    let _ = bs;
+    drop(c);
+    assert!(srv.stop().success());
+    assert_fsck_clean(&s.path);
+}
