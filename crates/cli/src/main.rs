@@ -178,6 +178,31 @@ fn check_blocks(e: &Engine, repair: bool) -> Result<u64> {
     Ok(orphans)
 }
 
+/// Sets each damaged file size (beyond the largest possible) to what its
+/// blocks hold: the last block's end. Without a block store, to 0.
+fn repair_sizes(e: &Engine, problems: &[solofs_meta::Problem]) -> Result<u64> {
+    let store = serve::open_blocks(e)?;
+    let mut n = 0;
+    for p in problems {
+        let solofs_meta::Problem::BadSize { ino, size } = *p else {
+            continue;
+        };
+        let real = match &store {
+            Some(s) => match s.blocks(ino)?.into_iter().max() {
+                Some(last) => {
+                    last * s.block_size() + s.get(ino, last)?.map_or(0, |d| d.len() as u64)
+                }
+                None => 0,
+            },
+            None => 0,
+        };
+        e.repair_size(ino, real)?;
+        println!("  size of ino {ino} was {size}: set to {real} from its blocks");
+        n += 1;
+    }
+    Ok(n)
+}
+
 fn fsck(args: Vec<std::ffi::OsString>) -> Result<()> {
     use lexopt::prelude::*;
     let mut p = lexopt::Parser::from_args(args);
@@ -197,7 +222,15 @@ fn fsck(args: Vec<std::ffi::OsString>) -> Result<()> {
     }
     let path = path.context("fsck needs a pool file path")?;
     let e = Engine::open(&path).with_context(|| format!("opening {}", path.display()))?;
-    let r = e.fsck(repair)?;
+    let mut r = e.fsck(repair)?;
+    if repair {
+        let sized = repair_sizes(&e, &r.problems)?;
+        if sized > 0 {
+            let repaired = r.repaired + sized;
+            r = e.fsck(false)?;
+            r.repaired = repaired;
+        }
+    }
     println!(
         "{}: {} directories, {} files, {} hard links, {} objects; {} problems{}",
         path.display(),

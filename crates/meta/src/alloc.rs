@@ -421,6 +421,28 @@ impl Allocator {
         Ok((seg, class as usize, (rel - data) / size))
     }
 
+    /// True if `off` is the start of a huge run (allocated for good: huge
+    /// runs are never freed).
+    pub fn is_huge_run(&self, pool: &Pool, off: u64) -> bool {
+        if off < SEG_BASE + 64 || (off - SEG_BASE) % SEG_SIZE != 64 {
+            return false;
+        }
+        let seg = (off - SEG_BASE) / SEG_SIZE;
+        pool.ld(seg_off(seg))
+            .is_ok_and(|t| t as u32 == SEG_MAGIC && (t >> 32) as u8 == CLASS_HUGE)
+    }
+
+    /// Segments `[seg, seg + n)` that the segment at `seg` heads: a huge
+    /// run's length, or 1 (fsck).
+    pub fn run_length(&self, pool: &Pool, seg: u64) -> u64 {
+        match pool.ld(seg_off(seg)) {
+            Ok(t) if t as u32 == SEG_MAGIC && (t >> 32) as u8 == CLASS_HUGE => {
+                pool.ld(seg_off(seg) + SG_RUN).unwrap_or(1).max(1)
+            }
+            _ => 1,
+        }
+    }
+
     /// True if the slot at `off` is allocated.
     pub fn is_allocated(&self, pool: &Pool, off: u64) -> bool {
         match self.locate(pool, off) {

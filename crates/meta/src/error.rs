@@ -51,6 +51,9 @@ pub enum Error {
     /// E2BIG
     #[error("attribute value too large")]
     TooBig,
+    /// EFBIG
+    #[error("file too large (the limit is 16 TiB)")]
+    FileTooBig,
     /// EBUSY
     #[error("resource busy")]
     Busy,
@@ -95,6 +98,7 @@ impl Error {
     pub fn errno(&self) -> i32 {
         match self {
             Error::NotFound => libc::ENOENT,
+            Error::FileTooBig => libc::EFBIG,
             Error::Exists => libc::EEXIST,
             Error::NotDir => libc::ENOTDIR,
             Error::IsDir => libc::EISDIR,

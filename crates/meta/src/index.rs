@@ -775,6 +775,15 @@ impl HashIndex {
         Ok(())
     }
 
+    /// Doubles the directory once, as a split would (tests that need a
+    /// large directory without millions of keys).
+    #[cfg(test)]
+    pub(crate) fn double_now(&self, pool: &Pool, m: &mut IxMem) -> Result<()> {
+        let dir = pool.ld(self.root + IR_DIR)?;
+        let g = pool.ld(dir + ID_DEPTH)?;
+        self.double(pool, dir, g, m)
+    }
+
     /// Doubles the directory (called with the splitting segment locked).
     fn double(&self, pool: &Pool, dir: u64, g: u64, m: &mut IxMem) -> Result<()> {
         let _d = self.dir_lock.lock();

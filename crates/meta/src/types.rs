@@ -16,6 +16,9 @@ pub const XATTR_SIZE_MAX: usize = 65536;
 pub const XATTR_TOTAL_MAX: usize = 65536 - 64;
 /// Most hard links of one file.
 pub const LINK_MAX: u32 = 65000;
+/// Largest file size (16 TiB, as ext4 with 4 KiB blocks): a larger size
+/// is refused (EFBIG), and fsck reports one as damage.
+pub const MAX_FILE_SIZE: u64 = 1 << 44;
 
 /// `rename` flag: fail with EEXIST if the target exists.
 pub const RENAME_NOREPLACE: u32 = 1;

@@ -390,6 +390,9 @@ impl Engine {
     /// needs write permission instead of ownership.
     fn setattr_as(&self, cred: &Cred, ino: u64, sa: &SetAttr, grow: bool) -> Result<Attr> {
         self.check_writable()?;
+        if sa.size.is_some_and(|s| s > crate::types::MAX_FILE_SIZE) {
+            return Err(Error::FileTooBig);
+        }
         self.with_ctx(|ctx| {
             let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Write)]);
             let obj = self.inode(ino)?;

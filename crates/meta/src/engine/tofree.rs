@@ -202,7 +202,7 @@ impl Engine {
         Ok(v)
     }
 
-    fn for_each_free_entry(&self, mut f: impl FnMut(u64, u64, u64)) -> Result<()> {
+    pub(crate) fn for_each_free_entry(&self, mut f: impl FnMut(u64, u64, u64)) -> Result<()> {
         for id in 0..MAX_CTX as usize {
             self.for_each_free_page(ctx_area(id), |page| {
                 for i in 0..TF_SLOTS {
