@@ -112,6 +112,7 @@ fn mkfs(args: Vec<std::ffi::OsString>) -> Result<()> {
     let e = match (data, path) {
         (Some(d), None) => mount::format_data_dir(&d, cfg)?,
         (None, Some(path)) => {
+            mount::probe_storage(&cfg)?;
             Engine::format(&path, &cfg).with_context(|| format!("formatting {}", path.display()))?
         }
         _ => bail!("mkfs needs either --data DIR or a pool file path"),

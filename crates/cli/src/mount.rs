@@ -98,6 +98,7 @@ fn mount_client(
     opts: MountOptions,
 ) -> Result<fuser::BackgroundSession> {
     let store = solofs_fuse::block_store(&client).context("opening the volume's block store")?;
+    store.probe()?;
     solofs_fuse::mount(client, store, mnt, opts)
         .with_context(|| format!("mounting at {}", mnt.display()))
 }
@@ -151,6 +152,15 @@ fn default_data_dir() -> PathBuf {
     PathBuf::from(home).join(".local/share/solofs")
 }
 
+/// Checks, before a volume is formatted on it, that its storage works.
+pub fn probe_storage(cfg: &EngineConfig) -> Result<()> {
+    if cfg.storage.is_empty() {
+        return Ok(());
+    }
+    solofs_data::BlockStore::open(&cfg.storage, "solofs-mkfs", cfg.block_size, None)?.probe()?;
+    Ok(())
+}
+
 /// Formats a volume in `data` with blocks under `storage` (default: the
 /// directory `data/blocks`).
 pub fn format_data_dir(data: &Path, mut cfg: EngineConfig) -> Result<Engine> {
@@ -174,6 +184,7 @@ pub fn format_data_dir(data: &Path, mut cfg: EngineConfig) -> Result<Engine> {
     if cfg.storage.is_empty() {
         cfg.storage = format!("file://{}", data.join("blocks").display());
     }
+    probe_storage(&cfg)?;
     let path = pool_path(&data);
     Engine::format(&path, &cfg).with_context(|| format!("formatting {}", path.display()))
 }
@@ -232,7 +243,7 @@ pub fn up(args: Vec<OsString>) -> Result<()> {
     let cfg = Config {
         listen,
         secret: secret.clone(),
-        blocks: serve::open_blocks(&engine)?,
+        blocks: serve::open_blocks_checked(&engine)?,
         ..Default::default()
     };
     let server = Server::bind(engine.clone(), cfg).context("binding the listening socket")?;

@@ -241,7 +241,7 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
             .with_context(|| format!("opening {}", pool_path(&data).display()))?,
     );
     let stats = engine.open_stats().clone();
-    cfg.blocks = open_blocks(&engine)?;
+    cfg.blocks = open_blocks_checked(&engine)?;
     let server = Server::bind(engine.clone(), cfg).context("binding the listening socket")?;
     let handle = server.handle();
     let mut signals = signal_hook::iterator::Signals::new([
@@ -294,6 +294,16 @@ pub fn open_blocks(engine: &Engine) -> Result<Option<solofs_data::BlockStore>> {
     )
     .with_context(|| format!("opening the block store {}", engine.storage_url()))?;
     Ok(Some(s))
+}
+
+/// [`open_blocks`], and a probe (put, get, delete) that the store works:
+/// a server or a mount must not start on a store that cannot hold data.
+pub fn open_blocks_checked(engine: &Engine) -> Result<Option<solofs_data::BlockStore>> {
+    let s = open_blocks(engine)?;
+    if let Some(s) = &s {
+        s.probe()?;
+    }
+    Ok(s)
 }
 
 /// `solofs stats METRICS_ADDR`: a live view of a server's metrics.

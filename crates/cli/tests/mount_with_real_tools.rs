@@ -183,59 +183,12 @@ fn tools_on_a_mount_with_local_blocks() {
     full_check(true, "local", None, None, 2500, &[]);
 }
 
-/// The s3s-fs binary (`cargo install s3s-fs --features binary`).
-fn s3s_fs() -> PathBuf {
-    if let Ok(p) = std::env::var("SOLOFS_S3S_FS") {
-        return p.into();
-    }
-    let home = std::env::var("CARGO_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cargo"));
-    let p = home.join("bin/s3s-fs");
-    assert!(
-        p.exists(),
-        "{} is missing: cargo install s3s-fs@0.14.1 --features binary --locked",
-        p.display()
-    );
-    p
-}
-
-struct S3Server(Child);
-
-impl Drop for S3Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn tools_on_a_mount_with_blocks_on_s3() {
     let root = std::env::temp_dir().join(format!("solofs-s3-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(root.join("vol")).unwrap();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let _s3 = S3Server(
-        Command::new(s3s_fs())
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--access-key", "AKTEST", "--secret-key", "SKTEST"])
-            .arg(&root)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let t0 = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "s3s-fs did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (_s3, port) = S3Server::start(&root);
     let url = format!(
         "s3://vol/solofs?endpoint=http://127.0.0.1:{port}&region=us-east-1&allow_http=true"
     );

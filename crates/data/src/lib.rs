@@ -155,6 +155,24 @@ fn bad(url: &str, why: impl Into<String>) -> Error {
 }
 
 /// Opens the object store a storage URL names.
+/// A storage URL in words: the bucket and endpoint of an S3 URL, the
+/// directory of a file:// one.
+pub fn describe(url: &str) -> String {
+    if let Some(dir) = url.strip_prefix("file://") {
+        return format!("the block directory {dir}");
+    }
+    let Some(rest) = url.strip_prefix("s3://") else {
+        return url.to_string();
+    };
+    let (loc, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let bucket = loc.split('/').next().unwrap_or("");
+    let endpoint = query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("endpoint="))
+        .unwrap_or("AWS (no endpoint= given)");
+    format!("S3 bucket {bucket:?} at {endpoint}")
+}
+
 fn open_store(url: &str, creds: Option<&S3Credentials>) -> Result<Arc<dyn ObjectStore>> {
     if let Some(dir) = url.strip_prefix("file://") {
         if !dir.starts_with('/') {
@@ -172,12 +190,21 @@ fn open_store(url: &str, creds: Option<&S3Credentials>) -> Result<Arc<dyn Object
             return Err(bad(url, "no bucket"));
         }
         let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+        let (mut imds, mut anonymous) = (false, false);
         for kv in query.split('&').filter(|s| !s.is_empty()) {
             let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
             b = match k {
                 "endpoint" => b.with_endpoint(v),
                 "region" => b.with_region(v),
                 "allow_http" => b.with_allow_http(v == "true"),
+                "imds" => {
+                    imds = v == "true";
+                    b
+                }
+                "skip_signature" => {
+                    anonymous = v == "true";
+                    b.with_skip_signature(anonymous)
+                }
                 _ => return Err(bad(url, format!("unknown parameter {k}"))),
             };
         }
@@ -186,6 +213,31 @@ fn open_store(url: &str, creds: Option<&S3Credentials>) -> Result<Arc<dyn Object
                 .with_access_key_id(&c.access_key_id)
                 .with_secret_access_key(&c.secret_access_key);
         }
+        // Without credentials the store would ask the cloud instance's
+        // metadata service (169.254.169.254), slowly and in vain anywhere
+        // else: only when the URL says so.
+        let from_env = [
+            "AWS_ACCESS_KEY_ID",
+            "AWS_WEB_IDENTITY_TOKEN_FILE",
+            "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        ]
+        .iter()
+        .any(|k| std::env::var_os(k).is_some_and(|v| !v.is_empty()));
+        if creds.is_none() && !from_env && !imds && !anonymous {
+            return Err(bad(
+                url,
+                "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY \
+                 (or add imds=true to the URL to use the cloud instance's role, \
+                 skip_signature=true for a public bucket)",
+            ));
+        }
+        // A wrong endpoint fails in seconds, not after minutes of retries.
+        b = b.with_retry(object_store::RetryConfig {
+            max_retries: 4,
+            retry_timeout: std::time::Duration::from_secs(20),
+            ..Default::default()
+        });
         let s3: Arc<dyn ObjectStore> = Arc::new(b.build()?);
         let prefix = prefix.trim_matches('/');
         if prefix.is_empty() {
@@ -235,6 +287,66 @@ impl BlockStore {
 
     fn ino_prefix(&self, ino: u64) -> ObjPath {
         ObjPath::from(format!("{}/{ino}", self.volume))
+    }
+
+    /// Checks that the store works for this volume: puts, reads back and
+    /// deletes a small probe object. The error names the store (bucket,
+    /// endpoint) and says what failed.
+    pub fn probe(&self) -> Result<()> {
+        let key = ObjPath::from(format!(
+            "{}/probe-{}-{}",
+            self.volume,
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        ));
+        let store = self.store.clone();
+        let what = |step: &str, e: String| {
+            bad(
+                &self.url,
+                format!(
+                    "{}: {step} of a probe object failed: {e}",
+                    describe(&self.url)
+                ),
+            )
+        };
+        let body = Bytes::from_static(b"solofs probe");
+        let r = runtime().block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(30), async {
+                // A listing first: some stores (s3s-fs) make a missing
+                // bucket on a put instead of refusing it.
+                let prefix = ObjPath::from(self.volume.as_str());
+                if let Some(Err(e)) = store.list(Some(&prefix)).next().await {
+                    return Err(("list", e.to_string()));
+                }
+                store
+                    .put(&key, PutPayload::from(body.clone()))
+                    .await
+                    .map_err(|e| ("put", e.to_string()))?;
+                let got = store
+                    .get(&key)
+                    .await
+                    .map_err(|e| ("get", e.to_string()))?
+                    .bytes()
+                    .await
+                    .map_err(|e| ("get", e.to_string()))?;
+                if got != body {
+                    return Err(("get", "it read back different bytes".to_string()));
+                }
+                store
+                    .delete(&key)
+                    .await
+                    .map_err(|e| ("delete", e.to_string()))
+            })
+            .await
+        });
+        match r {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err((step, e))) => Err(what(step, e)),
+            Err(_) => Err(what("put", "no answer within 30 s".into())),
+        }
     }
 
     /// Writes block `block` of `ino` (at most one block of bytes).

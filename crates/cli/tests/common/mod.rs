@@ -292,3 +292,59 @@ pub fn is_root() -> bool {
         .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
         .unwrap_or(false)
 }
+
+/// The s3s-fs binary (`cargo install s3s-fs --features binary`).
+pub fn s3s_fs() -> PathBuf {
+    if let Ok(p) = std::env::var("SOLOFS_S3S_FS") {
+        return p.into();
+    }
+    let home = std::env::var("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap()).join(".cargo"));
+    let p = home.join("bin/s3s-fs");
+    assert!(
+        p.exists(),
+        "{} is missing: cargo install s3s-fs@0.14.1 --features binary --locked",
+        p.display()
+    );
+    p
+}
+
+pub struct S3Server(pub Child);
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl S3Server {
+    /// Starts s3s-fs on a free loopback port serving `root` (one bucket
+    /// per subdirectory), keys AKTEST / SKTEST; returns it and the port.
+    pub fn start(root: &Path) -> (S3Server, u16) {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let s3 = S3Server(
+            Command::new(s3s_fs())
+                .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+                .args(["--access-key", "AKTEST", "--secret-key", "SKTEST"])
+                .arg(root)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let t0 = std::time::Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(10),
+                "s3s-fs did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        (s3, port)
+    }
+}
