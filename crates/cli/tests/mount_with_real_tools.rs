@@ -6,8 +6,8 @@
 
 mod common;
 use common::*;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const SCRIPT: &str = concat!(
