@@ -1290,13 +1290,22 @@ fn run_one(
         if let (Some(a), Some(b)) = (a, sample()) {
             let d = |k: &str| b.get(k).copied().unwrap_or(0.0) - a.get(k).copied().unwrap_or(0.0);
             let sys = d("solofs_socket_reads_total") + d("solofs_socket_writes_total");
+            let cpu = d("solofs_process_cpu_seconds_total");
+            if cpu < 0.0 || sys < 0.0 {
+                // Counters went down: another server process answered the
+                // second scrape (a restart), so the difference means nothing.
+                extra.push(format!(
+                    "server {threads} thr {layout} {phase} depth {depth}: no server cost figure (the server's counters went down: it restarted during the phase)"
+                ));
+                return Ok(());
+            }
             extra.push(format!(
                 "server {} thr {} {} depth {}: {:.2} us server CPU per request, {:.3} socket syscalls per request",
                 threads,
                 layout,
                 phase,
                 depth,
-                d("solofs_process_cpu_seconds_total") * 1e6 / n as f64,
+                cpu * 1e6 / n as f64,
                 sys / n as f64
             ));
         }

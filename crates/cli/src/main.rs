@@ -48,6 +48,21 @@ pub(crate) fn create_dir_all_public(p: &std::path::Path) -> std::io::Result<()> 
     }
 }
 
+/// `println!` that ends the process quietly (status 141, as a SIGPIPE
+/// would) when the reader of stdout went away (`solofs fsck | head`),
+/// instead of panicking on the broken pipe.
+#[macro_export]
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($t)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(141);
+            }
+        }
+    }};
+}
+
 fn main() {
     if let Err(e) = run() {
         eprintln!("solofs: {e:#}");
@@ -123,7 +138,7 @@ fn mkfs(args: Vec<std::ffi::OsString>) -> Result<()> {
         e.shard_count(),
         e.durability(),
         if e.storage_url().is_empty() {
-            "nowhere"
+            "no block store (a metadata-only pool: mkfs --data DIR or --storage URL gives file data a place)"
         } else {
             e.storage_url()
         },
@@ -161,13 +176,13 @@ fn check_blocks(e: &Engine, repair: bool) -> Result<u64> {
         }
         orphans += extra.len() as u64;
         if orphans <= 20 {
-            println!("  orphan blocks of ino {ino}: {extra:?}");
+            say!("  orphan blocks of ino {ino}: {extra:?}");
         }
         if repair {
             store.delete_from(ino, first_uncovered)?;
         }
     }
-    println!(
+    say!(
         "blocks in {}: {blocks}; {orphans} orphans{}; {pending} waiting in the to-free queue",
         store.url(),
         if repair && orphans > 0 {
@@ -198,7 +213,7 @@ fn repair_sizes(e: &Engine, problems: &[solofs_meta::Problem]) -> Result<u64> {
             None => 0,
         };
         e.repair_size(ino, real)?;
-        println!("  size of ino {ino} was {size}: set to {real} from its blocks");
+        say!("  size of ino {ino} was {size}: set to {real} from its blocks");
         n += 1;
     }
     Ok(n)
@@ -214,7 +229,7 @@ fn fsck(args: Vec<std::ffi::OsString>) -> Result<()> {
             Long("repair") => repair = true,
             Long("data") => path = Some(serve::pool_path(&PathBuf::from(p.value()?))),
             Long("help") | Short('h') => {
-                println!("solofs fsck (--data DIR | POOL) [--repair]");
+                say!("solofs fsck (--data DIR | POOL) [--repair]");
                 return Ok(());
             }
             Value(v) if path.is_none() => path = Some(v.into()),
@@ -232,7 +247,7 @@ fn fsck(args: Vec<std::ffi::OsString>) -> Result<()> {
             r.repaired = repaired;
         }
     }
-    println!(
+    say!(
         "{}: {} directories, {} files, {} hard links, {} objects; {} problems{}",
         path.display(),
         r.dirs,
@@ -247,13 +262,13 @@ fn fsck(args: Vec<std::ffi::OsString>) -> Result<()> {
         }
     );
     if !r.pending_repair.is_empty() {
-        println!(
+        say!(
             "  {} directories modified before a crash wait for lazy repair on first use (fsck --repair does them now)",
             r.pending_repair.len()
         );
     }
     for p in r.problems.iter().take(50) {
-        println!("  {p:?}");
+        say!("  {p:?}");
     }
     let orphans = check_blocks(&e, repair)?;
     e.close()?;

@@ -103,6 +103,39 @@ fn mount_client(
         .with_context(|| format!("mounting at {}", mnt.display()))
 }
 
+/// Refuses a mount point that already has a file system mounted on it (a
+/// second volume would hide the first without a word).
+fn check_not_mounted(mnt: &Path) -> Result<()> {
+    let Ok(abs) = mnt.canonicalize() else {
+        return Ok(()); // created later; nothing can be mounted there
+    };
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    for line in info.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let Some(point) = f.get(4) else { continue };
+        // Octal escapes: \040 space, \011 tab, \012 newline, \134 backslash.
+        let point = point
+            .replace("\\040", " ")
+            .replace("\\011", "\t")
+            .replace("\\012", "\n")
+            .replace("\\134", "\\");
+        if Path::new(&point) == abs {
+            let fstype = f
+                .iter()
+                .position(|&x| x == "-")
+                .and_then(|i| f.get(i + 1))
+                .copied()
+                .unwrap_or("?");
+            bail!(
+                "{} is already a mount point ({fstype}); unmount it first (umount {})",
+                mnt.display(),
+                mnt.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// `solofs mount --server ADDR MOUNTPOINT`.
 pub fn mount(args: Vec<OsString>) -> Result<()> {
     let mut p = lexopt::Parser::from_args(args);
@@ -126,6 +159,7 @@ pub fn mount(args: Vec<OsString>) -> Result<()> {
         }
     }
     let mnt = mnt.context("mount needs a MOUNTPOINT")?;
+    check_not_mounted(&mnt)?;
     let server = server.context("mount needs --server ADDR (or SOLOFS_SERVER)")?;
     let secret_file =
         secret_file.context("mount needs --secret-file FILE (or SOLOFS_SECRET_FILE)")?;
@@ -217,6 +251,8 @@ pub fn up(args: Vec<OsString>) -> Result<()> {
         }
     }
     let mnt = mnt.context("up needs a MOUNTPOINT")?;
+    check_not_mounted(&mnt)?;
+    serve::check_listen(&listen, "--listen")?;
     crate::create_dir_all_public(&mnt).with_context(|| format!("creating {}", mnt.display()))?;
     let data = data.unwrap_or_else(default_data_dir);
     let engine = if pool_path(&data).exists() {

@@ -44,6 +44,18 @@ pub fn ensure_secret(data: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Fails, naming the address and what to do, if nothing can listen on
+/// `addr` (given with `flag`).
+pub fn check_listen(addr: &str, flag: &str) -> Result<()> {
+    match std::net::TcpListener::bind(addr) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => bail!(
+            "cannot listen on {addr}: the address is in use (another server?); stop it or choose another address with {flag}"
+        ),
+        Err(e) => bail!("cannot listen on {addr}: {e}; choose another address with {flag}"),
+    }
+}
+
 /// Raises the soft limit of open descriptors to the hard one: a server
 /// holds one per client connection.
 pub fn raise_fd_limit() {
@@ -236,13 +248,27 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
     let mut cfg = s.cfg;
     cfg.secret = read_secret(&data)?;
     raise_fd_limit();
+    // The addresses first: a busy port must not cost the pool a clean stop.
+    check_listen(&cfg.listen, "--listen")?;
+    if let Some(m) = &cfg.metrics_listen {
+        check_listen(m, "--metrics")?;
+    }
     let engine = Arc::new(
         Engine::open(&pool_path(&data))
             .with_context(|| format!("opening {}", pool_path(&data).display()))?,
     );
     let stats = engine.open_stats().clone();
     cfg.blocks = open_blocks_checked(&engine)?;
-    let server = Server::bind(engine.clone(), cfg).context("binding the listening socket")?;
+    let listen = cfg.listen.clone();
+    let server = match Server::bind(engine.clone(), cfg) {
+        Ok(s) => s,
+        Err(e) => {
+            if let Ok(engine) = Arc::try_unwrap(engine) {
+                engine.close()?;
+            }
+            bail!("cannot listen on {listen}: {e}");
+        }
+    };
     let handle = server.handle();
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
@@ -318,7 +344,7 @@ pub fn stats(args: Vec<OsString>) -> Result<()> {
             Long("interval") => interval = p.value()?.parse()?,
             Long("count") => count = p.value()?.parse()?,
             Long("help") | Short('h') => {
-                println!("solofs stats METRICS_ADDR [--interval SECS] [--count N]");
+                crate::say!("solofs stats METRICS_ADDR [--interval SECS] [--count N]");
                 return Ok(());
             }
             Value(v) if addr.is_none() => {
@@ -350,7 +376,7 @@ pub fn stats(args: Vec<OsString>) -> Result<()> {
             total += r;
             line.push_str(&format!(" {op} {r:.0}/s"));
         }
-        println!(
+        crate::say!(
             "{:.0} ops/s |{} | connections {} | pool {:.1} MiB | inodes {}",
             total,
             if line.is_empty() {

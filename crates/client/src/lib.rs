@@ -705,12 +705,33 @@ fn handshake(inner: &Inner) -> Result<(Conn, Volume)> {
     });
     s.write_all(&out)?;
     let mut buf = Vec::new();
-    let (ty, p) = read_frame(&mut s, &mut buf)?;
+    let not_solofs = |why: String| {
+        ClientError::Protocol(format!(
+            "{} does not answer as a SoloFS server ({why}); is it the right address and port?",
+            inner.addr
+        ))
+    };
+    let (ty, p) = match read_frame(&mut s, &mut buf) {
+        Ok(f) => f,
+        Err(ClientError::Protocol(why)) => return Err(not_solofs(why)),
+        Err(ClientError::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
+            return Err(not_solofs("it closed the connection".into()))
+        }
+        Err(ClientError::Io(e))
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            return Err(not_solofs("no reply to the greeting in time".into()))
+        }
+        Err(e) => return Err(e),
+    };
     if ty == FrameType::Error {
         return Err(server_error(&p));
     }
     if ty != FrameType::Challenge {
-        return Err(ClientError::Protocol("expected CHALLENGE".into()));
+        return Err(not_solofs(format!("its first frame is {ty:?}")));
     }
     let mut r = Reader::new(&p);
     let bad = |_| ClientError::Protocol("bad CHALLENGE".into());

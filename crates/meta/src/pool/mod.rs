@@ -290,8 +290,45 @@ impl Pool {
     /// Extends the file to `to` bytes with the space of `[from, to)`
     /// allocated on its file system (sparse only where the file system
     /// cannot allocate ahead).
+    ///
+    /// On tmpfs, allocating ahead would put 4 KiB pages under the new
+    /// extent (zeroed by the growing thread, then copied into huge pages by
+    /// the huge-page worker); there the free space is checked instead and
+    /// the extent stays sparse until the worker gives it huge pages. Only
+    /// another process filling the same tmpfs between the check and the
+    /// first use can still cause a SIGBUS, so keep a pool's tmpfs to itself.
     fn reserve_space(&self, from: u64, to: u64) -> Result<()> {
-        reserve_file_space(&self.file, from, to)
+        if !is_tmpfs(&self.file) {
+            return reserve_file_space(&self.file, from, to);
+        }
+        // SAFETY: fstatvfs fills the zeroed struct we own.
+        let free = unsafe {
+            let mut st: libc::statvfs = std::mem::zeroed();
+            if libc::fstatvfs(self.file.as_raw_fd(), &mut st) != 0 {
+                return Err(Error::io(
+                    "free space of the pool's file system".into(),
+                    std::io::Error::last_os_error(),
+                ));
+            }
+            st.f_bavail as u64 * st.f_frsize as u64
+        };
+        // What the file will need that it does not hold yet: earlier
+        // extents may still be sparse too.
+        let held = std::os::unix::fs::MetadataExt::blocks(
+            &self
+                .file
+                .metadata()
+                .map_err(|e| Error::io("stat pool file".into(), e))?,
+        ) * 512;
+        let _ = from;
+        // A collapse into a huge page briefly holds a chunk twice: margin.
+        if free < to.saturating_sub(held) + (4 << 20) {
+            return Err(Error::NoSpace);
+        }
+        self.file.set_len(to).map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOSPC) | Some(libc::EFBIG) => Error::NoSpace,
+            _ => Error::io("extend pool file".into(), e),
+        })
     }
 
     #[inline(always)]
@@ -635,6 +672,16 @@ fn bad_off(off: u64) -> Error {
     Error::Corrupt(format!(
         "object offset {off:#x} is outside the pool or misaligned"
     ))
+}
+
+/// Is `file` on tmpfs?
+fn is_tmpfs(file: &File) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    // SAFETY: fstatfs fills the zeroed struct we own.
+    unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        libc::fstatfs(file.as_raw_fd(), &mut st) == 0 && st.f_type as i64 == TMPFS_MAGIC
+    }
 }
 
 /// Extends `file` to `to` bytes, allocating `[from, to)` on its file
