@@ -59,25 +59,81 @@ fn mount_flag(a: &Arg, p: &mut lexopt::Parser, o: &mut MountOptions) -> Result<b
 const MOUNT_FLAGS: &str =
     "[--attr-timeout S] [--entry-timeout S] [--threads N] [--read-ahead BLOCKS] [--allow-other]";
 
-/// Waits for SIGINT/SIGTERM, or for the mount to go away (someone ran
-/// `umount`), whichever comes first.
-fn wait_until_stopped(session: &fuser::BackgroundSession) -> Result<()> {
+/// SIGINT/SIGTERM received (set by the signal handlers, cleared when a
+/// busy mount was detached and keeps serving).
+fn stop_flag() -> Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
+    Ok(stop)
+}
+
+/// Waits for SIGINT/SIGTERM, or for the mount to go away (someone ran
+/// `umount`), whichever comes first.
+fn wait_until_stopped(session: &fuser::BackgroundSession, stop: &AtomicBool) {
     while !stop.load(Ordering::SeqCst) && !session.guard.is_finished() {
         std::thread::sleep(Duration::from_millis(50));
     }
-    Ok(())
 }
 
-fn unmount(session: fuser::BackgroundSession, mnt: &Path) {
+/// Unmounts and waits for the session to end. A mount still in use (a
+/// shell's working directory, an open file) is detached instead (`umount
+/// -l`): it leaves the namespace at once and stays served to the processes
+/// still in it until the last one leaves, or until a second signal, which
+/// ends their access (they get ENOTCONN). Never a dead mount point. Returns
+/// whether the file system ended cleanly.
+fn unmount(session: fuser::BackgroundSession, mnt: &Path, stop: &AtomicBool) -> bool {
+    use rustix::mount::{unmount as umount2, UnmountFlags};
     if session.guard.is_finished() {
-        let _ = session.join();
-        return;
+        return session.join().is_ok();
     }
-    if let Err(e) = session.umount_and_join() {
-        eprintln!("unmounting {}: {e}", mnt.display());
+    // The connection's number, to end it if the users do not leave.
+    let conn = rustix::fs::stat(mnt)
+        .ok()
+        .map(|st| rustix::fs::minor(st.st_dev));
+    match umount2(mnt, UnmountFlags::empty()) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::BUSY) => {
+            if let Err(e) = umount2(mnt, UnmountFlags::DETACH) {
+                eprintln!("detaching {}: {e}", mnt.display());
+            }
+            stop.store(false, Ordering::SeqCst);
+            eprintln!(
+                "{} is in use: detached (it is gone from the namespace); the processes still in it are served until they leave. Ctrl-C again ends their access now.",
+                mnt.display()
+            );
+            wait_until_stopped(&session, stop);
+            if !session.guard.is_finished() {
+                abort_connection(conn);
+            }
+        }
+        Err(e) => {
+            eprintln!("unmounting {}: {e}; ending its connection", mnt.display());
+            let _ = umount2(mnt, UnmountFlags::DETACH);
+            abort_connection(conn);
+        }
+    }
+    session.join().is_ok()
+}
+
+/// Ends a FUSE connection (its users get ENOTCONN; the session ends).
+fn abort_connection(conn: Option<u32>) {
+    if let Some(c) = conn {
+        let dir = "/sys/fs/fuse/connections";
+        if !Path::new(&format!("{dir}/{c}")).exists() {
+            // The FUSE control file system is not mounted: mount it.
+            let _ = rustix::mount::mount(
+                "fusectl",
+                dir,
+                "fusectl",
+                rustix::mount::MountFlags::empty(),
+                None,
+            );
+        }
+        let p = format!("{dir}/{c}/abort");
+        if let Err(e) = std::fs::write(&p, "1") {
+            eprintln!("ending the FUSE connection ({p}): {e}");
+        }
     }
 }
 
@@ -168,9 +224,13 @@ pub fn mount(args: Vec<OsString>) -> Result<()> {
     println!("mounted {server} at {}", mnt.display());
     use std::io::Write;
     std::io::stdout().flush()?;
-    wait_until_stopped(&session)?;
-    unmount(session, &mnt);
-    println!("unmounted {}", mnt.display());
+    let stop = stop_flag()?;
+    wait_until_stopped(&session, &stop);
+    if unmount(session, &mnt, &stop) {
+        println!("unmounted {}", mnt.display());
+    } else {
+        bail!("the mount at {} ended with an error", mnt.display());
+    }
     Ok(())
 }
 
@@ -311,8 +371,9 @@ pub fn up(args: Vec<OsString>) -> Result<()> {
     );
     use std::io::Write;
     std::io::stdout().flush()?;
-    wait_until_stopped(&session)?;
-    unmount(session, &mnt);
+    let stop = stop_flag()?;
+    wait_until_stopped(&session, &stop);
+    let clean = unmount(session, &mnt, &stop);
     handle.shutdown();
     server_thread
         .join()
@@ -321,6 +382,9 @@ pub fn up(args: Vec<OsString>) -> Result<()> {
     let engine =
         Arc::try_unwrap(engine).map_err(|_| anyhow::anyhow!("engine still in use at shutdown"))?;
     engine.close()?;
+    if !clean {
+        eprintln!("the mount at {} ended with an error", mnt.display());
+    }
     println!("unmounted {}; volume closed cleanly", mnt.display());
     Ok(())
 }
@@ -348,7 +412,8 @@ pub fn memfs(args: Vec<OsString>) -> Result<()> {
     println!("memfs mounted at {}", mnt.display());
     use std::io::Write;
     std::io::stdout().flush()?;
-    wait_until_stopped(&session)?;
-    unmount(session, &mnt);
+    let stop = stop_flag()?;
+    wait_until_stopped(&session, &stop);
+    unmount(session, &mnt, &stop);
     Ok(())
 }

@@ -43,8 +43,11 @@ fn failed_block_puts_never_commit_their_size() {
         matches!(err.raw_os_error(), Some(28) | Some(5)),
         "error is ENOSPC or EIO: {err}"
     );
-    // What every reader sees is a prefix of what was written.
-    for (who, mnt) in [("writer's mount", &up.mnt), ("other mount", &other.mnt)] {
+    // What every reader sees is a prefix of what was written: on another
+    // mount at once; on the writer's once its close (release, which the
+    // kernel sends after close returns) has given the lost blocks up.
+    for (who, mnt) in [("other mount", &other.mnt), ("writer's mount", &up.mnt)] {
+        std::thread::sleep(std::time::Duration::from_millis(500));
         let got = std::fs::read(mnt.join("big")).unwrap();
         assert!(got.len() < data.len(), "{who}: the full size was committed");
         if let Some(i) = (0..got.len()).find(|&i| got[i] != data[i]) {
@@ -61,7 +64,13 @@ fn failed_block_puts_never_commit_their_size() {
     let small_data = pattern(3 << 20, 0x33);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
-        match std::fs::write(up.mnt.join("again"), &small_data) {
+        // (close's errors are not reported by std: sync_all is.)
+        let put = |p: &std::path::Path| -> std::io::Result<()> {
+            let mut f = std::fs::File::create(p)?;
+            f.write_all(&small_data)?;
+            f.sync_all()
+        };
+        match put(&up.mnt.join("again")) {
             Ok(()) => break,
             Err(e) if std::time::Instant::now() < deadline => {
                 let _ = e;

@@ -224,9 +224,10 @@ impl SoloFs {
 
     /// Notes an open the server agreed to; returns the file handle.
     fn opened(&self, ino: u64, mode: u32, a: &Attr) -> u64 {
-        let f = {
-            let mut files = self.files.lock();
-            files
+        loop {
+            let f = self
+                .files
+                .lock()
                 .entry(ino)
                 .or_insert_with(|| {
                     Arc::new(Mutex::new(OpenFile::new(
@@ -234,13 +235,23 @@ impl SoloFs {
                         a.clone(),
                     )))
                 })
-                .clone()
-        };
-        {
-            let mut f = f.lock();
-            f.handles += 1;
-            f.refresh(a.size);
-            f.attr.mode = a.mode;
+                .clone();
+            let mut g = f.lock();
+            // A release that held the file (a slow flush) may have dropped
+            // it from the map meanwhile: count only on the one mapped (the
+            // file's lock, then the map's, as release takes them).
+            if !self
+                .files
+                .lock()
+                .get(&ino)
+                .is_some_and(|x| Arc::ptr_eq(x, &f))
+            {
+                continue;
+            }
+            g.handles += 1;
+            g.refresh(a.size);
+            g.attr.mode = a.mode;
+            break;
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.handles.lock().insert(fh, (ino, mode));
@@ -620,7 +631,10 @@ impl Filesystem for SoloFs {
             }
             g.handles = g.handles.saturating_sub(1);
             if g.handles == 0 {
-                self.files.lock().remove(&ino.0);
+                let mut files = self.files.lock();
+                if files.get(&ino.0).is_some_and(|x| Arc::ptr_eq(x, &f)) {
+                    files.remove(&ino.0);
+                }
             }
         }
         if let Some(m) = mode {
