@@ -457,6 +457,16 @@ fn op_of(w: &W) -> Op {
     }
 }
 
+/// A client that fails at once when the server dies (the harness kills
+/// servers on purpose and checks what each call was told).
+fn connect(addr: &str, secret: &[u8]) -> std::result::Result<Client, ClientError> {
+    let opts = solofs_client::Options {
+        retry: std::time::Duration::ZERO,
+        ..Default::default()
+    };
+    Client::connect_with(addr, secret, opts)
+}
+
 fn lost(e: &ClientError) -> bool {
     matches!(
         e,
@@ -497,7 +507,7 @@ fn one_point(bin: &Path, dir: &Path, point: &str) -> Result<String> {
     mkfs(bin, &data)?;
     let secret = std::fs::read_to_string(data.join("secret"))?;
     let srv = start(bin, &data, Some(point), "127.0.0.1:0")?;
-    let c = Client::connect(&srv.addr, secret.trim().as_bytes())?;
+    let c = connect(&srv.addr, secret.trim().as_bytes())?;
     let store = solofs_fuse::block_store(&c)?;
     let mut data_model = DataModel::new();
     let r = Cred::root();
@@ -575,7 +585,7 @@ fn one_point(bin: &Path, dir: &Path, point: &str) -> Result<String> {
     // Restart on the same pool.
     let t0 = Instant::now();
     let srv = start(bin, &data, None, "127.0.0.1:0")?;
-    let c = Client::connect(&srv.addr, secret.trim().as_bytes())?;
+    let c = connect(&srv.addr, secret.trim().as_bytes())?;
     c.noop()?;
     let restart = t0.elapsed();
     if srv.restart_note.is_none() {
@@ -621,7 +631,7 @@ fn one_round(bin: &Path, data: &Path, secret: &str, round: u64, seed: u64) -> Re
     let srv = start(bin, data, None, "127.0.0.1:0")?;
     let addr = srv.addr.clone();
     let base = {
-        let c = Client::connect(&addr, secret.as_bytes())?;
+        let c = connect(&addr, secret.as_bytes())?;
         walk(&c)?
     };
     let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -640,7 +650,7 @@ fn one_round(bin: &Path, data: &Path, secret: &str, round: u64, seed: u64) -> Re
                 // Each thread creates and removes files in its own directory
                 // and in a shared one; returns (path, exists) for every
                 // acknowledged change, and the path of the one in flight.
-                let c = Client::connect(&addr, secret.as_bytes())?;
+                let c = connect(&addr, secret.as_bytes())?;
                 let r = Cred::root();
                 let own = format!("/r{round}-t{t}");
                 let _ = c.mkdir(&r, path("/shared"), 0o777);
@@ -689,7 +699,7 @@ fn one_round(bin: &Path, data: &Path, secret: &str, round: u64, seed: u64) -> Re
         inflight.extend(fl);
     }
     let srv = start(bin, data, None, "127.0.0.1:0")?;
-    let c = Client::connect(&srv.addr, secret.as_bytes())?;
+    let c = connect(&srv.addr, secret.as_bytes())?;
     let actual = walk(&c)?;
     for (p, exists) in &acked {
         if inflight.contains(p) {
@@ -748,7 +758,7 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
         let secret = std::fs::read_to_string(data.join("secret"))?;
         let t0 = Instant::now();
         let srv = start(&bin, &data, None, "127.0.0.1:0")?;
-        let c = Client::connect(&srv.addr, secret.trim().as_bytes())?;
+        let c = connect(&srv.addr, secret.trim().as_bytes())?;
         let a = c.lookup(&Cred::root(), solofs_client::at(ROOT_INO, b"d0"))?;
         let first = t0.elapsed();
         println!(

@@ -142,8 +142,13 @@ fn connect_and_mount(
     secret: &[u8],
     mnt: &Path,
     opts: MountOptions,
+    retry: Duration,
 ) -> Result<fuser::BackgroundSession> {
-    let client = Client::connect_with(addr, secret, Options::default())
+    let copts = Options {
+        retry,
+        ..Options::default()
+    };
+    let client = Client::connect_with(addr, secret, copts)
         .with_context(|| format!("connecting to {addr}"))?;
     mount_client(client, mnt, opts)
 }
@@ -199,15 +204,23 @@ pub fn mount(args: Vec<OsString>) -> Result<()> {
     let mut secret_file: Option<PathBuf> = std::env::var_os("SOLOFS_SECRET_FILE").map(Into::into);
     let mut mnt: Option<PathBuf> = None;
     let mut opts = MountOptions::default();
+    let mut retry = Options::default().retry;
     while let Some(a) = next_arg(&mut p)? {
         if mount_flag(&a, &mut p, &mut opts)? {
             continue;
         }
         match a {
+            Arg::Long(k) if k == "retry-secs" => {
+                let v: f64 = p.value()?.parse()?;
+                if !(0.0..=86400.0).contains(&v) {
+                    bail!("--retry-secs is 0..=86400");
+                }
+                retry = Duration::from_secs_f64(v);
+            }
             Arg::Long(k) if k == "server" => server = Some(p.value()?.parse()?),
             Arg::Long(k) if k == "secret-file" => secret_file = Some(p.value()?.into()),
             a if is_help(&a) => {
-                println!("solofs mount --server ADDR --secret-file FILE MOUNTPOINT {MOUNT_FLAGS}");
+                println!("solofs mount --server ADDR --secret-file FILE MOUNTPOINT [--retry-secs S] {MOUNT_FLAGS}\n  --retry-secs S  while the server cannot be reached (a restart), calls wait and retry this long (default 60)");
                 return Ok(());
             }
             Arg::Value(v) if mnt.is_none() => mnt = Some(v.into()),
@@ -220,7 +233,7 @@ pub fn mount(args: Vec<OsString>) -> Result<()> {
     let secret_file =
         secret_file.context("mount needs --secret-file FILE (or SOLOFS_SECRET_FILE)")?;
     let secret = serve::read_secret_file(&secret_file)?;
-    let session = connect_and_mount(&server, &secret, &mnt, opts)?;
+    let session = connect_and_mount(&server, &secret, &mnt, opts, retry)?;
     println!("mounted {server} at {}", mnt.display());
     use std::io::Write;
     std::io::stdout().flush()?;
@@ -353,7 +366,7 @@ pub fn up(args: Vec<OsString>) -> Result<()> {
         .spawn(move || server.run())?;
     let mounted = match local {
         Some(local) => mount_client(Client::in_process(local), &mnt, opts),
-        None => connect_and_mount(&addr, &secret, &mnt, opts),
+        None => connect_and_mount(&addr, &secret, &mnt, opts, Options::default().retry),
     };
     let session = match mounted {
         Ok(s) => s,

@@ -10,10 +10,14 @@
 //! [`Client::in_process`] talks to a server in the same process (`solofs
 //! up`) without a socket: requests run in the calling thread.
 //!
-//! If the connection breaks, the next call reconnects. Read-only requests
-//! that were in flight are resent once; a write in flight reports
-//! [`ClientError::ConnectionLost`], because it may or may not have been
-//! applied.
+//! If the connection breaks (the server restarts, the network drops), calls
+//! wait and retry for up to [`Options::retry`] (default 60 s): the client
+//! reconnects, registers its open files again and sends the requests that
+//! were in flight again, marked as retries with their ids. The server's
+//! per-client reply record answers a change it already applied with its
+//! first reply, so each change applies exactly once; only after the retry
+//! window do calls fail ([`ClientError::ConnectionLost`] for a change that
+//! may or may not have been applied).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -97,6 +101,9 @@ pub struct Options {
     pub timeout: Duration,
     /// How long connecting may take.
     pub connect_timeout: Duration,
+    /// How long a call keeps retrying while the server cannot be reached
+    /// (a restart); zero: fail at once.
+    pub retry: Duration,
 }
 
 impl Default for Options {
@@ -104,6 +111,7 @@ impl Default for Options {
         Options {
             timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
+            retry: Duration::from_secs(60),
         }
     }
 }
@@ -145,6 +153,8 @@ struct Inner {
     opens: Mutex<HashMap<(u64, u32), (u32, Cred)>>,
     /// A server in this process: no connection at all.
     local: Option<Arc<dyn InProcess>>,
+    /// This client's id for the server's reply record (random).
+    id: [u8; 16],
 }
 
 /// What the server says about its volume when a client connects: id, root
@@ -187,6 +197,7 @@ impl Client {
                 volume: Mutex::new(volume),
                 opens: Mutex::new(HashMap::new()),
                 local,
+                id: random_id(),
             }),
         }
     }
@@ -197,6 +208,21 @@ impl Client {
     pub fn in_process(server: Arc<dyn InProcess>) -> Client {
         let w = server.welcome();
         Client::with("in-process", &[], Options::default(), w, Some(server))
+    }
+
+    /// [`Client::conn`], retrying until `deadline` while the server cannot
+    /// be reached.
+    fn conn_until(&self, deadline: std::time::Instant) -> Result<Arc<Conn>> {
+        let mut pause = Duration::from_millis(20);
+        loop {
+            match self.conn() {
+                Err(e) if retryable(&e) && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                r => return r,
+            }
+        }
     }
 
     fn conn(&self) -> Result<Arc<Conn>> {
@@ -333,7 +359,7 @@ impl Client {
                 rxs: Vec::new(),
                 ops: Vec::new(),
                 lost: false,
-                retried: false,
+                deadline: std::time::Instant::now(),
                 ready: Some(
                     replies
                         .into_iter()
@@ -342,18 +368,33 @@ impl Client {
                 ),
             });
         }
-        let conn = self.conn()?;
+        let deadline = std::time::Instant::now() + self.inner.opts.retry;
+        let ids: Vec<u64> = ops
+            .iter()
+            .map(|_| self.inner.next_id.fetch_add(1, Ordering::Relaxed))
+            .collect();
+        self.send_ops(ops, ids, false, deadline)
+    }
+
+    /// Sends `ops` with request ids `ids` (marked as retries if `again`).
+    fn send_ops(
+        &self,
+        ops: &[(Cred, Op)],
+        ids: Vec<u64>,
+        again: bool,
+        deadline: std::time::Instant,
+    ) -> Result<Ticket> {
+        let conn = self.conn_until(deadline)?;
         let mut rxs = Vec::with_capacity(ops.len());
         let mut buf = Vec::new();
         {
             let mut p = conn.pending.lock().unwrap_or_else(|e| e.into_inner());
-            for (cred, op) in ops {
-                let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+            for ((cred, op), &id) in ops.iter().zip(&ids) {
                 let (tx, rx) = sync_channel(1);
                 p.insert(id, tx);
                 rxs.push((id, rx));
                 Request {
-                    id,
+                    id: if again { id | solofs_proto::RETRY } else { id },
                     cred: cred.clone(),
                     op: op.clone(),
                 }
@@ -373,7 +414,7 @@ impl Client {
             rxs,
             ops: ops.to_vec(),
             lost: sent.is_err(),
-            retried: false,
+            deadline,
             ready: None,
         })
     }
@@ -555,15 +596,17 @@ pub struct Ticket {
     rxs: Vec<(u64, std::sync::mpsc::Receiver<Reply>)>,
     ops: Vec<(Cred, Op)>,
     lost: bool,
-    retried: bool,
+    /// Retries end here.
+    deadline: std::time::Instant,
     /// The results, already there (in-process server).
     ready: Option<Vec<Result<Body>>>,
 }
 
 impl Ticket {
-    /// Waits for every reply of the batch, in order. If the connection broke,
-    /// a batch of read-only operations is resent once on a new connection;
-    /// any other batch reports [`ClientError::ConnectionLost`].
+    /// Waits for every reply of the batch, in order. If the connection
+    /// broke, the batch is sent again (marked as a retry, same ids) on a new
+    /// connection, until the client's retry window is over; then a batch of
+    /// changes reports [`ClientError::ConnectionLost`].
     pub fn wait(mut self) -> Result<Vec<Result<Body>>> {
         if let Some(r) = self.ready.take() {
             return Ok(r);
@@ -589,9 +632,18 @@ impl Ticket {
             c.dead.store(true, Ordering::SeqCst);
         }
         self.forget();
-        if !self.retried && self.ops.iter().all(|(_, op)| op.is_read_only()) {
-            let mut again = self.client.submit_async(&self.ops)?;
-            again.retried = true;
+        if std::time::Instant::now() < self.deadline {
+            let ids: Vec<u64> = self.rxs.iter().map(|(id, _)| *id).collect();
+            let again = self
+                .client
+                .send_ops(&self.ops, ids, true, self.deadline)
+                .map_err(|e| {
+                    if retryable(&e) {
+                        ClientError::ConnectionLost
+                    } else {
+                        e
+                    }
+                })?;
             return again.wait();
         }
         Err(ClientError::ConnectionLost)
@@ -604,6 +656,43 @@ impl Ticket {
             p.remove(id);
         }
     }
+}
+
+/// Is `e` a server that cannot be reached right now (worth retrying)?
+fn retryable(e: &ClientError) -> bool {
+    match e {
+        ClientError::ConnectionLost => true,
+        ClientError::Io(e) => matches!(
+            e.kind(),
+            io::ErrorKind::ConnectionRefused
+                | io::ErrorKind::ConnectionReset
+                | io::ErrorKind::ConnectionAborted
+                | io::ErrorKind::BrokenPipe
+                | io::ErrorKind::UnexpectedEof
+                | io::ErrorKind::TimedOut
+                | io::ErrorKind::WouldBlock
+                | io::ErrorKind::NotConnected
+        ),
+        _ => false,
+    }
+}
+
+/// 16 random bytes (a client's id); time and address if there is no
+/// /dev/urandom.
+fn random_id() -> [u8; 16] {
+    let mut id = [0u8; 16];
+    let ok = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut id))
+        .is_ok();
+    if !ok || id == [0; 16] {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1);
+        id[..8].copy_from_slice(&t.to_le_bytes());
+        id[8..].copy_from_slice(&(std::process::id() as u64 | 1 << 40).to_le_bytes());
+    }
+    id
 }
 
 /// `Loc::At(parent, name)`.
@@ -747,7 +836,10 @@ fn handshake(inner: &Inner) -> Result<(Conn, Volume)> {
     vol.id.copy_from_slice(&volume);
     let mac = auth_mac(&inner.secret, &nonce, &volume);
     out.clear();
-    put_frame(&mut out, FrameType::Auth, |b| b.extend_from_slice(&mac));
+    put_frame(&mut out, FrameType::Auth, |b| {
+        b.extend_from_slice(&mac);
+        b.extend_from_slice(&inner.id);
+    });
     s.write_all(&out)?;
     let (ty, p) = read_frame(&mut s, &mut buf)?;
     match ty {

@@ -38,7 +38,8 @@ mod list;
 mod locks;
 pub mod numa;
 mod perm;
-mod pool;
+/// The mapped pool file (also used by the server for its reply record).
+pub mod pool;
 mod types;
 
 pub use engine::{Config, Engine, FreeJob, OpenStats, RepairStats};

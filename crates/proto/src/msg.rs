@@ -102,6 +102,11 @@ pub enum Op {
     CreateOpen { loc: Loc, mode: u32, flags: u32 },
 }
 
+/// Request-id flag: the request is sent again after its connection was
+/// lost (same id). The server answers a change it already applied from its
+/// reply record instead of applying it twice.
+pub const RETRY: u64 = 1 << 63;
+
 /// `Op::Open` flag: the open is re-registered after a reconnect.
 pub const OPEN_AGAIN: u32 = 0x100;
 

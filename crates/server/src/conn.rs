@@ -43,6 +43,8 @@ struct Conn {
     last: Instant,
     writable: bool,
     opens: crate::opens::ConnOpens,
+    /// The client's slot in the reply record, if it sent its id.
+    client: Option<u64>,
 }
 
 /// EBUSY, for a refusal because of the connection limit.
@@ -127,6 +129,7 @@ pub fn worker(
                                 last: Instant::now(),
                                 writable: true,
                                 opens: crate::opens::ConnOpens::new(shared.opens.clone()),
+                                client: None,
                             },
                         );
                         m.connections.fetch_add(1, Ordering::Relaxed);
@@ -303,6 +306,12 @@ fn frame(
         }
         (State::Auth(nonce), FrameType::Auth) => {
             let mac = r.take(32).ok();
+            // Optional: the client's id, for its reply record.
+            let id: Option<[u8; 16]> = if r.end().is_err() {
+                r.take(16).ok().and_then(|b| b.try_into().ok())
+            } else {
+                None
+            };
             let ok = mac
                 .is_some_and(|mac| verify_mac(&shared.cfg.secret, nonce, &shared.volume, mac))
                 && r.end().is_ok();
@@ -330,6 +339,10 @@ fn frame(
                 return;
             }
             c.counted = true;
+            c.client = match (&shared.replies, id) {
+                (Some(rep), Some(id)) => rep.slot(id),
+                _ => None,
+            };
             let welcome = shared.welcome();
             put_frame(&mut c.outbuf, FrameType::Welcome, |b| {
                 let mut w = Writer(b);
@@ -369,7 +382,7 @@ fn requests(shared: &Shared, c: &mut Conn, m: &Metrics, r: &mut Reader, replies:
         return fail(c, m, "trailing bytes after the requests");
     }
     replies.clear();
-    run_batch(shared, &c.opens, m, &mut reqs, replies);
+    run_batch(shared, &c.opens, m, &mut reqs, replies, c.client);
     if let Some(id) = unknown {
         replies.push(Reply {
             id,
@@ -400,9 +413,12 @@ pub(crate) fn run_batch(
     m: &Metrics,
     reqs: &mut [Request],
     replies: &mut Vec<Reply>,
+    client: Option<u64>,
 ) {
+    let mut retried = false;
     for q in reqs.iter_mut() {
         crate::exec::squash(&mut q.cred, shared.cfg.root_squash);
+        retried |= q.id & solofs_proto::RETRY != 0;
     }
     // Opens count before they run, so that a deletion cannot slip in
     // between the check and the registration.
@@ -414,7 +430,52 @@ pub(crate) fn run_batch(
     let clean = |flags: u32| flags & 3 == 0 || flags & solofs_proto::RELEASE_CLEAN != 0;
     let t0 = Instant::now();
     let first = replies.len();
-    crate::exec::execute_batch(&shared.engine, reqs, replies, &|ino| opens.writing(ino));
+    let record = shared.replies.as_ref().zip(client);
+    if retried {
+        // Sent again after a lost connection: a change the record has is
+        // answered from it, not applied twice.
+        for q in reqs.iter_mut() {
+            let again = q.id & solofs_proto::RETRY != 0;
+            q.id &= !solofs_proto::RETRY;
+            let kept = record
+                .filter(|_| again && crate::replies::recorded(&q.op))
+                .and_then(|(r, slot)| r.find(slot, q.id));
+            if again && crate::replies::recorded(&q.op) {
+                let c = if kept.is_some() {
+                    &m.retries_replayed
+                } else {
+                    &m.retries_applied
+                };
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+            let rep = match kept {
+                Some(result) => Reply { id: q.id, result },
+                None => {
+                    let rep =
+                        crate::exec::execute_with(&shared.engine, q, &|ino| opens.writing(ino));
+                    let rep = if again {
+                        crate::exec::resolve_retry(&shared.engine, q, rep)
+                    } else {
+                        rep
+                    };
+                    if let Some((r, slot)) = record.filter(|_| crate::replies::recorded(&q.op)) {
+                        r.record(slot, q.id, &rep.result);
+                    }
+                    rep
+                }
+            };
+            replies.push(rep);
+        }
+    } else {
+        crate::exec::execute_batch(&shared.engine, reqs, replies, &|ino| opens.writing(ino));
+        if let Some((r, slot)) = record {
+            for (q, rep) in reqs.iter().zip(&replies[first..]) {
+                if crate::replies::recorded(&q.op) {
+                    r.record(slot, q.id, &rep.result);
+                }
+            }
+        }
+    }
     let done = &replies[first..];
     for (q, rep) in reqs.iter().zip(done) {
         match (&q.op, &rep.result) {

@@ -172,6 +172,47 @@ pub fn execute_with(e: &Engine, req: &Request, writing: &dyn Fn(u64) -> bool) ->
     }
 }
 
+/// A change sent again after a lost connection that the reply record did
+/// not have (the server died between applying it and recording its reply,
+/// or the record forgot it): an error that says it was already applied is
+/// its success. A create finds its name there, an unlink or rename finds
+/// its name gone.
+pub fn resolve_retry(e: &Engine, req: &Request, rep: Reply) -> Reply {
+    const ENOENT: i32 = 2;
+    const EEXIST: i32 = 17;
+    const ENODATA: i32 = 61;
+    let c = &req.cred;
+    let lookup = |loc: &Loc| -> Option<solofs_meta::Attr> {
+        let (p, n) = at(e, c, loc).ok()?;
+        e.lookup(c, p, &n).ok()
+    };
+    let done: Option<Body> = match (&req.op, &rep.result) {
+        (
+            Op::Create { loc, .. }
+            | Op::Mknod { loc, .. }
+            | Op::Mkdir { loc, .. }
+            | Op::Symlink { loc, .. }
+            | Op::CreateOpen { loc, .. },
+            Err(EEXIST),
+        ) => lookup(loc).map(Body::Attr),
+        (Op::Unlink(_) | Op::Rmdir(_), Err(ENOENT)) => Some(Body::Empty),
+        (Op::Rename { to, .. }, Err(ENOENT)) => lookup(to).map(|_| Body::Empty),
+        (Op::Link { from, to }, Err(EEXIST)) => {
+            let want = ino(e, c, from).ok();
+            lookup(to).filter(|a| Some(a.ino) == want).map(Body::Attr)
+        }
+        (Op::Removexattr { .. }, Err(ENODATA)) => Some(Body::Empty),
+        _ => None,
+    };
+    match done {
+        Some(b) => Reply {
+            id: rep.id,
+            result: Ok(b),
+        },
+        None => rep,
+    }
+}
+
 /// Most entries one readdir reply carries (keeps replies well under the
 /// frame limit: 4096 × (255-byte name + 24) ≈ 1.1 MiB).
 pub const MAX_LIST: u32 = 4096;

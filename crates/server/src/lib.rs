@@ -20,6 +20,7 @@ mod exec;
 mod local;
 pub mod metrics;
 mod opens;
+mod replies;
 
 pub use deleter::DeleterStats;
 pub use exec::{execute, execute_batch, execute_with, squash};
@@ -104,6 +105,8 @@ pub(crate) struct Shared {
     pub volume: [u8; 16],
     pub urandom: Mutex<Option<std::fs::File>>,
     pub opens: Arc<opens::Opens>,
+    /// The per-client reply record (`None`: it could not be opened).
+    pub replies: Option<replies::Replies>,
     pub deleter: DeleterStats,
 }
 
@@ -201,6 +204,13 @@ impl Server {
         };
         let volume = engine.volume_id();
         let opens = Arc::new(opens::Opens::new(engine.clone(), cfg.free_grace));
+        let replies = match replies::Replies::open(&engine.path().with_extension("replies")) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                eprintln!("solofs: no reply record, retried changes may apply twice: {e}");
+                None
+            }
+        };
         let shared = Arc::new(Shared {
             engine,
             cfg,
@@ -209,6 +219,7 @@ impl Server {
             volume,
             urandom: Mutex::new(std::fs::File::open("/dev/urandom").ok()),
             opens,
+            replies,
             deleter: Default::default(),
         });
         let handle = Handle {

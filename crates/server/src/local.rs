@@ -36,7 +36,14 @@ impl InProcess for LocalConn {
 
     fn run(&self, mut reqs: Vec<Request>) -> Vec<Reply> {
         let mut replies = Vec::with_capacity(reqs.len());
-        crate::conn::run_batch(&self.shared, &self.opens, &self.m, &mut reqs, &mut replies);
+        crate::conn::run_batch(
+            &self.shared,
+            &self.opens,
+            &self.m,
+            &mut reqs,
+            &mut replies,
+            None,
+        );
         replies
     }
 }

@@ -51,6 +51,10 @@ pub struct Metrics {
     pub protocol_errors: AtomicU64,
     /// Failed handshakes.
     pub auth_failures: AtomicU64,
+    /// Retried changes answered from the reply record.
+    pub retries_replayed: AtomicU64,
+    /// Retried changes the record did not have, applied again.
+    pub retries_applied: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -62,6 +66,8 @@ impl Default for Metrics {
             writes: AtomicU64::new(0),
             protocol_errors: AtomicU64::new(0),
             auth_failures: AtomicU64::new(0),
+            retries_replayed: AtomicU64::new(0),
+            retries_applied: AtomicU64::new(0),
         }
     }
 }
@@ -176,6 +182,12 @@ pub(crate) fn render(shared: &Shared, ms: &[Arc<Metrics>]) -> String {
         s,
         "# HELP solofs_auth_failures_total Failed handshakes.\n# TYPE solofs_auth_failures_total counter\nsolofs_auth_failures_total {}",
         sum(ms, |m| ld(&m.auth_failures))
+    );
+    let _ = writeln!(
+        s,
+        "# HELP solofs_retries_total Changes sent again after a lost connection: answered from the reply record, or applied (the record did not have them).\n# TYPE solofs_retries_total counter\nsolofs_retries_total{{how=\"replayed\"}} {}\nsolofs_retries_total{{how=\"applied\"}} {}",
+        sum(ms, |m| ld(&m.retries_replayed)),
+        sum(ms, |m| ld(&m.retries_applied))
     );
     let _ = writeln!(
         s,

@@ -245,6 +245,11 @@ impl Pool {
         self.mapped.load(Ordering::Acquire) as u64
     }
 
+    /// True if nothing is mapped (never, for an open pool).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The durability mode of this mapping.
     pub fn durability(&self) -> Durability {
         self.durability

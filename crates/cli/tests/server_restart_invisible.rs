@@ -1,0 +1,327 @@
+//! A server restart is invisible to applications: writers creating,
+//! renaming and unlinking through the client library while the server is
+//! killed (SIGKILL) and restarted ten times see no error, and every change
+//! is applied exactly once — nothing lost, nothing applied twice (a second
+//! create, rename or unlink of the same name would fail) — and fsck is
+//! clean. Retried changes are answered from the server's per-client reply
+//! record, which survives the kill.
+
+mod common;
+
+use common::{assert_fsck_clean, MountProc, Rng, Scratch, ServerProc};
+use solofs_client::{at, Client, Target};
+use solofs_meta::{Cred, ROOT_INO};
+use solofs_proto::{
+    auth_mac, decode_replies, encode_requests, put_frame, split_frame, Body, FrameType, Op, Reader,
+    Request, Writer, MAGIC, MAX_FRAME, PROTOCOL_VERSION, RETRY,
+};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const KEEP: u64 = 3;
+
+/// Creates f{i}, renames it to g{i}, unlinks g{i-KEEP}, until `stop`;
+/// returns (steps done, errors seen).
+fn writer(c: Client, dir: u64, stop: Arc<AtomicBool>) -> (u64, Vec<String>) {
+    let r = Cred::root();
+    let mut errors = Vec::new();
+    let mut i = 0u64;
+    while !stop.load(Ordering::SeqCst) {
+        let f = format!("f{i}");
+        let g = format!("g{i}");
+        if let Err(e) = c.create(&r, at(dir, f.as_bytes()), 0o644) {
+            errors.push(format!("create {f}: {e}"));
+        }
+        if let Err(e) = c.rename(&r, at(dir, f.as_bytes()), at(dir, g.as_bytes()), 0) {
+            errors.push(format!("rename {f}: {e}"));
+        }
+        if i >= KEEP {
+            let old = format!("g{}", i - KEEP);
+            if let Err(e) = c.unlink(&r, at(dir, old.as_bytes())) {
+                errors.push(format!("unlink {old}: {e}"));
+            }
+        }
+        i += 1;
+    }
+    (i, errors)
+}
+
+/// The server's retry counters (replayed, applied), read from its metrics.
+fn retries(metrics: &str) -> (u64, u64) {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(metrics) else {
+        return (0, 0);
+    };
+    let _ = write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    );
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    let get = |how: &str| {
+        body.lines()
+            .find_map(|l| l.strip_prefix(&format!("solofs_retries_total{{how=\"{how}\"}} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    (get("replayed"), get("applied"))
+}
+
+#[test]
+fn writers_see_no_error_across_ten_server_kills() {
+    let s = Scratch::new("restart-invisible");
+    let mut srv = ServerProc::start(&s.path);
+    let addr = srv.addr.clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let r = Cred::root();
+    let mut writers = Vec::new();
+    let mut dirs = Vec::new();
+    for w in 0..2 {
+        let c = Client::connect(&addr, &s.secret()).unwrap();
+        let d = c
+            .mkdir(&r, at(ROOT_INO, format!("w{w}").as_bytes()), 0o755)
+            .unwrap();
+        dirs.push(d.ino);
+        let stop = stop.clone();
+        writers.push(std::thread::spawn(move || writer(c, d.ino, stop)));
+    }
+    let mut rng = Rng(0x7e57_1a5e);
+    let (mut replayed, mut applied) = (0, 0);
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(150 + rng.below(250)));
+        assert!(srv.alive(), "the server died on its own");
+        let (a, b) = retries(&srv.metrics);
+        replayed += a;
+        applied += b;
+        srv.kill();
+        std::thread::sleep(Duration::from_millis(rng.below(200)));
+        srv = ServerProc::start_at(&s.path, &addr);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::SeqCst);
+    let (a, b) = retries(&srv.metrics);
+    eprintln!(
+        "retried changes: {} answered from the reply record, {} applied again",
+        replayed + a,
+        applied + b
+    );
+    let c = Client::connect(&addr, &s.secret()).unwrap();
+    for (w, (t, d)) in writers.into_iter().zip(dirs).enumerate() {
+        let (steps, errors) = t.join().unwrap();
+        assert!(
+            errors.is_empty(),
+            "writer {w}: {} errors: {errors:?}",
+            errors.len()
+        );
+        assert!(steps > 20, "writer {w} made only {steps} steps");
+        let mut names: Vec<String> = c
+            .readdir(&r, Target::Ino(d), 0, 100_000)
+            .unwrap()
+            .into_iter()
+            .map(|e| String::from_utf8_lossy(&e.name).into_owned())
+            .filter(|n| n != "." && n != "..")
+            .collect();
+        names.sort();
+        let mut want: Vec<String> = (steps.saturating_sub(KEEP)..steps)
+            .map(|i| format!("g{i}"))
+            .collect();
+        want.sort();
+        assert_eq!(names, want, "writer {w} after {steps} steps");
+    }
+    drop(c);
+    assert!(srv.stop().success());
+    assert_fsck_clean(&s.path);
+}
+
+/// A raw connection that authenticates as client `id`.
+fn as_client(addr: &str, secret: &[u8], id: [u8; 16]) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut out = Vec::new();
+    put_frame(&mut out, FrameType::Hello, |b| {
+        let mut w = Writer(b);
+        w.u32(MAGIC);
+        w.u16(PROTOCOL_VERSION);
+    });
+    s.write_all(&out).unwrap();
+    let (_, p) = frame(&mut s);
+    let mut r = Reader::new(&p);
+    r.u16().unwrap();
+    let nonce = r.take(32).unwrap().to_vec();
+    let vol = r.take(16).unwrap().to_vec();
+    out.clear();
+    put_frame(&mut out, FrameType::Auth, |b| {
+        b.extend_from_slice(&auth_mac(secret, &nonce, &vol));
+        b.extend_from_slice(&id);
+    });
+    s.write_all(&out).unwrap();
+    assert_eq!(frame(&mut s).0, FrameType::Welcome);
+    s
+}
+
+fn frame(s: &mut TcpStream) -> (FrameType, Vec<u8>) {
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 4096];
+    loop {
+        if let Some((ty, p, _)) = split_frame(&buf, MAX_FRAME).unwrap() {
+            return (ty, p.to_vec());
+        }
+        let n = s.read(&mut tmp).unwrap();
+        assert!(n > 0, "connection closed");
+        buf.extend_from_slice(&tmp[..n]);
+    }
+}
+
+/// Sends one request with id `id` and returns its result.
+fn call(s: &mut TcpStream, id: u64, op: Op) -> Result<Body, i32> {
+    let mut out = Vec::new();
+    encode_requests(
+        &[Request {
+            id,
+            cred: Cred::root(),
+            op,
+        }],
+        &mut out,
+    );
+    s.write_all(&out).unwrap();
+    let (ty, p) = frame(s);
+    assert_eq!(ty, FrameType::Replies);
+    let mut reps = decode_replies(&p).unwrap();
+    assert_eq!(reps.len(), 1);
+    let rep = reps.pop().unwrap();
+    assert_eq!(rep.id, id & !RETRY);
+    rep.result
+}
+
+/// The reply record, not a second application, answers a retried change,
+/// and it survives a kill: an unlink retried after someone else made the
+/// name again leaves the new file alone.
+#[test]
+fn a_retried_change_is_answered_from_the_record_after_a_kill() {
+    let s = Scratch::new("reply-record");
+    let srv = ServerProc::start(&s.path);
+    let addr = srv.addr.clone();
+    let me = [0x42u8; 16];
+    let mut a = as_client(&addr, &s.secret(), me);
+    let made = match call(
+        &mut a,
+        7,
+        Op::Create {
+            loc: at(ROOT_INO, b"x"),
+            mode: 0o644,
+        },
+    ) {
+        Ok(Body::Attr(x)) => x,
+        other => panic!("create: {other:?}"),
+    };
+    assert!(matches!(
+        call(&mut a, 8, Op::Unlink(at(ROOT_INO, b"x"))),
+        Ok(Body::Empty)
+    ));
+    // Someone else makes the name again.
+    let other = Client::connect(&addr, &s.secret()).unwrap();
+    let again = other
+        .create(&Cred::root(), at(ROOT_INO, b"x"), 0o600)
+        .unwrap();
+    drop(other);
+    srv.kill();
+    let srv = ServerProc::start_at(&s.path, &addr);
+    let mut b = as_client(&addr, &s.secret(), me);
+    // Both retried: the create's first reply, the unlink's first reply, and
+    // the new file is untouched.
+    match call(
+        &mut b,
+        7 | RETRY,
+        Op::Create {
+            loc: at(ROOT_INO, b"x"),
+            mode: 0o644,
+        },
+    ) {
+        Ok(Body::Attr(x)) => assert_eq!(x.ino, made.ino),
+        other => panic!("retried create: {other:?}"),
+    }
+    assert!(matches!(
+        call(&mut b, 8 | RETRY, Op::Unlink(at(ROOT_INO, b"x"))),
+        Ok(Body::Empty)
+    ));
+    let c = Client::connect(&addr, &s.secret()).unwrap();
+    let now = c.lookup(&Cred::root(), at(ROOT_INO, b"x")).unwrap();
+    assert_eq!(now.ino, again.ino, "the retried unlink applied twice");
+    assert_eq!(retries(&srv.metrics), (2, 0));
+    // Not a retry: applied as sent (the name exists, so EEXIST).
+    assert_eq!(
+        call(
+            &mut b,
+            9,
+            Op::Create {
+                loc: at(ROOT_INO, b"x"),
+                mode: 0o644
+            }
+        )
+        .err(),
+        Some(17)
+    );
+    drop((b, c));
+    assert!(srv.stop().success());
+    assert_fsck_clean(&s.path);
+}
+
+/// The same through a real mount: a Python program writing, renaming and
+/// unlinking files sees no error while the server is killed five times.
+#[test]
+fn a_program_on_a_mount_sees_no_error_across_server_kills() {
+    let s = Scratch::new("restart-mount");
+    let mut srv = ServerProc::start(&s.path);
+    let addr = srv.addr.clone();
+    let mnt = s.path.with_extension("mnt");
+    let m = MountProc::start(&addr, &s.path.join("secret"), &mnt, &[]);
+    std::fs::create_dir(mnt.join("w")).unwrap();
+    let n = 1500;
+    let mut py = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import os, sys\n\
+             d, n = sys.argv[1], int(sys.argv[2])\n\
+             for i in range(n):\n\
+             \x20   p = f'{d}/f{i}'\n\
+             \x20   with open(p, 'w') as f: f.write(str(i) * 100)\n\
+             \x20   os.rename(p, f'{d}/g{i}')\n\
+             \x20   if i >= 3: os.unlink(f'{d}/g{i - 3}')\n",
+        )
+        .arg(mnt.join("w"))
+        .arg(n.to_string())
+        .spawn()
+        .unwrap();
+    let mut rng = Rng(0xfa11);
+    let mut kills = 0;
+    while kills < 5 && py.try_wait().unwrap().is_none() {
+        std::thread::sleep(Duration::from_millis(100 + rng.below(200)));
+        srv.kill();
+        kills += 1;
+        std::thread::sleep(Duration::from_millis(rng.below(300)));
+        srv = ServerProc::start_at(&s.path, &addr);
+    }
+    let st = py.wait().unwrap();
+    assert!(st.success(), "the program saw an error ({kills} kills)");
+    assert!(
+        kills >= 3,
+        "the program ended after {kills} kills: make it longer"
+    );
+    let mut names: Vec<String> = std::fs::read_dir(mnt.join("w"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["g1497", "g1498", "g1499"]);
+    for i in 1497..1500 {
+        let body = std::fs::read_to_string(mnt.join(format!("w/g{i}"))).unwrap();
+        assert_eq!(body, i.to_string().repeat(100));
+    }
+    assert!(m.stop().success());
+    assert!(srv.stop().success());
+    assert_fsck_clean(&s.path);
+    let _ = std::fs::remove_dir(&mnt);
+}

@@ -1,0 +1,237 @@
+//! The per-client reply record: what each recent change of each client
+//! answered, kept in a file mapped beside the pool (`meta.replies`) so that
+//! it survives the server's own crash or restart. A client that lost its
+//! connection while a change was in flight sends it again, marked as a
+//! retry, with the same request id; if the record has that id, the server
+//! answers what it answered the first time instead of applying the change
+//! twice (exactly once).
+//!
+//! Layout (little-endian words): a header `{magic, version, clients,
+//! ring}`, then `CLIENTS` client slots of `{id low, id high, last use (s),
+//! RING records}`; a record is `{request id, result, 9 attribute words}`.
+//! `result`: bit 63 error (errno in the low 32 bits), bit 62 an attribute
+//! body follows, else an empty body. Writing a record clears its id first
+//! and sets it last, so a record whose id matches is whole: a store to a
+//! shared mapping survives the process in program order.
+
+use solofs_meta::pool::{Durability, Pool};
+use solofs_meta::Attr;
+use solofs_proto::{Body, Op};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+const MAGIC: u64 = 0x5350_4c59_534f_4c4f; // "SOLOSYLPS"
+const VERSION: u64 = 1;
+/// Clients the record keeps at once (the least recently seen give way).
+pub const CLIENTS: u64 = 512;
+/// Changes remembered per client (by request id modulo this).
+pub const RING: u64 = 128;
+const REC: u64 = 11 * 8;
+const SLOT: u64 = 24 + RING * REC;
+const BASE: u64 = 64;
+const SIZE: u64 = BASE + CLIENTS * SLOT;
+
+const ERR: u64 = 1 << 63;
+const ATTR: u64 = 1 << 62;
+
+/// The mapped record file.
+pub struct Replies {
+    pool: Pool,
+    slots: parking_lot::Mutex<()>,
+}
+
+/// Does a retry of `op` replay a recorded reply? Changes do; opens and
+/// releases run again (they register on the new connection) and reads
+/// need no record.
+pub fn recorded(op: &Op) -> bool {
+    !op.is_read_only() && !matches!(op, Op::Open { .. } | Op::Release { .. } | Op::Noop)
+}
+
+impl Replies {
+    /// Opens (or creates) the record file at `path`.
+    pub fn open(path: &Path) -> std::io::Result<Replies> {
+        let err = |e: solofs_meta::Error| std::io::Error::other(format!("{}: {e}", path.display()));
+        let pool = if path.exists() {
+            let (p, len) = Pool::open(path, SIZE, Durability::Process).map_err(err)?;
+            let ok = len >= SIZE
+                && p.ld(0).ok() == Some(MAGIC)
+                && p.ld(8).ok() == Some(VERSION)
+                && p.ld(16).ok() == Some(CLIENTS)
+                && p.ld(24).ok() == Some(RING);
+            if ok {
+                p
+            } else {
+                // Not ours or another layout: start empty (the record only
+                // serves retries of changes in flight at a restart).
+                drop(p);
+                std::fs::remove_file(path)?;
+                return Replies::open(path);
+            }
+        } else {
+            let p = Pool::create(path, SIZE, SIZE, Durability::Process).map_err(err)?;
+            p.st(8, VERSION).map_err(err)?;
+            p.st(16, CLIENTS).map_err(err)?;
+            p.st(24, RING).map_err(err)?;
+            p.st(0, MAGIC).map_err(err)?;
+            p
+        };
+        Ok(Replies {
+            pool,
+            slots: parking_lot::Mutex::new(()),
+        })
+    }
+
+    /// The slot of client `id` (a new one, or the least recently used one,
+    /// if it has none).
+    pub fn slot(&self, id: [u8; 16]) -> Option<u64> {
+        let lo = u64::from_le_bytes(id[..8].try_into().ok()?);
+        let hi = u64::from_le_bytes(id[8..].try_into().ok()?);
+        if lo == 0 && hi == 0 {
+            return None;
+        }
+        let _g = self.slots.lock();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(1);
+        let mut pick = None;
+        let mut oldest = u64::MAX;
+        for c in 0..CLIENTS {
+            let s = BASE + c * SLOT;
+            let (a, b) = (self.pool.ld(s).ok()?, self.pool.ld(s + 8).ok()?);
+            if a == lo && b == hi {
+                let _ = self.pool.st(s + 16, now);
+                return Some(s);
+            }
+            let used = if a == 0 && b == 0 {
+                0
+            } else {
+                self.pool.ld(s + 16).ok()?
+            };
+            if used < oldest {
+                oldest = used;
+                pick = Some(s);
+            }
+        }
+        let s = pick?;
+        // A new owner: forget the old one's records first.
+        self.pool.st(s, 0).ok()?;
+        self.pool.st(s + 8, 0).ok()?;
+        for r in 0..RING {
+            self.pool.st(s + 24 + r * REC, 0).ok()?;
+        }
+        self.pool.st(s + 16, now).ok()?;
+        self.pool.st(s + 8, hi).ok()?;
+        self.pool.st(s, lo).ok()?;
+        Some(s)
+    }
+
+    /// Records what request `id` of the client at `slot` answered.
+    pub fn record(&self, slot: u64, id: u64, result: &Result<Body, i32>) {
+        let r = slot + 24 + (id % RING) * REC;
+        let (word, attr) = match result {
+            Err(e) => (ERR | *e as u32 as u64, None),
+            Ok(Body::Attr(a)) => (ATTR, Some(attr_words(a))),
+            Ok(_) => (0, None),
+        };
+        let Ok(idw) = self.pool.u64(r) else { return };
+        idw.store(0, Ordering::Release);
+        if let Some(w) = attr {
+            for (i, v) in w.iter().enumerate() {
+                let _ = self.pool.st(r + 16 + 8 * i as u64, *v);
+            }
+        }
+        let _ = self.pool.st(r + 8, word);
+        idw.store(id, Ordering::Release);
+    }
+
+    /// What request `id` of the client at `slot` answered, if recorded.
+    pub fn find(&self, slot: u64, id: u64) -> Option<Result<Body, i32>> {
+        let r = slot + 24 + (id % RING) * REC;
+        if id == 0 || self.pool.ld(r).ok()? != id {
+            return None;
+        }
+        let word = self.pool.ld(r + 8).ok()?;
+        if word & ERR != 0 {
+            return Some(Err(word as u32 as i32));
+        }
+        if word & ATTR != 0 {
+            let mut w = [0u64; 9];
+            for (i, v) in w.iter_mut().enumerate() {
+                *v = self.pool.ld(r + 16 + 8 * i as u64).ok()?;
+            }
+            return Some(Ok(Body::Attr(attr_of(&w))));
+        }
+        Some(Ok(Body::Empty))
+    }
+}
+
+fn attr_words(a: &Attr) -> [u64; 9] {
+    [
+        a.ino,
+        a.mode as u64 | (a.nlink as u64) << 32,
+        a.uid as u64 | (a.gid as u64) << 32,
+        a.size,
+        a.rdev,
+        a.atime as u64,
+        a.mtime as u64,
+        a.ctime as u64,
+        a.btime as u64,
+    ]
+}
+
+fn attr_of(w: &[u64; 9]) -> Attr {
+    Attr {
+        ino: w[0],
+        mode: w[1] as u32,
+        nlink: (w[1] >> 32) as u32,
+        uid: w[2] as u32,
+        gid: (w[2] >> 32) as u32,
+        size: w[3],
+        rdev: w[4],
+        atime: w[5] as i64,
+        mtime: w[6] as i64,
+        ctime: w[7] as i64,
+        btime: w[8] as i64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_survive_a_reopen_and_clients_keep_their_slots() {
+        let p = std::env::temp_dir().join(format!("solofs-replies-{}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        let a = Attr {
+            ino: 77,
+            mode: 0o100644,
+            nlink: 1,
+            uid: 5,
+            gid: 6,
+            size: 9,
+            rdev: 0,
+            atime: -1,
+            mtime: 2,
+            ctime: 3,
+            btime: 4,
+        };
+        {
+            let r = Replies::open(&p).unwrap();
+            let s = r.slot([1; 16]).unwrap();
+            r.record(s, 10, &Ok(Body::Attr(a.clone())));
+            r.record(s, 11, &Err(17));
+            r.record(s, 12, &Ok(Body::Empty));
+            assert_ne!(r.slot([2; 16]).unwrap(), s);
+        }
+        let r = Replies::open(&p).unwrap();
+        let s = r.slot([1; 16]).unwrap();
+        assert!(matches!(r.find(s, 10), Some(Ok(Body::Attr(x))) if x == a));
+        assert_eq!(r.find(s, 11).map(|x| x.err()), Some(Some(17)));
+        assert!(matches!(r.find(s, 12), Some(Ok(Body::Empty))));
+        assert!(r.find(s, 13).is_none());
+        assert!(r.find(s, 10 + RING).is_none(), "a different id in the slot");
+        let _ = std::fs::remove_file(&p);
+    }
+}
