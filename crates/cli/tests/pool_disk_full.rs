@@ -71,7 +71,44 @@ fn full_pool_disk_gives_enospc_and_recovers() {
         "creates until the disk is full end in ENOSPC (made {made})"
     );
     assert!(made > 1000, "only {made} files fit");
-    // The server is up and every created file is there.
+    // Every other kind of change on the full pool: done, or ENOSPC.
+    for i in 0..300 {
+        let n = format!("x{i}");
+        let tries = [
+            c.mkdir(&me, at(dir, n.as_bytes()), 0o755).err(),
+            c.symlink(&me, at(dir, format!("s{i}").as_bytes()), b"target")
+                .err(),
+            c.link(
+                &me,
+                solofs_client::Target::Ino(c.lookup(&me, at(dir, b"f0000000")).unwrap().ino),
+                at(dir, format!("l{i}").as_bytes()),
+            )
+            .err(),
+            c.rename(
+                &me,
+                at(dir, format!("f{:07}", made - 1 - i).as_bytes()),
+                at(ROOT_INO, format!("moved{i}").as_bytes()),
+                0,
+            )
+            .err(),
+            c.setxattr(
+                &me,
+                solofs_client::Target::Ino(dir),
+                format!("user.k{i}").as_bytes(),
+                &[7u8; 200],
+                0,
+            )
+            .err(),
+        ];
+        for e in tries.into_iter().flatten() {
+            match e {
+                ClientError::Errno(ENOSPC) => {}
+                e => panic!("a change on a full pool failed with {e}, not ENOSPC"),
+            }
+        }
+    }
+    let made = made - 300; // the last 300 were renamed away
+                           // The server is up and every created file is there.
     for i in [0, made / 2, made - 1] {
         c.lookup(&me, at(dir, format!("f{i:07}").as_bytes()))
             .unwrap_or_else(|e| panic!("file {i} of {made} after ENOSPC: {e}"));

@@ -299,6 +299,25 @@ impl Allocator {
         Ok(None)
     }
 
+    /// Makes sure `n` never-used segments are there to claim, growing the
+    /// pool if needed: [`Error::NoSpace`] if the disk has no room. Steps
+    /// that must not fail once an operation has committed (a journal
+    /// record's apply) ask for this first.
+    pub fn headroom(&self, pool: &Pool, n: u64) -> Result<()> {
+        let _g = self.claim_lock.lock();
+        let end = seg_off(pool.ld(H_SEG_NEXT)? + n);
+        if end <= pool.len() {
+            return Ok(());
+        }
+        let before = pool.len();
+        pool.grow_to(end)?;
+        if pool.len() != before {
+            pool.st(H_POOL_LEN, pool.len())?;
+            pool.persist(H_POOL_LEN, 8);
+        }
+        Ok(())
+    }
+
     /// Claims `n` contiguous never-used segments, growing the pool if needed
     /// (and [`GROW_AHEAD`] beyond).
     fn claim(&self, pool: &Pool, n: u64) -> Result<u64> {

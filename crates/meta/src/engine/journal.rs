@@ -147,6 +147,10 @@ pub(crate) fn kill(obj: u64, kind: u8, epoch: u32) -> [Op; 2] {
     ]
 }
 
+/// Fresh segments (256 KiB each) a journal record's apply may need:
+/// list pages, index segments, an index directory.
+const JOURNAL_HEADROOM: u64 = 4;
+
 impl Engine {
     pub(crate) fn journal(&self, ctx: &Ctx) -> Journal {
         Journal {
@@ -213,6 +217,12 @@ impl Engine {
         op: &'static str,
     ) -> Result<()> {
         j.ops.extend(ops);
+        // Applying must not run out of space after the commit: room for
+        // the list pages and index segments it may need comes first.
+        if let Err(e) = self.alloc.headroom(&self.pool, JOURNAL_HEADROOM) {
+            self.j_abort(j)?;
+            return Err(e);
+        }
         self.write_ops(&mut j)?;
         self.set_jstate(&j, COMMITTED)?;
         crate::crash::point(op, "after_commit");

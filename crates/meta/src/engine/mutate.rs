@@ -285,10 +285,33 @@ impl Engine {
         crate::crash::point(op, "after_publish");
         let ishard = self.shard_of(ino);
         let mut m = self.ixmem(ctx, ishard);
-        self.shards[ishard as usize]
-            .ino
-            .insert(&self.pool, hash::ino_key(ino), inode_obj, &mut m)
-            .map_err(|e| self.poison(format!("publishing inode {ino} after commit: {e}")))?;
+        let published = self.shards[ishard as usize].ino.insert(
+            &self.pool,
+            hash::ino_key(ino),
+            inode_obj,
+            &mut m,
+        );
+        match published {
+            Ok(_) => {}
+            Err(Error::NoSpace) => {
+                // No room for the inode's index entry (a full disk): the
+                // name goes out of the index again before anyone was told,
+                // which undoes the commit (recovery treats a CREATING
+                // object that is not named as never committed), then the
+                // rest as for a failed list or name step.
+                let mut m = self.ixmem(ctx, pshard);
+                let key = hash::name_key(parent, name);
+                return match self.shards[pshard as usize]
+                    .name
+                    .remove(&self.pool, key, entry, &mut m)
+                {
+                    Ok(true) => Err(undo(self, ctx, Error::NoSpace, true)),
+                    Ok(false) => Err(self.poison(format!("inode {ino}: its name vanished"))),
+                    Err(e) => Err(self.poison(format!("taking back the name of inode {ino}: {e}"))),
+                };
+            }
+            Err(e) => return Err(self.poison(format!("publishing inode {ino} after commit: {e}"))),
+        }
         crate::crash::point(op, "after_ino_publish");
         self.raise_times(content, t, false)?;
         self.pool
