@@ -132,17 +132,20 @@ fn mkfs(args: Vec<std::ffi::OsString>) -> Result<()> {
         }
         _ => bail!("mkfs needs either --data DIR or a pool file path"),
     };
+    let data = if e.storage_url().is_empty() {
+        "no block store: a metadata-only pool (mkfs --data DIR or --storage URL gives file data a place)".to_string()
+    } else {
+        format!(
+            "data in {} with {} KiB blocks",
+            e.storage_url(),
+            e.block_size() >> 10
+        )
+    };
     println!(
-        "formatted {} ({} shards, durability {:?}, data in {} with {} KiB blocks)",
+        "formatted {} ({} shards, durability {:?}; {data})",
         e.path().display(),
         e.shard_count(),
         e.durability(),
-        if e.storage_url().is_empty() {
-            "no block store (a metadata-only pool: mkfs --data DIR or --storage URL gives file data a place)"
-        } else {
-            e.storage_url()
-        },
-        e.block_size() >> 10
     );
     e.close()?;
     Ok(())
