@@ -120,19 +120,22 @@ fn unmount(session: fuser::BackgroundSession, mnt: &Path, stop: &AtomicBool) -> 
 fn abort_connection(conn: Option<u32>) {
     if let Some(c) = conn {
         let dir = "/sys/fs/fuse/connections";
-        if !Path::new(&format!("{dir}/{c}")).exists() {
-            // The FUSE control file system is not mounted: mount it.
-            let _ = rustix::mount::mount(
+        // The FUSE control file system, mounted for this if it is not.
+        let mounted = !Path::new(&format!("{dir}/{c}")).exists()
+            && rustix::mount::mount(
                 "fusectl",
                 dir,
                 "fusectl",
                 rustix::mount::MountFlags::empty(),
                 None,
-            );
-        }
+            )
+            .is_ok();
         let p = format!("{dir}/{c}/abort");
         if let Err(e) = std::fs::write(&p, "1") {
             eprintln!("ending the FUSE connection ({p}): {e}");
+        }
+        if mounted {
+            let _ = rustix::mount::unmount(dir, rustix::mount::UnmountFlags::empty());
         }
     }
 }

@@ -121,7 +121,7 @@ fn mutated_frames_never_crash_anything() {
         // Against the server, every 20th case on a fresh authenticated
         // connection (a bad frame closes it).
         if cases % 20 == 0 {
-            let mut c = handshake(&srv.addr, &secret);
+            let mut c = common::raw_handshake(&srv.addr, &secret, None);
             let _ = c.write_all(&f);
             let _ = c.shutdown(std::net::Shutdown::Write);
             let mut sink = Vec::new();
@@ -139,31 +139,4 @@ fn mutated_frames_never_crash_anything() {
     good.lookup(&Cred::root(), at(ROOT_INO, b".")).unwrap();
     assert!(srv.stop().success());
     common::assert_fsck_clean(&s.path);
-}
-
-fn handshake(addr: &str, secret: &[u8]) -> std::net::TcpStream {
-    use solofs_proto::*;
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut out = Vec::new();
-    put_frame(&mut out, FrameType::Hello, |b| {
-        let mut w = Writer(b);
-        w.u32(MAGIC);
-        w.u16(PROTOCOL_VERSION);
-    });
-    s.write_all(&out).unwrap();
-    let mut buf = vec![0u8; 256];
-    let n = s.read(&mut buf).unwrap();
-    let (_, p, _) = split_frame(&buf[..n], MAX_FRAME).unwrap().unwrap();
-    let mut r = Reader::new(p);
-    r.u16().unwrap();
-    let nonce = r.take(32).unwrap().to_vec();
-    let vol = r.take(16).unwrap().to_vec();
-    out.clear();
-    put_frame(&mut out, FrameType::Auth, |b| {
-        b.extend_from_slice(&auth_mac(secret, &nonce, &vol))
-    });
-    s.write_all(&out).unwrap();
-    let _ = s.read(&mut buf).unwrap();
-    s
 }

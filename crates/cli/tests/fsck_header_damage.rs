@@ -98,7 +98,6 @@ fn header_and_size_damage_are_found_and_repaired() {
     let before = objects(&clean);
 
     // 1. The next inode number set back to 2.
-    let next = peek(&pool, H_NEXT_INO);
     poke(&pool, H_NEXT_INO, 2);
     let (code, out) = fsck(&s.path, false);
     assert_eq!(code, 2, "{out}");
@@ -106,7 +105,6 @@ fn header_and_size_damage_are_found_and_repaired() {
     let (code, out) = fsck(&s.path, true);
     assert_eq!(code, 0, "{out}");
     assert!(peek(&pool, H_NEXT_INO) > max_ino.max(f.ino), "{out}");
-    let _ = next;
 
     // 2. The segment count cut to one.
     poke(&pool, H_SEG_NEXT, 1);

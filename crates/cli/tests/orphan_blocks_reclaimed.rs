@@ -105,7 +105,6 @@ fn uncommitted_blocks_of_a_vanished_client_are_reclaimed_online() {
     // blocks and commits them.
     let c = Client::connect(&srv.addr, &s.secret()).unwrap();
     let me = Cred::root();
-    let bs = store.block_size();
     let x = c
         .create_open(&me, at(ROOT_INO, b"comes-back"), 0o644, 1)
         .unwrap();
@@ -119,7 +118,6 @@ fn uncommitted_blocks_of_a_vanished_client_are_reclaimed_online() {
     c.release(&me, x.ino, 1).unwrap();
     std::thread::sleep(Duration::from_millis(800));
     assert_eq!(store.get(x.ino, 0).unwrap().map(|d| d.len()), Some(100));
-    let _ = bs;
     drop(c);
     assert!(srv.stop().success());
     assert_fsck_clean(&s.path);

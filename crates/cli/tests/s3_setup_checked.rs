@@ -9,7 +9,7 @@ mod common;
 
 use common::{is_mounted, S3Server, ServerProc, BIN};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const CREDS: [(&str, &str); 2] = [
     ("AWS_ACCESS_KEY_ID", "AKTEST"),
@@ -125,6 +125,5 @@ fn wrong_s3_setups_fail_with_clear_messages() {
         true,
         &["\"good\"", &endpoint],
     );
-    let _ = Duration::ZERO;
     let _ = std::fs::remove_dir_all(&root);
 }

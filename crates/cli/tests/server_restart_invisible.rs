@@ -8,14 +8,11 @@
 
 mod common;
 
-use common::{assert_fsck_clean, MountProc, Rng, Scratch, ServerProc};
+use common::{assert_fsck_clean, raw_handshake, read_frame, MountProc, Rng, Scratch, ServerProc};
 use solofs_client::{at, Client, Target};
 use solofs_meta::{Cred, ROOT_INO};
-use solofs_proto::{
-    auth_mac, decode_replies, encode_requests, put_frame, split_frame, Body, FrameType, Op, Reader,
-    Request, Writer, MAGIC, MAX_FRAME, PROTOCOL_VERSION, RETRY,
-};
-use std::io::{Read, Write};
+use solofs_proto::{decode_replies, encode_requests, Body, FrameType, Op, Request, RETRY};
+use std::io::Write;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -136,45 +133,6 @@ fn writers_see_no_error_across_ten_server_kills() {
     assert_fsck_clean(&s.path);
 }
 
-/// A raw connection that authenticates as client `id`.
-fn as_client(addr: &str, secret: &[u8], id: [u8; 16]) -> TcpStream {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut out = Vec::new();
-    put_frame(&mut out, FrameType::Hello, |b| {
-        let mut w = Writer(b);
-        w.u32(MAGIC);
-        w.u16(PROTOCOL_VERSION);
-    });
-    s.write_all(&out).unwrap();
-    let (_, p) = frame(&mut s);
-    let mut r = Reader::new(&p);
-    r.u16().unwrap();
-    let nonce = r.take(32).unwrap().to_vec();
-    let vol = r.take(16).unwrap().to_vec();
-    out.clear();
-    put_frame(&mut out, FrameType::Auth, |b| {
-        b.extend_from_slice(&auth_mac(secret, &nonce, &vol));
-        b.extend_from_slice(&id);
-    });
-    s.write_all(&out).unwrap();
-    assert_eq!(frame(&mut s).0, FrameType::Welcome);
-    s
-}
-
-fn frame(s: &mut TcpStream) -> (FrameType, Vec<u8>) {
-    let mut buf = Vec::new();
-    let mut tmp = [0u8; 4096];
-    loop {
-        if let Some((ty, p, _)) = split_frame(&buf, MAX_FRAME).unwrap() {
-            return (ty, p.to_vec());
-        }
-        let n = s.read(&mut tmp).unwrap();
-        assert!(n > 0, "connection closed");
-        buf.extend_from_slice(&tmp[..n]);
-    }
-}
-
 /// Sends one request with id `id` and returns its result.
 fn call(s: &mut TcpStream, id: u64, op: Op) -> Result<Body, i32> {
     let mut out = Vec::new();
@@ -187,7 +145,7 @@ fn call(s: &mut TcpStream, id: u64, op: Op) -> Result<Body, i32> {
         &mut out,
     );
     s.write_all(&out).unwrap();
-    let (ty, p) = frame(s);
+    let (ty, p) = read_frame(s);
     assert_eq!(ty, FrameType::Replies);
     let mut reps = decode_replies(&p).unwrap();
     assert_eq!(reps.len(), 1);
@@ -205,7 +163,7 @@ fn a_retried_change_is_answered_from_the_record_after_a_kill() {
     let srv = ServerProc::start(&s.path);
     let addr = srv.addr.clone();
     let me = [0x42u8; 16];
-    let mut a = as_client(&addr, &s.secret(), me);
+    let mut a = raw_handshake(&addr, &s.secret(), Some(me));
     let made = match call(
         &mut a,
         7,
@@ -229,7 +187,7 @@ fn a_retried_change_is_answered_from_the_record_after_a_kill() {
     drop(other);
     srv.kill();
     let srv = ServerProc::start_at(&s.path, &addr);
-    let mut b = as_client(&addr, &s.secret(), me);
+    let mut b = raw_handshake(&addr, &s.secret(), Some(me));
     // Both retried: the create's first reply, the unlink's first reply, and
     // the new file is untouched.
     match call(

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{MountProc, BIN};
+use common::MountProc;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
@@ -69,6 +69,5 @@ fn data_dir_pool_secret_and_blocks_are_owner_only() {
             & 0o777;
         assert_eq!(m, 0o600, "{f}");
     }
-    let _ = BIN;
     std::fs::remove_dir_all(&base).unwrap();
 }

@@ -432,47 +432,16 @@ pub(crate) fn run_batch(
     let first = replies.len();
     let record = shared.replies.as_ref().zip(client);
     if retried {
-        // Sent again after a lost connection: a change the record has is
-        // answered from it, not applied twice.
         for q in reqs.iter_mut() {
-            let again = q.id & solofs_proto::RETRY != 0;
-            q.id &= !solofs_proto::RETRY;
-            let kept = record
-                .filter(|_| again && crate::replies::recorded(&q.op))
-                .and_then(|(r, slot)| r.find(slot, q.id));
-            if again && crate::replies::recorded(&q.op) {
-                let c = if kept.is_some() {
-                    &m.retries_replayed
-                } else {
-                    &m.retries_applied
-                };
-                c.fetch_add(1, Ordering::Relaxed);
-            }
-            let rep = match kept {
-                Some(result) => Reply { id: q.id, result },
-                None => {
-                    let rep =
-                        crate::exec::execute_with(&shared.engine, q, &|ino| opens.writing(ino));
-                    let rep = if again {
-                        crate::exec::resolve_retry(&shared.engine, q, rep)
-                    } else {
-                        rep
-                    };
-                    if let Some((r, slot)) = record.filter(|_| crate::replies::recorded(&q.op)) {
-                        r.record(slot, q.id, &rep.result);
-                    }
-                    rep
-                }
-            };
-            replies.push(rep);
+            replies.push(run_again(shared, opens, m, record, q));
         }
     } else {
         crate::exec::execute_batch(&shared.engine, reqs, replies, &|ino| opens.writing(ino));
-        if let Some((r, slot)) = record {
-            for (q, rep) in reqs.iter().zip(&replies[first..]) {
-                if crate::replies::recorded(&q.op) {
-                    r.record(slot, q.id, &rep.result);
-                }
+    }
+    if let Some((r, slot)) = record {
+        for (q, rep) in reqs.iter().zip(&replies[first..]) {
+            if crate::replies::recorded(&q.op) {
+                r.record(slot, q.id, &rep.result);
             }
         }
     }
@@ -494,5 +463,42 @@ pub(crate) fn run_batch(
     let per = t0.elapsed().as_nanos() as u64 / reqs.len().max(1) as u64;
     for (q, rep) in reqs.iter().zip(done) {
         m.record(q.op.code(), per, rep.result.is_err());
+    }
+}
+
+/// Runs one request of a batch that holds retries. A change sent again
+/// after a lost connection is answered from the reply record if it is
+/// there (not applied twice); otherwise it runs, and an error that says it
+/// was already applied counts as success.
+fn run_again(
+    shared: &Shared,
+    opens: &crate::opens::ConnOpens,
+    m: &Metrics,
+    record: Option<(&crate::replies::Replies, u64)>,
+    q: &mut Request,
+) -> Reply {
+    let again = q.id & solofs_proto::RETRY != 0;
+    q.id &= !solofs_proto::RETRY;
+    if !again {
+        return crate::exec::execute_with(&shared.engine, q, &|ino| opens.writing(ino));
+    }
+    let recorded = crate::replies::recorded(&q.op);
+    let kept = record
+        .filter(|_| recorded)
+        .and_then(|(r, slot)| r.find(slot, q.id));
+    if recorded {
+        let c = if kept.is_some() {
+            &m.retries_replayed
+        } else {
+            &m.retries_applied
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+    match kept {
+        Some(result) => Reply { id: q.id, result },
+        None => {
+            let rep = crate::exec::execute_with(&shared.engine, q, &|ino| opens.writing(ino));
+            crate::exec::resolve_retry(&shared.engine, q, rep)
+        }
     }
 }

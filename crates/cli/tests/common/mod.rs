@@ -348,3 +348,51 @@ impl S3Server {
         (s3, port)
     }
 }
+
+/// A raw protocol connection that completed the handshake (as client `id`,
+/// if given, for the reply record).
+pub fn raw_handshake(addr: &str, secret: &[u8], id: Option<[u8; 16]>) -> std::net::TcpStream {
+    use solofs_proto::*;
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let mut out = Vec::new();
+    put_frame(&mut out, FrameType::Hello, |b| {
+        let mut w = Writer(b);
+        w.u32(MAGIC);
+        w.u16(PROTOCOL_VERSION);
+    });
+    s.write_all(&out).unwrap();
+    let (_, p) = read_frame(&mut s);
+    let mut r = Reader::new(&p);
+    r.u16().unwrap();
+    let nonce = r.take(32).unwrap().to_vec();
+    let vol = r.take(16).unwrap().to_vec();
+    out.clear();
+    put_frame(&mut out, FrameType::Auth, |b| {
+        b.extend_from_slice(&auth_mac(secret, &nonce, &vol));
+        if let Some(id) = id {
+            b.extend_from_slice(&id);
+        }
+    });
+    s.write_all(&out).unwrap();
+    assert_eq!(read_frame(&mut s).0, FrameType::Welcome);
+    s
+}
+
+/// Reads one whole frame.
+pub fn read_frame(s: &mut std::net::TcpStream) -> (solofs_proto::FrameType, Vec<u8>) {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 4096];
+    loop {
+        if let Some((ty, p, _)) = solofs_proto::split_frame(&buf, solofs_proto::MAX_FRAME).unwrap()
+        {
+            return (ty, p.to_vec());
+        }
+        let n = s.read(&mut tmp).unwrap();
+        assert!(n > 0, "connection closed");
+        buf.extend_from_slice(&tmp[..n]);
+    }
+}

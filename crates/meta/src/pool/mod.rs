@@ -325,7 +325,6 @@ impl Pool {
                 .metadata()
                 .map_err(|e| Error::io("stat pool file".into(), e))?,
         ) * 512;
-        let _ = from;
         // A collapse into a huge page briefly holds a chunk twice: margin.
         if free < to.saturating_sub(held) + (4 << 20) {
             return Err(Error::NoSpace);
