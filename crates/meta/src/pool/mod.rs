@@ -276,10 +276,10 @@ impl Pool {
             .min(self.reserved as u64 / GROW_STEP * GROW_STEP)
             .max(least);
         crate::crash_point!("pool.grow.before_extend");
-        let new_len = match self.reserve_space(cur, step) {
+        let new_len = match reserve_file_space(&self.file, cur, step) {
             Ok(()) => step,
             Err(Error::NoSpace) if least < step => {
-                self.reserve_space(cur, least)?;
+                reserve_file_space(&self.file, cur, least)?;
                 least
             }
             Err(e) => return Err(e),
@@ -290,49 +290,6 @@ impl Pool {
             let _ = w.tx.send(new_len as usize);
         }
         Ok(new_len)
-    }
-
-    /// Extends the file to `to` bytes with the space of `[from, to)`
-    /// allocated on its file system (sparse only where the file system
-    /// cannot allocate ahead).
-    ///
-    /// On tmpfs, allocating ahead would put 4 KiB pages under the new
-    /// extent (zeroed by the growing thread, then copied into huge pages by
-    /// the huge-page worker); there the free space is checked instead and
-    /// the extent stays sparse until the worker gives it huge pages. Only
-    /// another process filling the same tmpfs between the check and the
-    /// first use can still cause a SIGBUS, so keep a pool's tmpfs to itself.
-    fn reserve_space(&self, from: u64, to: u64) -> Result<()> {
-        if !is_tmpfs(&self.file) {
-            return reserve_file_space(&self.file, from, to);
-        }
-        // SAFETY: fstatvfs fills the zeroed struct we own.
-        let free = unsafe {
-            let mut st: libc::statvfs = std::mem::zeroed();
-            if libc::fstatvfs(self.file.as_raw_fd(), &mut st) != 0 {
-                return Err(Error::io(
-                    "free space of the pool's file system".into(),
-                    std::io::Error::last_os_error(),
-                ));
-            }
-            st.f_bavail as u64 * st.f_frsize as u64
-        };
-        // What the file will need that it does not hold yet: earlier
-        // extents may still be sparse too.
-        let held = std::os::unix::fs::MetadataExt::blocks(
-            &self
-                .file
-                .metadata()
-                .map_err(|e| Error::io("stat pool file".into(), e))?,
-        ) * 512;
-        // A collapse into a huge page briefly holds a chunk twice: margin.
-        if free < to.saturating_sub(held) + (4 << 20) {
-            return Err(Error::NoSpace);
-        }
-        self.file.set_len(to).map_err(|e| match e.raw_os_error() {
-            Some(libc::ENOSPC) | Some(libc::EFBIG) => Error::NoSpace,
-            _ => Error::io("extend pool file".into(), e),
-        })
     }
 
     #[inline(always)]
@@ -688,12 +645,45 @@ fn is_tmpfs(file: &File) -> bool {
     }
 }
 
-/// Extends `file` to `to` bytes, allocating `[from, to)` on its file
-/// system: a full disk is [`Error::NoSpace`] now rather than a SIGBUS when
-/// a mapped page is first written.
+/// Extends `file` to `to` bytes with the space of `[from, to)` reserved
+/// on its file system: a full disk is [`Error::NoSpace`] now rather than a
+/// SIGBUS when a mapped page is first written. Sparse only where the file
+/// system cannot allocate ahead.
+///
+/// On tmpfs, allocating ahead would put 4 KiB pages under the new extent
+/// (zeroed by the growing thread, then copied into huge pages by the
+/// huge-page worker); there the free space is checked instead and the
+/// extent stays sparse until the worker gives it huge pages. Only another
+/// process filling the same tmpfs between the check and the first use can
+/// still cause a SIGBUS, so keep a pool's tmpfs to itself.
 fn reserve_file_space(file: &File, from: u64, to: u64) -> Result<()> {
     if to <= from {
         return Ok(());
+    }
+    if is_tmpfs(file) {
+        // SAFETY: fstatvfs fills the zeroed struct we own.
+        let free = unsafe {
+            let mut st: libc::statvfs = std::mem::zeroed();
+            if libc::fstatvfs(file.as_raw_fd(), &mut st) != 0 {
+                return Err(Error::io(
+                    "free space of the pool's file system".into(),
+                    std::io::Error::last_os_error(),
+                ));
+            }
+            st.f_bavail as u64 * st.f_frsize as u64
+        };
+        // What the file will need that it does not hold yet: earlier
+        // extents may still be sparse too.
+        let held = std::os::unix::fs::MetadataExt::blocks(
+            &file
+                .metadata()
+                .map_err(|e| Error::io("stat pool file".into(), e))?,
+        ) * 512;
+        // A collapse into a huge page briefly holds a chunk twice: margin.
+        if free < to.saturating_sub(held) + (4 << 20) {
+            return Err(Error::NoSpace);
+        }
+        return extend_sparse(file, to);
     }
     // SAFETY: fallocate on our own open descriptor; it touches no memory.
     let r = unsafe {
@@ -710,13 +700,17 @@ fn reserve_file_space(file: &File, from: u64, to: u64) -> Result<()> {
     let e = std::io::Error::last_os_error();
     match e.raw_os_error() {
         Some(libc::ENOSPC) | Some(libc::EFBIG) | Some(libc::EDQUOT) => Err(Error::NoSpace),
-        // A file system that cannot allocate ahead: a sparse extension.
-        Some(libc::EOPNOTSUPP) => file.set_len(to).map_err(|e| match e.raw_os_error() {
-            Some(libc::ENOSPC) | Some(libc::EFBIG) => Error::NoSpace,
-            _ => Error::io("extend pool file".into(), e),
-        }),
+        Some(libc::EOPNOTSUPP) => extend_sparse(file, to),
         _ => Err(Error::io("allocate pool file space".into(), e)),
     }
+}
+
+/// Extends `file` to `to` bytes without allocating.
+fn extend_sparse(file: &File, to: u64) -> Result<()> {
+    file.set_len(to).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EFBIG) => Error::NoSpace,
+        _ => Error::io("extend pool file".into(), e),
+    })
 }
 
 /// Rounds `v` up to a multiple of `to` (a power of two).
