@@ -7,8 +7,20 @@ use common::Scratch;
 use solofs_meta::*;
 use std::sync::Arc;
 
+/// The tests of this file run one at a time: the page-fault count of
+/// `grown_extents_are_huge_before_use` depends on the huge-page worker
+/// having a core while the pool fills, which the other two (creating
+/// hundreds of thousands of files beside it) took away on two-core
+/// machines (it failed that way on fb026db too).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn grows_during_concurrent_creates() {
+    let _serial = one_at_a_time();
     let s = Scratch::new("growth");
     let e = s.engine(2);
     let r = Cred::root();
@@ -154,6 +166,7 @@ fn huge_pool(name: &str) -> Option<(Scratch, Engine, u64)> {
 /// changes on the way.
 #[test]
 fn pool_on_tmpfs_moves_to_huge_pages() {
+    let _serial = one_at_a_time();
     let Some((s, e, d)) = huge_pool("huge") else {
         return;
     };
@@ -205,6 +218,7 @@ fn thread_faults() -> i64 {
 /// worker copies those pages into a huge page).
 #[test]
 fn grown_extents_are_huge_before_use() {
+    let _serial = one_at_a_time();
     let Some((_s, e, d)) = huge_pool("huge-ahead") else {
         return;
     };
