@@ -8,7 +8,7 @@
 use anyhow::{bail, Context, Result};
 use rustix::fd::OwnedFd;
 use rustix::fs::{AtFlags, Mode, OFlags};
-use solofs_meta::{Config, Cred, Engine, ROOT_INO};
+use solofs_meta::{Access, Config, Cred, Engine, ROOT_INO};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Barrier;
@@ -306,12 +306,12 @@ impl ServerTarget {
                 loc: at(dir, n),
                 follow: true,
             },
-            Kind::Unlink => Op::Unlink(at(dir, n)),
+            Kind::Unlink => Op::Unlink { loc: at(dir, n) },
             Kind::Mkdir => Op::Mkdir {
                 loc: at(dir, n),
                 mode: 0o755,
             },
-            Kind::Rmdir => Op::Rmdir(at(dir, n)),
+            Kind::Rmdir => Op::Rmdir { loc: at(dir, n) },
         }
     }
     fn one(&self, kind: Kind, dir: u64, n: &[u8]) -> Result<()> {
@@ -423,8 +423,8 @@ impl Target for ServerTarget {
     /// server), release.
     fn open_close(&self, d: u64, n: &[u8]) -> Result<()> {
         let a = self.c.lookup(&self.cred, solofs_client::at(d, n))?;
-        self.c.open(&self.cred, a.ino, 0)?;
-        self.c.release(&self.cred, a.ino, 0)?;
+        self.c.open(&self.cred, a.ino, Access::Read)?;
+        self.c.release(&self.cred, a.ino, Access::Read)?;
         Ok(())
     }
     /// What the mount does: create, open for writing, the block to the
@@ -433,7 +433,7 @@ impl Target for ServerTarget {
     fn write_file(&self, d: u64, n: &[u8], data: &[u8]) -> Result<()> {
         use solofs_client::Op;
         let a = self.c.create(&self.cred, solofs_client::at(d, n), 0o644)?;
-        self.c.open(&self.cred, a.ino, 1)?;
+        self.c.open(&self.cred, a.ino, Access::Write)?;
         self.blocks()?
             .put(a.ino, 0, solofs_data::Bytes::copy_from_slice(data))?;
         let ops = [
@@ -449,7 +449,10 @@ impl Target for ServerTarget {
                 self.cred.clone(),
                 Op::Release {
                     ino: a.ino,
-                    flags: 1,
+                    flags: solofs_proto::ReleaseFlags {
+                        access: Access::Write,
+                        clean: true,
+                    },
                 },
             ),
         ];
@@ -460,9 +463,9 @@ impl Target for ServerTarget {
     }
     fn read_file(&self, d: u64, n: &[u8], buf: &mut [u8]) -> Result<usize> {
         let a = self.c.lookup(&self.cred, solofs_client::at(d, n))?;
-        let a = self.c.open(&self.cred, a.ino, 0)?;
+        let a = self.c.open(&self.cred, a.ino, Access::Read)?;
         let r = read_blocks(self.blocks()?, a.ino, a.size, buf);
-        self.c.release(&self.cred, a.ino, 0)?;
+        self.c.release(&self.cred, a.ino, Access::Read)?;
         r
     }
     fn stat_dir(&self, d: u64) -> Result<()> {

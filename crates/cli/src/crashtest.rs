@@ -422,13 +422,13 @@ fn op_of(w: &W) -> Op {
             loc: p(s),
             target: b"f1".to_vec(),
         },
-        W::Chmod(s) => Op::Setattr(
-            tp(s),
-            SetAttr {
+        W::Chmod(s) => Op::Setattr {
+            target: tp(s),
+            set: SetAttr {
                 mode: Some(0o600),
                 ..Default::default()
             },
-        ),
+        },
         W::Xattr(s) => Op::Setxattr {
             target: tp(s),
             name: b"user.k".to_vec(),
@@ -439,21 +439,21 @@ fn op_of(w: &W) -> Op {
             from: Target::PathNoFollow(a.as_bytes().to_vec()),
             to: p(b),
         },
-        W::Unlink(s) => Op::Unlink(p(s)),
-        W::Rmdir(s) => Op::Rmdir(p(s)),
+        W::Unlink(s) => Op::Unlink { loc: p(s) },
+        W::Rmdir(s) => Op::Rmdir { loc: p(s) },
         W::Rename(a, b, f) => Op::Rename {
             from: p(a),
             to: p(b),
             flags: *f,
         },
         W::Bulk(..) | W::Data(..) => Op::Noop,
-        W::Truncate(s, size) => Op::Setattr(
-            tp(s),
-            SetAttr {
+        W::Truncate(s, size) => Op::Setattr {
+            target: tp(s),
+            set: SetAttr {
                 size: Some(*size),
                 ..Default::default()
             },
-        ),
+        },
     }
 }
 

@@ -8,7 +8,7 @@ mod common;
 
 use common::{Scratch, ServerProc, BIN};
 use solofs_client::{at, Client};
-use solofs_meta::{Cred, Engine, ROOT_INO};
+use solofs_meta::{Access, Cred, Engine, ROOT_INO};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Command;
@@ -82,7 +82,9 @@ fn header_and_size_damage_are_found_and_repaired() {
     }
     // A file of one full block and 12 345 bytes more.
     let size = bs + 12_345;
-    let f = c.create_open(&me, at(ROOT_INO, b"data"), 0o644, 1).unwrap();
+    let f = c
+        .create_open(&me, at(ROOT_INO, b"data"), 0o644, Access::Write)
+        .unwrap();
     store
         .put(f.ino, 0, bytes::Bytes::from(vec![1u8; bs as usize]))
         .unwrap();
@@ -90,7 +92,7 @@ fn header_and_size_damage_are_found_and_repaired() {
         .put(f.ino, 1, bytes::Bytes::from(vec![2u8; 12_345]))
         .unwrap();
     c.write_commit(&me, f.ino, size, 1).unwrap();
-    c.release(&me, f.ino, 1).unwrap();
+    c.release(&me, f.ino, Access::Write).unwrap();
     drop(c);
     assert!(srv.stop().success());
     let (code, clean) = fsck(&s.path, false);

@@ -8,7 +8,7 @@ mod common;
 
 use common::{assert_fsck_clean, MountProc, Scratch, ServerProc};
 use solofs_client::{at, Client};
-use solofs_meta::{Cred, ROOT_INO};
+use solofs_meta::{Access, Cred, ROOT_INO};
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -70,7 +70,9 @@ fn blocks_of_files_unlinked_while_open_are_freed_at_last_close() {
 fn write_and_vanish(c: &Client, store: &solofs_data::BlockStore, name: &[u8]) -> u64 {
     let me = Cred::root();
     let bs = store.block_size();
-    let a = c.create_open(&me, at(ROOT_INO, name), 0o644, 1).unwrap();
+    let a = c
+        .create_open(&me, at(ROOT_INO, name), 0o644, Access::Write)
+        .unwrap();
     for b in 0..4 {
         store
             .put(a.ino, b, bytes::Bytes::from(vec![b as u8 + 1; bs as usize]))
@@ -106,16 +108,16 @@ fn uncommitted_blocks_of_a_vanished_client_are_reclaimed_online() {
     let c = Client::connect(&srv.addr, &s.secret()).unwrap();
     let me = Cred::root();
     let x = c
-        .create_open(&me, at(ROOT_INO, b"comes-back"), 0o644, 1)
+        .create_open(&me, at(ROOT_INO, b"comes-back"), 0o644, Access::Write)
         .unwrap();
     store
         .put(x.ino, 0, bytes::Bytes::from(vec![9u8; 100]))
         .unwrap();
     drop(c);
     let c = Client::connect(&srv.addr, &s.secret()).unwrap();
-    c.open(&me, x.ino, 1).unwrap();
+    c.open(&me, x.ino, Access::Write).unwrap();
     c.write_commit(&me, x.ino, 100, 2).unwrap();
-    c.release(&me, x.ino, 1).unwrap();
+    c.release(&me, x.ino, Access::Write).unwrap();
     std::thread::sleep(Duration::from_millis(800));
     assert_eq!(store.get(x.ino, 0).unwrap().map(|d| d.len()), Some(100));
     drop(c);

@@ -122,7 +122,9 @@ fn full_pool_disk_gives_enospc_and_recovers() {
         .map(|i| {
             (
                 me.clone(),
-                Op::Unlink(at(dir, format!("f{i:07}").as_bytes())),
+                Op::Unlink {
+                    loc: at(dir, format!("f{i:07}").as_bytes()),
+                },
             )
         })
         .collect();

@@ -6,14 +6,17 @@
 
 mod common;
 
-use common::{Scratch, ServerProc};
+use common::{raw_handshake, read_frame, Scratch, ServerProc};
 use solofs_client::{at, Client, Target};
-use solofs_meta::{Cred, SetAttr, ROOT_INO};
+use solofs_meta::errno::{EACCES, EEXIST, EINVAL, ENOENT, EPERM};
+use solofs_meta::{Access, Cred, SetAttr, ROOT_INO};
+use solofs_proto::{
+    decode_replies, put_frame, Body, Field, FrameType, Op, OpenFlags, Request, Writer,
+};
+use std::io::Write;
 
-const EPERM: i32 = 1;
-const EEXIST: i32 = 17;
-const EACCES: i32 = 13;
-const EINVAL: i32 = 22;
+/// The wire code of `Op::CreateOpen`.
+const CREATE_OPEN: u16 = 24;
 
 fn mode(m: u32) -> SetAttr {
     SetAttr {
@@ -36,11 +39,14 @@ fn opens_grant_what_they_were_opened_for() {
 
     // A file created read-only, opened for writing by its creating open.
     let a = c
-        .create_open(&u, at(ROOT_INO, b"ro"), 0o444, 1)
+        .create_open(&u, at(ROOT_INO, b"ro"), 0o444, Access::Write)
         .expect("the creating open is not checked against the new mode");
     assert_eq!(a.mode & 0o7777, 0o444);
     // A plain open for writing is refused, as the bits say.
-    assert_eq!(c2.open(&u, a.ino, 1).unwrap_err().errno(), EACCES);
+    assert_eq!(
+        c2.open(&u, a.ino, Access::Write).unwrap_err().errno(),
+        EACCES
+    );
     // The writer's commit and ftruncate go through its open...
     assert_eq!(c.write_commit(&u, a.ino, 100, 5).unwrap().size, 100);
     let trunc = |size, via_open| SetAttr {
@@ -67,7 +73,7 @@ fn opens_grant_what_they_were_opened_for() {
         assert_eq!(e.errno(), EACCES);
     }
     // After the release the connection holds nothing any more.
-    c.release(&u, a.ino, 1).unwrap();
+    c.release(&u, a.ino, Access::Write).unwrap();
     assert_eq!(
         c.setattr(&u, Target::Ino(a.ino), trunc(0, true))
             .unwrap_err()
@@ -76,17 +82,44 @@ fn opens_grant_what_they_were_opened_for() {
     );
     // A creating open of an existing name fails (it is exclusive).
     assert_eq!(
-        c.create_open(&u, at(ROOT_INO, b"ro"), 0o644, 1)
+        c.create_open(&u, at(ROOT_INO, b"ro"), 0o644, Access::Write)
             .unwrap_err()
             .errno(),
         EEXIST
     );
-    assert_eq!(
-        c.create_open(&u, at(ROOT_INO, b"bad"), 0o644, 3)
-            .unwrap_err()
-            .errno(),
-        EINVAL
-    );
+    // An access word other than read, write or both is refused (EINVAL)
+    // and the connection goes on (the typed client cannot send one).
+    let mut raw = raw_handshake(&srv.addr, &s.secret(), None);
+    let mut frame = Vec::new();
+    put_frame(&mut frame, FrameType::Requests, |b| {
+        let mut w = Writer(b);
+        w.u32(2);
+        w.u64(1);
+        w.u16(CREATE_OPEN);
+        u.put(&mut w);
+        at(ROOT_INO, b"bad").put(&mut w);
+        w.u32(0o644);
+        w.u32(3);
+        Request {
+            id: 2,
+            cred: u.clone(),
+            op: Op::Lookup {
+                loc: at(ROOT_INO, b"bad"),
+                follow: true,
+            },
+        }
+        .encode(w.0);
+    });
+    raw.write_all(&frame).unwrap();
+    let (ty, p) = read_frame(&mut raw);
+    assert_eq!(ty, FrameType::Replies);
+    let mut got: Vec<(u64, Result<Body, i32>)> = decode_replies(&p)
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.id, r.result))
+        .collect();
+    got.sort_by_key(|r| r.0);
+    assert_eq!(got, vec![(1, Err(EINVAL)), (2, Err(ENOENT))]);
 
     // Set-ID bits: a writer (not the owner) may clear them and nothing else.
     let f = c.create(&u, at(ROOT_INO, b"suid"), 0o6777).unwrap();
@@ -121,7 +154,9 @@ fn owner_keeps_its_open_across_a_restart() {
     let c = Client::connect(&addr, &s.secret()).unwrap();
     c.setattr(&root, Target::Ino(ROOT_INO), mode(0o777))
         .unwrap();
-    let a = c.create_open(&u, at(ROOT_INO, b"ro"), 0o444, 1).unwrap();
+    let a = c
+        .create_open(&u, at(ROOT_INO, b"ro"), 0o444, Access::Write)
+        .unwrap();
     srv.kill();
     let srv = ServerProc::start_at(&s.path, &addr);
     // A read-only call notices the restart and reconnects (registering the
@@ -129,9 +164,12 @@ fn owner_keeps_its_open_across_a_restart() {
     c.getattr(&u, Target::Ino(a.ino)).unwrap();
     assert_eq!(c.write_commit(&u, a.ino, 10, 1).unwrap().size, 10);
     // The flag is no way around the bits for anyone but the owner.
-    let again = solofs_proto::Op::Open {
+    let again = Op::Open {
         ino: a.ino,
-        flags: 1 | solofs_proto::OPEN_AGAIN,
+        flags: OpenFlags {
+            access: Access::Write,
+            again: true,
+        },
     };
     assert_eq!(c.call(&other, again).unwrap_err().errno(), EACCES);
     assert!(srv.stop().success());

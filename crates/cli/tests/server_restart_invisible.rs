@@ -176,7 +176,13 @@ fn a_retried_change_is_answered_from_the_record_after_a_kill() {
         other => panic!("create: {other:?}"),
     };
     assert!(matches!(
-        call(&mut a, 8, Op::Unlink(at(ROOT_INO, b"x"))),
+        call(
+            &mut a,
+            8,
+            Op::Unlink {
+                loc: at(ROOT_INO, b"x")
+            }
+        ),
         Ok(Body::Empty)
     ));
     // Someone else makes the name again.
@@ -202,7 +208,13 @@ fn a_retried_change_is_answered_from_the_record_after_a_kill() {
         other => panic!("retried create: {other:?}"),
     }
     assert!(matches!(
-        call(&mut b, 8 | RETRY, Op::Unlink(at(ROOT_INO, b"x"))),
+        call(
+            &mut b,
+            8 | RETRY,
+            Op::Unlink {
+                loc: at(ROOT_INO, b"x")
+            }
+        ),
         Ok(Body::Empty)
     ));
     let c = Client::connect(&addr, &s.secret()).unwrap();

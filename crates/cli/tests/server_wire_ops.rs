@@ -62,8 +62,8 @@ fn random_operations_match_the_engine() {
                 loc: at(d, n),
                 target: b"a".to_vec(),
             },
-            5 => Op::Unlink(at(d, n)),
-            6 => Op::Rmdir(at(d, n)),
+            5 => Op::Unlink { loc: at(d, n) },
+            6 => Op::Rmdir { loc: at(d, n) },
             7 => Op::Rename {
                 from: at(d, n),
                 to: at(d2, n2),
@@ -77,7 +77,9 @@ fn random_operations_match_the_engine() {
                 loc: path(&p),
                 follow: rng.below(2) == 0,
             },
-            10 => Op::Getattr(Target::Ino(d)),
+            10 => Op::Getattr {
+                target: Target::Ino(d),
+            },
             11 => Op::Readdir {
                 dir: Target::Ino(d),
                 cookie: 0,
@@ -88,13 +90,13 @@ fn random_operations_match_the_engine() {
                 cookie: 0,
                 max: 100,
             },
-            13 => Op::Setattr(
-                Target::Path(p.clone().into_bytes()),
-                SetAttr {
+            13 => Op::Setattr {
+                target: Target::Path(p.clone().into_bytes()),
+                set: SetAttr {
                     mode: Some(0o640),
                     ..Default::default()
                 },
-            ),
+            },
             14 => Op::Setxattr {
                 target: Target::Ino(d),
                 name: b"user.k".to_vec(),
@@ -105,12 +107,16 @@ fn random_operations_match_the_engine() {
                 target: Target::Ino(d),
                 name: b"user.k".to_vec(),
             },
-            16 => Op::Listxattr(Target::Ino(d)),
+            16 => Op::Listxattr {
+                target: Target::Ino(d),
+            },
             17 => Op::Link {
                 from: Target::PathNoFollow(p.clone().into_bytes()),
                 to: at(d2, n2),
             },
-            18 => Op::Readlink(Target::PathNoFollow(p.clone().into_bytes())),
+            18 => Op::Readlink {
+                target: Target::PathNoFollow(p.clone().into_bytes()),
+            },
             _ => Op::Access {
                 target: Target::Path(p.into_bytes()),
                 mask: 2,

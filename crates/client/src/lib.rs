@@ -21,12 +21,12 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-use solofs_meta::{Attr, Cred, DirEntry, SetAttr, StatFs};
 use solofs_proto::{
-    auth_mac, decode_replies, put_frame, split_frame, Body, FrameType, Reader, Reply, Request,
-    Writer, MAGIC, MAX_FRAME, NONCE_LEN, PROTOCOL_VERSION,
+    auth_mac, decode_replies, put_frame, split_frame, Body, FrameType, OpenFlags, Reader,
+    ReleaseFlags, Reply, Request, Writer, MAGIC, MAX_FRAME, NONCE_LEN, PROTOCOL_VERSION,
 };
 pub use solofs_proto::{InProcess, Loc, Op, Target};
+use solofs_types::{errno, Access, Attr, Cred, DirEntry, SetAttr, StatFs};
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -58,10 +58,10 @@ impl ClientError {
     pub fn errno(&self) -> i32 {
         match self {
             ClientError::Errno(e) => *e,
-            ClientError::Io(_) | ClientError::Protocol(_) => 5, // EIO
-            ClientError::Refused(_) => 13,                      // EACCES
-            ClientError::ConnectionLost => 104,                 // ECONNRESET
-            ClientError::Timeout => 110,                        // ETIMEDOUT
+            ClientError::Io(_) | ClientError::Protocol(_) => errno::EIO,
+            ClientError::Refused(_) => errno::EACCES,
+            ClientError::ConnectionLost => errno::ECONNRESET,
+            ClientError::Timeout => errno::ETIMEDOUT,
         }
     }
 }
@@ -150,7 +150,7 @@ struct Inner {
     volume: Mutex<Volume>,
     /// Files this client holds open: (ino, flags) → (count, cred). A new
     /// connection registers them again.
-    opens: Mutex<HashMap<(u64, u32), (u32, Cred)>>,
+    opens: Mutex<HashMap<(u64, Access), (u32, Cred)>>,
     /// A server in this process: no connection at all.
     local: Option<Arc<dyn InProcess>>,
     /// This client's id for the server's reply record (random).
@@ -243,9 +243,12 @@ impl Client {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .flat_map(|(&(ino, flags), (n, cred))| {
+            .flat_map(|(&(ino, access), (n, cred))| {
                 (0..*n).map(move |_| {
-                    let flags = flags | solofs_proto::OPEN_AGAIN;
+                    let flags = OpenFlags {
+                        access,
+                        again: true,
+                    };
                     (cred.clone(), Op::Open { ino, flags })
                 })
             })
@@ -266,55 +269,55 @@ impl Client {
             .clone()
     }
 
-    /// Opens a regular file (`flags`: 0 read, 1 write, 2 both): checks
+    /// Opens a regular file for reading, writing or both: checks
     /// permission, returns fresh attributes, and keeps the file's blocks
     /// alive on the server until [`Client::release`], even if it is
     /// unlinked.
-    pub fn open(&self, cred: &Cred, ino: u64, flags: u32) -> Result<Attr> {
+    pub fn open(&self, cred: &Cred, ino: u64, access: Access) -> Result<Attr> {
+        let flags = OpenFlags {
+            access,
+            again: false,
+        };
         let a = self.attr(cred, Op::Open { ino, flags })?;
-        self.note_open(cred, ino, flags);
+        self.note_open(cred, ino, access);
         Ok(a)
     }
 
     /// Creates a regular file (exclusively) and opens it like
     /// [`Client::open`], with the access asked for whatever the new file's
     /// mode (`open(O_CREAT|O_EXCL)`).
-    pub fn create_open(&self, cred: &Cred, loc: Loc, mode: u32, flags: u32) -> Result<Attr> {
-        let a = self.attr(cred, Op::CreateOpen { loc, mode, flags })?;
-        self.note_open(cred, a.ino, flags);
+    pub fn create_open(&self, cred: &Cred, loc: Loc, mode: u32, access: Access) -> Result<Attr> {
+        let a = self.attr(cred, Op::CreateOpen { loc, mode, access })?;
+        self.note_open(cred, a.ino, access);
         Ok(a)
     }
 
-    fn note_open(&self, cred: &Cred, ino: u64, flags: u32) {
+    fn note_open(&self, cred: &Cred, ino: u64, access: Access) {
         let mut o = self.inner.opens.lock().unwrap_or_else(|e| e.into_inner());
-        o.entry((ino, flags)).or_insert((0, cred.clone())).0 += 1;
+        o.entry((ino, access)).or_insert((0, cred.clone())).0 += 1;
     }
 
     /// Ends one [`Client::open`], saying that every block stored through
     /// it is covered by a committed size.
-    pub fn release(&self, cred: &Cred, ino: u64, flags: u32) -> Result<()> {
-        self.release_with(cred, ino, flags, true)
+    pub fn release(&self, cred: &Cred, ino: u64, access: Access) -> Result<()> {
+        self.release_with(cred, ino, access, true)
     }
 
     /// Ends one [`Client::open`]. `clean`: every block stored through it
     /// is covered by a committed size; if not, the server deletes the
     /// file's blocks past its size once nobody has it open.
-    pub fn release_with(&self, cred: &Cred, ino: u64, flags: u32, clean: bool) -> Result<()> {
+    pub fn release_with(&self, cred: &Cred, ino: u64, access: Access, clean: bool) -> Result<()> {
         {
             let mut o = self.inner.opens.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(e) = o.get_mut(&(ino, flags)) {
+            if let Some(e) = o.get_mut(&(ino, access)) {
                 e.0 -= 1;
                 if e.0 == 0 {
-                    o.remove(&(ino, flags));
+                    o.remove(&(ino, access));
                 }
             }
         }
-        let wire = if clean {
-            flags | solofs_proto::RELEASE_CLEAN
-        } else {
-            flags
-        };
-        self.empty(cred, Op::Release { ino, flags: wire })
+        let flags = ReleaseFlags { access, clean };
+        self.empty(cred, Op::Release { ino, flags })
     }
 
     /// Records a writer's flush: size grows to `size`, mtime is `mtime`.
@@ -449,11 +452,11 @@ impl Client {
     }
     /// Attributes of an inode.
     pub fn getattr(&self, cred: &Cred, t: Target) -> Result<Attr> {
-        self.attr(cred, Op::Getattr(t))
+        self.attr(cred, Op::Getattr { target: t })
     }
     /// Changes attributes.
     pub fn setattr(&self, cred: &Cred, t: Target, sa: SetAttr) -> Result<Attr> {
-        self.attr(cred, Op::Setattr(t, sa))
+        self.attr(cred, Op::Setattr { target: t, set: sa })
     }
     /// Creates a regular file (exclusive).
     pub fn create(&self, cred: &Cred, loc: Loc, mode: u32) -> Result<Attr> {
@@ -479,18 +482,18 @@ impl Client {
     }
     /// Reads a symlink.
     pub fn readlink(&self, cred: &Cred, t: Target) -> Result<Vec<u8>> {
-        match self.call(cred, Op::Readlink(t))? {
+        match self.call(cred, Op::Readlink { target: t })? {
             Body::Bytes(b) => Ok(b),
             b => Err(unexpected(b)),
         }
     }
     /// Removes a non-directory.
     pub fn unlink(&self, cred: &Cred, loc: Loc) -> Result<()> {
-        self.empty(cred, Op::Unlink(loc))
+        self.empty(cred, Op::Unlink { loc })
     }
     /// Removes an empty directory.
     pub fn rmdir(&self, cred: &Cred, loc: Loc) -> Result<()> {
-        self.empty(cred, Op::Rmdir(loc))
+        self.empty(cred, Op::Rmdir { loc })
     }
     /// Adds a name for a file.
     pub fn link(&self, cred: &Cred, from: Target, to: Loc) -> Result<Attr> {
@@ -567,7 +570,7 @@ impl Client {
     }
     /// Names of the extended attributes.
     pub fn listxattr(&self, cred: &Cred, target: Target) -> Result<Vec<Vec<u8>>> {
-        match self.call(cred, Op::Listxattr(target))? {
+        match self.call(cred, Op::Listxattr { target })? {
             Body::Names(v) => Ok(v),
             b => Err(unexpected(b)),
         }

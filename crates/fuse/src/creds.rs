@@ -3,7 +3,7 @@
 //! briefly per process).
 
 use parking_lot::Mutex;
-use solofs_meta::Cred;
+use solofs_types::Cred;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 

@@ -119,7 +119,7 @@ fn add_range(v: &mut Vec<(usize, usize)>, a: usize, b: usize) {
 pub(crate) struct OpenFile {
     pub ino: u64,
     /// Attributes at the last open (answers fstat after an unlink).
-    pub attr: solofs_meta::Attr,
+    pub attr: solofs_types::Attr,
     bs: u64,
     /// Size as this mount sees it (includes unflushed writes).
     pub size: u64,
@@ -148,7 +148,7 @@ pub(crate) struct OpenFile {
 }
 
 impl OpenFile {
-    pub fn new(bs: u64, attr: solofs_meta::Attr) -> OpenFile {
+    pub fn new(bs: u64, attr: solofs_types::Attr) -> OpenFile {
         let (ino, size) = (attr.ino, attr.size);
         OpenFile {
             ino,
@@ -525,8 +525,8 @@ mod tests {
         assert_eq!(v, [(0, 60)]);
     }
 
-    fn attr(ino: u64, size: u64) -> solofs_meta::Attr {
-        solofs_meta::Attr {
+    fn attr(ino: u64, size: u64) -> solofs_types::Attr {
+        solofs_types::Attr {
             ino,
             mode: 0o100644,
             nlink: 1,

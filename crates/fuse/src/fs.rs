@@ -10,10 +10,10 @@ use fuser::{
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
+use solofs_client::Target;
 use solofs_client::{at, Client, ClientError};
 use solofs_data::BlockStore;
-use solofs_meta::{Attr, Cred, FileType, SetAttr, TimeSet};
-use solofs_proto::{Body, Op, Target};
+use solofs_types::{Access, Attr, Cred, FileType, SetAttr, TimeSet};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -29,7 +29,7 @@ pub struct SoloFs {
     opts: MountOptions,
     creds: Creds,
     files: Mutex<HashMap<u64, Arc<Mutex<OpenFile>>>>,
-    handles: Mutex<HashMap<u64, (u64, u32)>>,
+    handles: Mutex<HashMap<u64, (u64, Access)>>,
     next_fh: AtomicU64,
 }
 
@@ -113,14 +113,6 @@ fn fopen_flags(flags: i32) -> FopenFlags {
         FopenFlags::FOPEN_DIRECT_IO
     } else {
         FopenFlags::empty()
-    }
-}
-
-fn acc_mode(flags: i32) -> u32 {
-    match flags & libc::O_ACCMODE {
-        libc::O_WRONLY => 1,
-        libc::O_RDWR => 2,
-        _ => 0,
     }
 }
 
@@ -217,13 +209,13 @@ impl SoloFs {
     }
 
     fn open_file(&self, cred: &Cred, ino: u64, flags: i32) -> Res<(u64, Attr)> {
-        let mode = acc_mode(flags);
-        let a = self.client.open(cred, ino, mode).map_err(errno)?;
-        Ok((self.opened(ino, mode, &a), a))
+        let access = Access::from_open_flags(flags);
+        let a = self.client.open(cred, ino, access).map_err(errno)?;
+        Ok((self.opened(ino, access, &a), a))
     }
 
     /// Notes an open the server agreed to; returns the file handle.
-    fn opened(&self, ino: u64, mode: u32, a: &Attr) -> u64 {
+    fn opened(&self, ino: u64, access: Access, a: &Attr) -> u64 {
         loop {
             let f = self
                 .files
@@ -254,7 +246,7 @@ impl SoloFs {
             break;
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles.lock().insert(fh, (ino, mode));
+        self.handles.lock().insert(fh, (ino, access));
         fh
     }
 
@@ -269,7 +261,7 @@ impl SoloFs {
 
     /// Is `fh` a handle of this mount opened for writing?
     fn writes_through(&self, fh: Option<FileHandle>) -> bool {
-        fh.is_some_and(|h| self.handles.lock().get(&h.0).is_some_and(|x| x.1 != 0))
+        fh.is_some_and(|h| self.handles.lock().get(&h.0).is_some_and(|x| x.1.writes()))
     }
 
     fn truncate(&self, cred: &Cred, ino: u64, size: u64, sa: SetAttr) -> Res<Attr> {
@@ -298,21 +290,6 @@ impl SoloFs {
         }
         Ok(a)
     }
-
-    fn name_op(&self, req: &Request, op: Op) -> Res<Body> {
-        self.client.call(&self.cred(req), op).map_err(errno)
-    }
-}
-
-fn body_attr(b: Res<Body>) -> Res<Attr> {
-    match b? {
-        Body::Attr(a) => Ok(a),
-        _ => Err(Errno::EIO),
-    }
-}
-
-fn body_empty(b: Res<Body>) -> Res<()> {
-    b.map(|_| ())
 }
 
 fn reply_empty(reply: ReplyEmpty, r: Res<()>) {
@@ -320,10 +297,6 @@ fn reply_empty(reply: ReplyEmpty, r: Res<()>) {
         Ok(()) => reply.ok(),
         Err(e) => reply.error(e),
     }
-}
-
-fn name(n: &OsStr) -> Vec<u8> {
-    n.as_bytes().to_vec()
 }
 
 fn time_set(t: Option<TimeOrNow>) -> TimeSet {
@@ -426,12 +399,10 @@ impl Filesystem for SoloFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let op = Op::Mknod {
-            loc: at(parent.0, n.as_bytes()),
-            mode: mode & !(umask & 0o777),
-            rdev: rdev as u64,
-        };
-        self.entry(reply, body_attr(self.name_op(req, op)));
+        let loc = at(parent.0, n.as_bytes());
+        let mode = mode & !(umask & 0o777);
+        let r = self.client.mknod(&self.cred(req), loc, mode, rdev as u64);
+        self.entry(reply, r.map_err(errno));
     }
 
     fn mkdir(
@@ -443,23 +414,26 @@ impl Filesystem for SoloFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let op = Op::Mkdir {
-            loc: at(parent.0, n.as_bytes()),
-            mode: mode & !(umask & 0o777) & 0o7777,
-        };
-        self.entry(reply, body_attr(self.name_op(req, op)));
+        let loc = at(parent.0, n.as_bytes());
+        let mode = mode & !(umask & 0o777) & 0o7777;
+        let r = self.client.mkdir(&self.cred(req), loc, mode);
+        self.entry(reply, r.map_err(errno));
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
         // A file still open here keeps answering fstat from its OpenFile
         // (getattr_of), so nothing needs to be noted.
-        let op = Op::Unlink(at(parent.0, n.as_bytes()));
-        reply_empty(reply, body_empty(self.name_op(req, op)));
+        let r = self
+            .client
+            .unlink(&self.cred(req), at(parent.0, n.as_bytes()));
+        reply_empty(reply, r.map_err(errno));
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        let op = Op::Rmdir(at(parent.0, n.as_bytes()));
-        reply_empty(reply, body_empty(self.name_op(req, op)));
+        let r = self
+            .client
+            .rmdir(&self.cred(req), at(parent.0, n.as_bytes()));
+        reply_empty(reply, r.map_err(errno));
     }
 
     fn symlink(
@@ -470,11 +444,10 @@ impl Filesystem for SoloFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let op = Op::Symlink {
-            loc: at(parent.0, link_name.as_bytes()),
-            target: target.as_os_str().as_bytes().to_vec(),
-        };
-        self.entry(reply, body_attr(self.name_op(req, op)));
+        let loc = at(parent.0, link_name.as_bytes());
+        let target = target.as_os_str().as_bytes();
+        let r = self.client.symlink(&self.cred(req), loc, target);
+        self.entry(reply, r.map_err(errno));
     }
 
     fn rename(
@@ -489,20 +462,18 @@ impl Filesystem for SoloFs {
     ) {
         let mut f = 0;
         if flags.contains(RenameFlags::RENAME_NOREPLACE) {
-            f |= solofs_meta::RENAME_NOREPLACE;
+            f |= solofs_types::RENAME_NOREPLACE;
         }
         if flags.contains(RenameFlags::RENAME_EXCHANGE) {
-            f |= solofs_meta::RENAME_EXCHANGE;
+            f |= solofs_types::RENAME_EXCHANGE;
         }
         if flags.contains(RenameFlags::RENAME_WHITEOUT) {
             return reply.error(Errno::EINVAL);
         }
-        let op = Op::Rename {
-            from: at(parent.0, &name(n)),
-            to: at(newparent.0, &name(newname)),
-            flags: f,
-        };
-        reply_empty(reply, body_empty(self.name_op(req, op)));
+        let from = at(parent.0, n.as_bytes());
+        let to = at(newparent.0, newname.as_bytes());
+        let r = self.client.rename(&self.cred(req), from, to, f);
+        reply_empty(reply, r.map_err(errno));
     }
 
     fn link(
@@ -513,11 +484,9 @@ impl Filesystem for SoloFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let op = Op::Link {
-            from: Target::Ino(ino.0),
-            to: at(newparent.0, newname.as_bytes()),
-        };
-        self.entry(reply, body_attr(self.name_op(req, op)));
+        let to = at(newparent.0, newname.as_bytes());
+        let r = self.client.link(&self.cred(req), Target::Ino(ino.0), to);
+        self.entry(reply, r.map_err(errno));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -859,7 +828,7 @@ impl Filesystem for SoloFs {
     ) {
         let cred = self.cred(req);
         let loc = at(parent.0, n.as_bytes());
-        let acc = acc_mode(flags);
+        let acc = Access::from_open_flags(flags);
         let created =
             self.client
                 .create_open(&cred, loc.clone(), mode & !(umask & 0o777) & 0o7777, acc);

@@ -335,7 +335,7 @@ impl Engine {
     }
 }
 
-const ROOT_INO_: u64 = crate::types::ROOT_INO;
+const ROOT_INO_: u64 = solofs_types::ROOT_INO;
 
 impl Engine {
     /// The header against the pool: the next inode number above every
@@ -378,10 +378,10 @@ impl Engine {
         let mut inos: Vec<(&u64, &u64)> = inode_objs.iter().collect();
         inos.sort_unstable();
         for (&ino, &o) in inos {
-            let mode = pool.ld(o + F_MODE)? as u32 & crate::types::S_IFMT;
-            if st_kind(pool.ld(o)?) == K_FILE && mode == crate::types::S_IFREG {
+            let mode = pool.ld(o + F_MODE)? as u32 & solofs_types::S_IFMT;
+            if st_kind(pool.ld(o)?) == K_FILE && mode == solofs_types::S_IFREG {
                 let size = pool.ld(o + F_SIZE)?;
-                if size > crate::types::MAX_FILE_SIZE {
+                if size > solofs_types::MAX_FILE_SIZE {
                     r.problems.push(Problem::BadSize { ino, size });
                 }
             }
@@ -392,11 +392,11 @@ impl Engine {
     /// Sets the size of regular file `ino` (fsck's repair of a damaged
     /// size, from the blocks in the store).
     pub fn repair_size(&self, ino: u64, size: u64) -> Result<()> {
-        let sa = crate::types::SetAttr {
-            size: Some(size.min(crate::types::MAX_FILE_SIZE)),
+        let sa = solofs_types::SetAttr {
+            size: Some(size.min(solofs_types::MAX_FILE_SIZE)),
             ..Default::default()
         };
-        self.setattr(&crate::types::Cred::root(), ino, &sa)
+        self.setattr(&solofs_types::Cred::root(), ino, &sa)
             .map(|_| ())
     }
 }

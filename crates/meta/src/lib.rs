@@ -40,10 +40,10 @@ pub mod numa;
 mod perm;
 /// The mapped pool file (also used by the server for its reply record).
 pub mod pool;
-mod types;
+pub use solofs_types::errno;
 
 pub use engine::{Config, Engine, FreeJob, OpenStats, RepairStats};
 pub use error::{Error, Result};
 pub use fsck::{FsckReport, Problem, SpaceReport};
 pub use pool::Durability;
-pub use types::*;
+pub use solofs_types::*;

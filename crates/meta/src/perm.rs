@@ -1,7 +1,7 @@
 //! POSIX permission checks from a caller's credential.
 
 use crate::error::{Error, Result};
-use crate::types::*;
+use solofs_types::*;
 
 /// Read permission.
 pub const R: u32 = 4;

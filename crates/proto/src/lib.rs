@@ -10,13 +10,20 @@
 
 mod auth;
 mod codec;
+mod fields;
 mod frame;
 mod msg;
+mod ops;
 
 pub use auth::{auth_mac, verify_mac, NONCE_LEN};
 pub use codec::{DecodeError, Reader, Writer};
+pub use fields::{
+    get_attr, put_attr, Field, Loc, OpenFlags, ReleaseFlags, Target, MAX_GROUPS, OPEN_AGAIN,
+    RELEASE_CLEAN,
+};
 pub use frame::*;
 pub use msg::*;
+pub use ops::{Op, Serve};
 
 /// What a server tells a client about its volume at connect time (the
 /// WELCOME frame's content).

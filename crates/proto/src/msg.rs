@@ -1,209 +1,16 @@
 //! Requests and replies (docs/protocol.md §4–§6).
 
 use crate::codec::{DecodeError, Reader, Writer};
-use solofs_meta::{Attr, Cred, DirEntry, FileType, SetAttr, StatFs, TimeSet};
-
-/// Most supplementary groups a credential may carry.
-pub const MAX_GROUPS: usize = 64;
-const NAME: usize = solofs_meta::NAME_MAX;
-const PATH: usize = solofs_meta::PATH_MAX;
-const VALUE: usize = solofs_meta::XATTR_SIZE_MAX;
-
-/// Where an entry is: a name in a directory, or a path from the root.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Loc {
-    /// (parent inode, name).
-    At(u64, Vec<u8>),
-    /// A path resolved on the server (its last component is the entry).
-    Path(Vec<u8>),
-}
-
-/// Which inode an inode-level operation acts on.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Target {
-    /// By inode number.
-    Ino(u64),
-    /// By path, following a final symlink.
-    Path(Vec<u8>),
-    /// By path, not following a final symlink.
-    PathNoFollow(Vec<u8>),
-}
-
-/// An operation and its arguments (field meanings: docs/protocol.md §5).
-#[allow(missing_docs)]
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Op {
-    /// Does nothing (the transport's ceiling).
-    Noop,
-    /// Attributes of an entry (`At`: lookup; `Path`: stat, or lstat if
-    /// `follow` is false).
-    Lookup { loc: Loc, follow: bool },
-    /// Attributes of an inode.
-    Getattr(Target),
-    /// Change attributes.
-    Setattr(Target, SetAttr),
-    /// Create a regular file (exclusive).
-    Create { loc: Loc, mode: u32 },
-    /// Create a node of any non-directory type.
-    Mknod { loc: Loc, mode: u32, rdev: u64 },
-    /// Create a directory.
-    Mkdir { loc: Loc, mode: u32 },
-    /// Create a symbolic link.
-    Symlink { loc: Loc, target: Vec<u8> },
-    /// Target of a symlink.
-    Readlink(Target),
-    /// Remove a non-directory.
-    Unlink(Loc),
-    /// Remove an empty directory.
-    Rmdir(Loc),
-    /// Add a name for an existing file.
-    Link { from: Target, to: Loc },
-    /// Rename, with RENAME_NOREPLACE / RENAME_EXCHANGE flags.
-    Rename { from: Loc, to: Loc, flags: u32 },
-    /// List a directory from a cookie.
-    Readdir { dir: Target, cookie: u64, max: u32 },
-    /// List with attributes.
-    ReaddirPlus { dir: Target, cookie: u64, max: u32 },
-    /// File-system statistics.
-    Statfs,
-    /// Value of an extended attribute.
-    Getxattr { target: Target, name: Vec<u8> },
-    /// Set an extended attribute.
-    Setxattr {
-        target: Target,
-        name: Vec<u8>,
-        value: Vec<u8>,
-        flags: u32,
-    },
-    /// Names of the extended attributes.
-    Listxattr(Target),
-    /// Remove an extended attribute.
-    Removexattr { target: Target, name: Vec<u8> },
-    /// Check permission bits (R=4, W=2, X=1).
-    Access { target: Target, mask: u32 },
-    /// Opens a regular file for reading (`flags` 0), writing (1) or both
-    /// (2): checks permission, registers the open on this connection (its
-    /// blocks outlive an unlink until the last release) and returns fresh
-    /// attributes (close-to-open). With [`OPEN_AGAIN`] added: a client
-    /// registering after a reconnect an open it already held; the owner (and
-    /// root) get it without a permission check, so a file created read-only
-    /// stays writable through the handle that created it.
-    Open { ino: u64, flags: u32 },
-    /// Ends one `Open` of this connection.
-    Release { ino: u64, flags: u32 },
-    /// A writer's flush: size grows to `size` (never shrinks), mtime is set.
-    /// Through a connection that holds the file open for writing it needs
-    /// no write permission (the open checked it).
-    WriteCommit { ino: u64, size: u64, mtime: i64 },
-    /// `open(O_CREAT|O_EXCL)`: creates a regular file and opens it as
-    /// `Open` does (`flags` 0, 1 or 2), without checking the new file's
-    /// permission bits (POSIX: the creating open gets the access it asked
-    /// for, so a file created read-only can still be written through it).
-    CreateOpen { loc: Loc, mode: u32, flags: u32 },
-}
+use crate::fields::{
+    get_attr, get_entry, put_attr, put_entry, Field, BAD_ACCESS, NAME, PATH, VALUE,
+};
+use crate::ops::Op;
+use solofs_types::{Attr, Cred, DirEntry, StatFs};
 
 /// Request-id flag: the request is sent again after its connection was
 /// lost (same id). The server answers a change it already applied from its
 /// reply record instead of applying it twice.
 pub const RETRY: u64 = 1 << 63;
-
-/// `Op::Open` flag: the open is re-registered after a reconnect.
-pub const OPEN_AGAIN: u32 = 0x100;
-
-/// `Op::Release` flag: every block this open stored is covered by a
-/// committed size, so the server need not look for blocks to delete
-/// (without it, a writer's release makes the server delete the file's
-/// blocks past its size, or all of them if the file is gone).
-pub const RELEASE_CLEAN: u32 = 0x200;
-
-impl Op {
-    /// The operation code on the wire.
-    pub fn code(&self) -> u16 {
-        match self {
-            Op::Noop => 0,
-            Op::Lookup { .. } => 1,
-            Op::Getattr(_) => 2,
-            Op::Setattr(..) => 3,
-            Op::Create { .. } => 4,
-            Op::Mknod { .. } => 5,
-            Op::Mkdir { .. } => 6,
-            Op::Symlink { .. } => 7,
-            Op::Readlink(_) => 8,
-            Op::Unlink(_) => 9,
-            Op::Rmdir(_) => 10,
-            Op::Link { .. } => 11,
-            Op::Rename { .. } => 12,
-            Op::Readdir { .. } => 13,
-            Op::ReaddirPlus { .. } => 14,
-            Op::Statfs => 15,
-            Op::Getxattr { .. } => 16,
-            Op::Setxattr { .. } => 17,
-            Op::Listxattr(_) => 18,
-            Op::Removexattr { .. } => 19,
-            Op::Access { .. } => 20,
-            Op::Open { .. } => 21,
-            Op::Release { .. } => 22,
-            Op::WriteCommit { .. } => 23,
-            Op::CreateOpen { .. } => 24,
-        }
-    }
-
-    /// Short name (metrics labels, logs).
-    pub fn name(code: u16) -> &'static str {
-        const NAMES: [&str; 25] = [
-            "noop",
-            "lookup",
-            "getattr",
-            "setattr",
-            "create",
-            "mknod",
-            "mkdir",
-            "symlink",
-            "readlink",
-            "unlink",
-            "rmdir",
-            "link",
-            "rename",
-            "readdir",
-            "readdirplus",
-            "statfs",
-            "getxattr",
-            "setxattr",
-            "listxattr",
-            "removexattr",
-            "access",
-            "open",
-            "release",
-            "write_commit",
-            "create_open",
-        ];
-        NAMES.get(code as usize).copied().unwrap_or("unknown")
-    }
-
-    /// Number of operation codes.
-    pub const COUNT: usize = 25;
-
-    /// True for operations that change nothing (safe to resend after a
-    /// reconnect).
-    pub fn is_read_only(&self) -> bool {
-        matches!(
-            self,
-            Op::Noop
-                | Op::Lookup { .. }
-                | Op::Getattr(_)
-                | Op::Readlink(_)
-                | Op::Readdir { .. }
-                | Op::ReaddirPlus { .. }
-                | Op::Statfs
-                | Op::Getxattr { .. }
-                | Op::Listxattr(_)
-                | Op::Access { .. }
-                // A new connection holds none of the old one's opens, so
-                // resending an open after a reconnect is safe.
-                | Op::Open { .. }
-        )
-    }
-}
 
 /// One request: id (echoed in the reply), caller, operation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -244,266 +51,14 @@ pub struct Reply {
     pub result: Result<Body, i32>,
 }
 
-// ----- encoding -----
-
-fn put_cred(w: &mut Writer, c: &Cred) {
-    w.u32(c.uid);
-    w.u32(c.gid);
-    let n = c.groups.len().min(MAX_GROUPS);
-    w.u8(n as u8);
-    for g in &c.groups[..n] {
-        w.u32(*g);
-    }
-}
-
-fn get_cred(r: &mut Reader) -> Result<Cred, DecodeError> {
-    let uid = r.u32()?;
-    let gid = r.u32()?;
-    let n = r.u8()? as usize;
-    if n > MAX_GROUPS {
-        return Err(DecodeError("too many groups"));
-    }
-    let groups = (0..n).map(|_| r.u32()).collect::<Result<_, _>>()?;
-    Ok(Cred { uid, gid, groups })
-}
-
-fn put_loc(w: &mut Writer, l: &Loc) {
-    match l {
-        Loc::At(p, n) => {
-            w.u8(0);
-            w.u64(*p);
-            w.bytes(n);
-        }
-        Loc::Path(p) => {
-            w.u8(1);
-            w.bytes(p);
-        }
-    }
-}
-
-fn get_loc(r: &mut Reader) -> Result<Loc, DecodeError> {
-    Ok(match r.u8()? {
-        // Names longer than NAME_MAX still decode (up to PATH_MAX) so that
-        // the engine answers ENAMETOOLONG rather than the codec refusing.
-        0 => Loc::At(r.u64()?, r.bytes(PATH)?.to_vec()),
-        1 => Loc::Path(r.bytes(PATH + 1)?.to_vec()),
-        _ => return Err(DecodeError("bad location tag")),
-    })
-}
-
-fn put_target(w: &mut Writer, t: &Target) {
-    match t {
-        Target::Ino(i) => {
-            w.u8(0);
-            w.u64(*i);
-        }
-        Target::Path(p) => {
-            w.u8(1);
-            w.bytes(p);
-        }
-        Target::PathNoFollow(p) => {
-            w.u8(2);
-            w.bytes(p);
-        }
-    }
-}
-
-fn get_target(r: &mut Reader) -> Result<Target, DecodeError> {
-    Ok(match r.u8()? {
-        0 => Target::Ino(r.u64()?),
-        1 => Target::Path(r.bytes(PATH + 1)?.to_vec()),
-        2 => Target::PathNoFollow(r.bytes(PATH + 1)?.to_vec()),
-        _ => return Err(DecodeError("bad target tag")),
-    })
-}
-
-fn put_time(w: &mut Writer, t: TimeSet) {
-    match t {
-        TimeSet::Omit => w.u8(0),
-        TimeSet::Now => w.u8(1),
-        TimeSet::At(v) => {
-            w.u8(2);
-            w.i64(v);
-        }
-    }
-}
-
-fn get_time(r: &mut Reader) -> Result<TimeSet, DecodeError> {
-    Ok(match r.u8()? {
-        0 => TimeSet::Omit,
-        1 => TimeSet::Now,
-        2 => TimeSet::At(r.i64()?),
-        _ => return Err(DecodeError("bad time tag")),
-    })
-}
-
-fn put_setattr(w: &mut Writer, s: &SetAttr) {
-    let mask = s.mode.is_some() as u8
-        | (s.uid.is_some() as u8) << 1
-        | (s.gid.is_some() as u8) << 2
-        | (s.size.is_some() as u8) << 3
-        | (s.via_open as u8) << 4;
-    w.u8(mask);
-    if let Some(v) = s.mode {
-        w.u32(v);
-    }
-    if let Some(v) = s.uid {
-        w.u32(v);
-    }
-    if let Some(v) = s.gid {
-        w.u32(v);
-    }
-    if let Some(v) = s.size {
-        w.u64(v);
-    }
-    put_time(w, s.atime);
-    put_time(w, s.mtime);
-}
-
-fn get_setattr(r: &mut Reader) -> Result<SetAttr, DecodeError> {
-    let m = r.u8()?;
-    if m & !0x1F != 0 {
-        return Err(DecodeError("bad setattr mask"));
-    }
-    Ok(SetAttr {
-        mode: if m & 1 != 0 { Some(r.u32()?) } else { None },
-        uid: if m & 2 != 0 { Some(r.u32()?) } else { None },
-        gid: if m & 4 != 0 { Some(r.u32()?) } else { None },
-        size: if m & 8 != 0 { Some(r.u64()?) } else { None },
-        atime: get_time(r)?,
-        mtime: get_time(r)?,
-        via_open: m & 0x10 != 0,
-    })
-}
-
-/// Encodes attributes (72 bytes).
-pub fn put_attr(w: &mut Writer, a: &Attr) {
-    w.u64(a.ino);
-    w.u32(a.mode);
-    w.u32(a.nlink);
-    w.u32(a.uid);
-    w.u32(a.gid);
-    w.u64(a.size);
-    w.u64(a.rdev);
-    w.i64(a.atime);
-    w.i64(a.mtime);
-    w.i64(a.ctime);
-    w.i64(a.btime);
-}
-
-/// Decodes attributes.
-pub fn get_attr(r: &mut Reader) -> Result<Attr, DecodeError> {
-    Ok(Attr {
-        ino: r.u64()?,
-        mode: r.u32()?,
-        nlink: r.u32()?,
-        uid: r.u32()?,
-        gid: r.u32()?,
-        size: r.u64()?,
-        rdev: r.u64()?,
-        atime: r.i64()?,
-        mtime: r.i64()?,
-        ctime: r.i64()?,
-        btime: r.i64()?,
-    })
-}
-
-fn put_entry(w: &mut Writer, e: &DirEntry) {
-    w.bytes(&e.name);
-    w.u64(e.ino);
-    w.u32(e.kind.bits());
-    w.u64(e.cookie);
-}
-
-fn get_entry(r: &mut Reader) -> Result<DirEntry, DecodeError> {
-    Ok(DirEntry {
-        name: r.bytes(NAME)?.to_vec(),
-        ino: r.u64()?,
-        kind: FileType::from_mode(r.u32()?).ok_or(DecodeError("bad file type"))?,
-        cookie: r.u64()?,
-    })
-}
-
 impl Request {
     /// Appends the encoded request.
     pub fn encode(&self, out: &mut Vec<u8>) {
         let mut w = Writer(out);
         w.u64(self.id);
         w.u16(self.op.code());
-        put_cred(&mut w, &self.cred);
-        match &self.op {
-            Op::Noop | Op::Statfs => {}
-            Op::Lookup { loc, follow } => {
-                put_loc(&mut w, loc);
-                w.u8(*follow as u8);
-            }
-            Op::Getattr(t) | Op::Readlink(t) | Op::Listxattr(t) => put_target(&mut w, t),
-            Op::Setattr(t, s) => {
-                put_target(&mut w, t);
-                put_setattr(&mut w, s);
-            }
-            Op::Create { loc, mode } | Op::Mkdir { loc, mode } => {
-                put_loc(&mut w, loc);
-                w.u32(*mode);
-            }
-            Op::Mknod { loc, mode, rdev } => {
-                put_loc(&mut w, loc);
-                w.u32(*mode);
-                w.u64(*rdev);
-            }
-            Op::Symlink { loc, target } => {
-                put_loc(&mut w, loc);
-                w.bytes(target);
-            }
-            Op::Unlink(l) | Op::Rmdir(l) => put_loc(&mut w, l),
-            Op::Link { from, to } => {
-                put_target(&mut w, from);
-                put_loc(&mut w, to);
-            }
-            Op::Rename { from, to, flags } => {
-                put_loc(&mut w, from);
-                put_loc(&mut w, to);
-                w.u32(*flags);
-            }
-            Op::Readdir { dir, cookie, max } | Op::ReaddirPlus { dir, cookie, max } => {
-                put_target(&mut w, dir);
-                w.u64(*cookie);
-                w.u32(*max);
-            }
-            Op::Getxattr { target, name } | Op::Removexattr { target, name } => {
-                put_target(&mut w, target);
-                w.bytes(name);
-            }
-            Op::Setxattr {
-                target,
-                name,
-                value,
-                flags,
-            } => {
-                put_target(&mut w, target);
-                w.bytes(name);
-                w.bytes(value);
-                w.u32(*flags);
-            }
-            Op::Access { target, mask } => {
-                put_target(&mut w, target);
-                w.u32(*mask);
-            }
-            Op::Open { ino, flags } | Op::Release { ino, flags } => {
-                w.u64(*ino);
-                w.u32(*flags);
-            }
-            Op::WriteCommit { ino, size, mtime } => {
-                w.u64(*ino);
-                w.u64(*size);
-                w.i64(*mtime);
-            }
-            Op::CreateOpen { loc, mode, flags } => {
-                put_loc(&mut w, loc);
-                w.u32(*mode);
-                w.u32(*flags);
-            }
-        }
+        self.cred.put(&mut w);
+        self.op.put_args(&mut w);
     }
 
     /// Decodes one request. An unknown operation code is reported as
@@ -511,95 +66,13 @@ impl Request {
     pub fn decode(r: &mut Reader) -> Result<Request, RequestError> {
         let id = r.u64()?;
         let code = r.u16()?;
-        let cred = get_cred(r)?;
-        let op = match code {
-            0 => Op::Noop,
-            1 => Op::Lookup {
-                loc: get_loc(r)?,
-                follow: r.u8()? != 0,
-            },
-            2 => Op::Getattr(get_target(r)?),
-            3 => Op::Setattr(get_target(r)?, get_setattr(r)?),
-            4 => Op::Create {
-                loc: get_loc(r)?,
-                mode: r.u32()?,
-            },
-            5 => Op::Mknod {
-                loc: get_loc(r)?,
-                mode: r.u32()?,
-                rdev: r.u64()?,
-            },
-            6 => Op::Mkdir {
-                loc: get_loc(r)?,
-                mode: r.u32()?,
-            },
-            7 => Op::Symlink {
-                loc: get_loc(r)?,
-                target: r.bytes(PATH)?.to_vec(),
-            },
-            8 => Op::Readlink(get_target(r)?),
-            9 => Op::Unlink(get_loc(r)?),
-            10 => Op::Rmdir(get_loc(r)?),
-            11 => Op::Link {
-                from: get_target(r)?,
-                to: get_loc(r)?,
-            },
-            12 => Op::Rename {
-                from: get_loc(r)?,
-                to: get_loc(r)?,
-                flags: r.u32()?,
-            },
-            13 => Op::Readdir {
-                dir: get_target(r)?,
-                cookie: r.u64()?,
-                max: r.u32()?,
-            },
-            14 => Op::ReaddirPlus {
-                dir: get_target(r)?,
-                cookie: r.u64()?,
-                max: r.u32()?,
-            },
-            15 => Op::Statfs,
-            16 => Op::Getxattr {
-                target: get_target(r)?,
-                name: r.bytes(NAME + 1)?.to_vec(),
-            },
-            17 => Op::Setxattr {
-                target: get_target(r)?,
-                name: r.bytes(NAME + 1)?.to_vec(),
-                value: r.bytes(VALUE + 1)?.to_vec(),
-                flags: r.u32()?,
-            },
-            18 => Op::Listxattr(get_target(r)?),
-            19 => Op::Removexattr {
-                target: get_target(r)?,
-                name: r.bytes(NAME + 1)?.to_vec(),
-            },
-            20 => Op::Access {
-                target: get_target(r)?,
-                mask: r.u32()?,
-            },
-            21 => Op::Open {
-                ino: r.u64()?,
-                flags: r.u32()?,
-            },
-            22 => Op::Release {
-                ino: r.u64()?,
-                flags: r.u32()?,
-            },
-            23 => Op::WriteCommit {
-                ino: r.u64()?,
-                size: r.u64()?,
-                mtime: r.i64()?,
-            },
-            24 => Op::CreateOpen {
-                loc: get_loc(r)?,
-                mode: r.u32()?,
-                flags: r.u32()?,
-            },
-            _ => return Err(RequestError::UnknownOp(id)),
-        };
-        Ok(Request { id, cred, op })
+        let cred = Cred::get(r, 0)?;
+        match Op::get_args(code, r) {
+            Some(Ok(op)) => Ok(Request { id, cred, op }),
+            Some(Err(e)) if e == BAD_ACCESS => Err(RequestError::Invalid(id, e.0)),
+            Some(Err(e)) => Err(e.into()),
+            None => Err(RequestError::UnknownOp(id)),
+        }
     }
 }
 
@@ -611,6 +84,9 @@ pub enum RequestError {
     /// A well-formed header with an unknown operation code: answerable
     /// (EOPNOTSUPP), but the rest of the frame cannot be parsed.
     UnknownOp(u64),
+    /// A whole request with a value out of range: answerable (EINVAL), and
+    /// the next request of the frame starts right after it.
+    Invalid(u64, &'static str),
 }
 
 impl From<DecodeError> for RequestError {
@@ -757,6 +233,8 @@ pub fn decode_replies(payload: &[u8]) -> Result<Vec<Reply>, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fields::{Loc, OpenFlags, ReleaseFlags, Target};
+    use solofs_types::{Access, FileType, SetAttr, TimeSet};
 
     fn roundtrip(op: Op) {
         let req = Request {
@@ -784,6 +262,7 @@ mod tests {
 
     #[test]
     fn every_op_roundtrips() {
+        let mut seen = std::collections::HashSet::new();
         let at = Loc::At(5, b"name".to_vec());
         let p = Loc::Path(b"/a/b".to_vec());
         let t = Target::Ino(9);
@@ -801,8 +280,11 @@ mod tests {
                 loc: at.clone(),
                 follow: true,
             },
-            Op::Getattr(t.clone()),
-            Op::Setattr(Target::Path(b"x".to_vec()), sa),
+            Op::Getattr { target: t.clone() },
+            Op::Setattr {
+                target: Target::Path(b"x".to_vec()),
+                set: sa,
+            },
             Op::Create {
                 loc: p.clone(),
                 mode: 0o600,
@@ -810,7 +292,26 @@ mod tests {
             Op::CreateOpen {
                 loc: at.clone(),
                 mode: 0o444,
-                flags: 2,
+                access: Access::ReadWrite,
+            },
+            Op::Open {
+                ino: 3,
+                flags: OpenFlags {
+                    access: Access::Write,
+                    again: true,
+                },
+            },
+            Op::Release {
+                ino: 3,
+                flags: ReleaseFlags {
+                    access: Access::Read,
+                    clean: true,
+                },
+            },
+            Op::WriteCommit {
+                ino: 3,
+                size: 10,
+                mtime: -1,
             },
             Op::Mknod {
                 loc: at.clone(),
@@ -825,9 +326,11 @@ mod tests {
                 loc: at.clone(),
                 target: b"t".to_vec(),
             },
-            Op::Readlink(Target::PathNoFollow(b"l".to_vec())),
-            Op::Unlink(at.clone()),
-            Op::Rmdir(p.clone()),
+            Op::Readlink {
+                target: Target::PathNoFollow(b"l".to_vec()),
+            },
+            Op::Unlink { loc: at.clone() },
+            Op::Rmdir { loc: p.clone() },
             Op::Link {
                 from: t.clone(),
                 to: at.clone(),
@@ -858,15 +361,17 @@ mod tests {
                 value: vec![1, 2],
                 flags: 1,
             },
-            Op::Listxattr(t.clone()),
+            Op::Listxattr { target: t.clone() },
             Op::Removexattr {
                 target: t.clone(),
                 name: b"user.a".to_vec(),
             },
             Op::Access { target: t, mask: 4 },
         ] {
+            seen.insert(op.code());
             roundtrip(op);
         }
+        assert_eq!(seen.len(), Op::COUNT, "every operation is tried");
     }
 
     #[test]
@@ -922,10 +427,59 @@ mod tests {
         let mut w = Writer(&mut b);
         w.u64(42);
         w.u16(999);
-        put_cred(&mut w, &Cred::root());
+        Cred::root().put(&mut w);
         assert_eq!(
             Request::decode(&mut Reader::new(&b)),
             Err(RequestError::UnknownOp(42))
         );
+    }
+
+    #[test]
+    fn names_and_codes_follow_the_table() {
+        assert_eq!(Op::name(Op::Noop.code()), "noop");
+        assert_eq!(Op::name(Op::Statfs.code()), "statfs");
+        let wc = Op::WriteCommit {
+            ino: 1,
+            size: 0,
+            mtime: 0,
+        };
+        assert_eq!(Op::name(wc.code()), "write_commit");
+        assert!(!wc.is_read_only());
+        assert!(Op::Statfs.is_read_only());
+        assert_eq!(Op::name(Op::COUNT as u16), "unknown");
+    }
+
+    #[test]
+    fn open_access_outside_the_three_is_answerable() {
+        let mut b = Vec::new();
+        let mut w = Writer(&mut b);
+        w.u64(1);
+        w.u16(
+            Op::Open {
+                ino: 0,
+                flags: OpenFlags {
+                    access: Access::Read,
+                    again: false,
+                },
+            }
+            .code(),
+        );
+        Cred::root().put(&mut w);
+        w.u64(5);
+        w.u32(3);
+        let next = b.len();
+        Request {
+            id: 2,
+            cred: Cred::root(),
+            op: Op::Statfs,
+        }
+        .encode(&mut b);
+        let mut r = Reader::new(&b);
+        assert!(matches!(
+            Request::decode(&mut r),
+            Err(RequestError::Invalid(1, _))
+        ));
+        assert_eq!(r.remaining(), b.len() - next, "the frame stays readable");
+        assert_eq!(Request::decode(&mut r).unwrap().id, 2);
     }
 }

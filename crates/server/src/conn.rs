@@ -368,6 +368,7 @@ fn requests(shared: &Shared, c: &mut Conn, m: &Metrics, r: &mut Reader, replies:
     }
     let mut reqs = Vec::with_capacity(count as usize);
     let mut unknown = None;
+    let mut invalid = Vec::new();
     for _ in 0..count {
         match Request::decode(r) {
             Ok(q) => reqs.push(q),
@@ -375,6 +376,10 @@ fn requests(shared: &Shared, c: &mut Conn, m: &Metrics, r: &mut Reader, replies:
                 unknown = Some(id);
                 break;
             }
+            Err(RequestError::Invalid(id, _)) => invalid.push(Reply {
+                id,
+                result: Err(solofs_meta::errno::EINVAL),
+            }),
             Err(RequestError::Malformed(e)) => return fail(c, m, &e.to_string()),
         }
     }
@@ -383,11 +388,12 @@ fn requests(shared: &Shared, c: &mut Conn, m: &Metrics, r: &mut Reader, replies:
     }
     replies.clear();
     run_batch(shared, &c.opens, m, &mut reqs, replies, c.client);
+    replies.append(&mut invalid);
     if let Some(id) = unknown {
         replies.push(Reply {
             id,
-            result: Err(95),
-        }); // EOPNOTSUPP
+            result: Err(solofs_meta::errno::EOPNOTSUPP),
+        });
     }
     put_frame(&mut c.outbuf, FrameType::Replies, |b| {
         b.extend_from_slice(&(replies.len() as u32).to_le_bytes());
@@ -424,10 +430,9 @@ pub(crate) fn run_batch(
     // between the check and the registration.
     for q in reqs.iter() {
         if let Op::Open { ino, flags } = q.op {
-            opens.acquire(ino, flags & 3 != 0);
+            opens.acquire(ino, flags.access.writes());
         }
     }
-    let clean = |flags: u32| flags & 3 == 0 || flags & solofs_proto::RELEASE_CLEAN != 0;
     let t0 = Instant::now();
     let first = replies.len();
     let record = shared.replies.as_ref().zip(client);
@@ -448,14 +453,16 @@ pub(crate) fn run_batch(
     let done = &replies[first..];
     for (q, rep) in reqs.iter().zip(done) {
         match (&q.op, &rep.result) {
-            (Op::Open { ino, flags }, Err(_)) => opens.release(*ino, *flags & 3 != 0, true),
-            (Op::Open { ino, flags }, Ok(_)) => opens.opened(*ino, *flags & 3 != 0),
+            (Op::Open { ino, flags }, Err(_)) => opens.release(*ino, flags.access.writes(), true),
+            (Op::Open { ino, flags }, Ok(_)) => opens.opened(*ino, flags.access.writes()),
             (Op::Release { ino, flags }, Ok(_)) => {
-                opens.release(*ino, *flags & 3 != 0, clean(*flags))
+                // A reader stores nothing, so its release is always clean.
+                let clean = !flags.access.writes() || flags.clean;
+                opens.release(*ino, flags.access.writes(), clean)
             }
-            (Op::CreateOpen { flags, .. }, Ok(solofs_proto::Body::Attr(a))) => {
-                opens.acquire(a.ino, *flags & 3 != 0);
-                opens.opened(a.ino, *flags & 3 != 0);
+            (Op::CreateOpen { access, .. }, Ok(solofs_proto::Body::Attr(a))) => {
+                opens.acquire(a.ino, access.writes());
+                opens.opened(a.ino, access.writes());
             }
             _ => {}
         }

@@ -1,7 +1,7 @@
 //! Executes decoded requests on the engine.
 
-use solofs_meta::{Cred, Engine, Error, Result, SetAttr, S_IFDIR, S_IFMT};
-use solofs_proto::{Body, Loc, Op, Reply, Request, Target, OPEN_AGAIN};
+use solofs_meta::{Access, Cred, Engine, Error, Result, SetAttr, S_IFDIR, S_IFMT};
+use solofs_proto::{Body, Loc, Op, OpenFlags, ReleaseFlags, Reply, Request, Serve, Target};
 
 /// Applies root squash (uid/gid 0 → `nobody`) if configured.
 pub fn squash(cred: &mut Cred, root_squash: bool) {
@@ -36,139 +36,174 @@ pub fn execute(e: &Engine, req: &Request) -> Reply {
 /// connection holds `ino` open for writing (which a `via_open` setattr and
 /// a write commit rely on instead of the file's permission bits).
 pub fn execute_with(e: &Engine, req: &Request, writing: &dyn Fn(u64) -> bool) -> Reply {
-    let c = &req.cred;
-    let r: Result<Body> = (|| {
-        Ok(match &req.op {
-            Op::Noop => Body::Empty,
-            Op::Lookup {
-                loc: Loc::At(p, n), ..
-            } => Body::Attr(e.lookup(c, *p, n)?),
-            Op::Lookup {
-                loc: Loc::Path(p),
-                follow,
-            } => Body::Attr(e.getattr(e.resolve(c, p, *follow)?)?),
-            Op::Getattr(t) => Body::Attr(e.getattr(ino(e, c, t)?)?),
-            Op::Setattr(t, sa) => {
-                let i = ino(e, c, t)?;
-                if sa.via_open && !(matches!(t, Target::Ino(_)) && writing(i)) {
-                    // Claimed, but this connection has no such open.
-                    let sa = SetAttr {
-                        via_open: false,
-                        ..sa.clone()
-                    };
-                    Body::Attr(e.setattr(c, i, &sa)?)
-                } else {
-                    Body::Attr(e.setattr(c, i, sa)?)
-                }
-            }
-            Op::Create { loc, mode } => {
-                let (p, n) = at(e, c, loc)?;
-                Body::Attr(e.create(c, p, &n, *mode)?)
-            }
-            Op::Mknod { loc, mode, rdev } => {
-                let (p, n) = at(e, c, loc)?;
-                Body::Attr(e.mknod(c, p, &n, *mode, *rdev)?)
-            }
-            Op::Mkdir { loc, mode } => {
-                let (p, n) = at(e, c, loc)?;
-                Body::Attr(e.mkdir(c, p, &n, *mode)?)
-            }
-            Op::Symlink { loc, target } => {
-                let (p, n) = at(e, c, loc)?;
-                Body::Attr(e.symlink(c, p, &n, target)?)
-            }
-            Op::Readlink(t) => Body::Bytes(e.readlink(ino(e, c, t)?)?),
-            Op::Unlink(loc) => {
-                let (p, n) = at(e, c, loc)?;
-                e.unlink(c, p, &n)?;
-                Body::Empty
-            }
-            Op::Rmdir(loc) => {
-                let (p, n) = at(e, c, loc)?;
-                e.rmdir(c, p, &n)?;
-                Body::Empty
-            }
-            Op::Link { from, to } => {
-                let i = ino(e, c, from)?;
-                let (p, n) = at(e, c, to)?;
-                Body::Attr(e.link(c, i, p, &n)?)
-            }
-            Op::Rename { from, to, flags } => {
-                let (p1, n1) = at(e, c, from)?;
-                let (p2, n2) = at(e, c, to)?;
-                e.rename(c, p1, &n1, p2, &n2, *flags)?;
-                Body::Empty
-            }
-            Op::Readdir { dir, cookie, max } => Body::Entries(e.readdir(
-                c,
-                ino(e, c, dir)?,
-                *cookie,
-                (*max).min(MAX_LIST) as usize,
-            )?),
-            Op::ReaddirPlus { dir, cookie, max } => Body::EntriesPlus(e.readdir_plus(
-                c,
-                ino(e, c, dir)?,
-                *cookie,
-                (*max).min(MAX_LIST) as usize,
-            )?),
-            Op::Statfs => Body::StatFs(e.statfs()?),
-            Op::Getxattr { target, name } => {
-                Body::Bytes(e.getxattr(c, ino(e, c, target)?, name)?)
-            }
-            Op::Setxattr {
-                target,
-                name,
-                value,
-                flags,
-            } => {
-                e.setxattr(c, ino(e, c, target)?, name, value, *flags)?;
-                Body::Empty
-            }
-            Op::Listxattr(t) => Body::Names(e.listxattr(c, ino(e, c, t)?)?),
-            Op::Removexattr { target, name } => {
-                e.removexattr(c, ino(e, c, target)?, name)?;
-                Body::Empty
-            }
-            Op::Access { target, mask } => {
-                e.access(c, ino(e, c, target)?, *mask)?;
-                Body::Empty
-            }
-            Op::Open { ino, flags } => {
-                let a = e.getattr(*ino)?;
-                if a.mode & S_IFMT == S_IFDIR {
-                    return Err(Error::IsDir);
-                }
-                let mask = match flags & !OPEN_AGAIN {
-                    0 => 4,
-                    1 => 2,
-                    2 => 6,
-                    _ => return Err(Error::Invalid("open flags are 0, 1 or 2")),
-                };
-                // Re-registering after a reconnect: the owner could grant
-                // itself the access anyway (chmod), so it keeps what it had.
-                let again = flags & OPEN_AGAIN != 0 && (c.is_root() || c.uid == a.uid);
-                if !again {
-                    e.access(c, *ino, mask)?;
-                }
-                Body::Attr(a)
-            }
-            // The registration is the connection's business (conn.rs).
-            Op::Release { .. } => Body::Empty,
-            Op::CreateOpen { loc, mode, flags } => {
-                if *flags > 2 {
-                    return Err(Error::Invalid("open flags are 0, 1 or 2"));
-                }
-                let (p, n) = at(e, c, loc)?;
-                Body::Attr(e.create(c, p, &n, *mode)?)
-            }
-            Op::WriteCommit { ino, size, mtime } => {
-                Body::Attr(e.write_commit(c, *ino, *size, *mtime, writing(*ino))?)
-            }
-        })
-    })();
+    let x = Exec {
+        e,
+        c: &req.cred,
+        writing,
+    };
     Reply {
         id: req.id,
-        result: r.map_err(|err: Error| err.errno()),
+        result: req.op.serve(&x).map_err(|err: Error| err.errno()),
+    }
+}
+
+/// One request's context: the engine, the caller, and what the caller's
+/// connection holds open for writing.
+struct Exec<'a> {
+    e: &'a Engine,
+    c: &'a Cred,
+    writing: &'a dyn Fn(u64) -> bool,
+}
+
+impl Exec<'_> {
+    fn at(&self, loc: &Loc) -> Result<(u64, Vec<u8>)> {
+        at(self.e, self.c, loc)
+    }
+    fn ino(&self, t: &Target) -> Result<u64> {
+        ino(self.e, self.c, t)
+    }
+}
+
+impl Serve for Exec<'_> {
+    type Out = Result<Body>;
+
+    fn noop(&self) -> Result<Body> {
+        Ok(Body::Empty)
+    }
+    fn lookup(&self, loc: &Loc, follow: &bool) -> Result<Body> {
+        let (e, c) = (self.e, self.c);
+        Ok(Body::Attr(match loc {
+            Loc::At(p, n) => e.lookup(c, *p, n)?,
+            Loc::Path(p) => e.getattr(e.resolve(c, p, *follow)?)?,
+        }))
+    }
+    fn getattr(&self, target: &Target) -> Result<Body> {
+        Ok(Body::Attr(self.e.getattr(self.ino(target)?)?))
+    }
+    fn setattr(&self, target: &Target, set: &SetAttr) -> Result<Body> {
+        let i = self.ino(target)?;
+        if set.via_open && !(matches!(target, Target::Ino(_)) && (self.writing)(i)) {
+            // Claimed, but this connection has no such open.
+            let set = SetAttr {
+                via_open: false,
+                ..set.clone()
+            };
+            Ok(Body::Attr(self.e.setattr(self.c, i, &set)?))
+        } else {
+            Ok(Body::Attr(self.e.setattr(self.c, i, set)?))
+        }
+    }
+    fn create(&self, loc: &Loc, mode: &u32) -> Result<Body> {
+        let (p, n) = self.at(loc)?;
+        Ok(Body::Attr(self.e.create(self.c, p, &n, *mode)?))
+    }
+    fn mknod(&self, loc: &Loc, mode: &u32, rdev: &u64) -> Result<Body> {
+        let (p, n) = self.at(loc)?;
+        Ok(Body::Attr(self.e.mknod(self.c, p, &n, *mode, *rdev)?))
+    }
+    fn mkdir(&self, loc: &Loc, mode: &u32) -> Result<Body> {
+        let (p, n) = self.at(loc)?;
+        Ok(Body::Attr(self.e.mkdir(self.c, p, &n, *mode)?))
+    }
+    fn symlink(&self, loc: &Loc, target: &Vec<u8>) -> Result<Body> {
+        let (p, n) = self.at(loc)?;
+        Ok(Body::Attr(self.e.symlink(self.c, p, &n, target)?))
+    }
+    fn readlink(&self, target: &Target) -> Result<Body> {
+        Ok(Body::Bytes(self.e.readlink(self.ino(target)?)?))
+    }
+    fn unlink(&self, loc: &Loc) -> Result<Body> {
+        let (p, n) = self.at(loc)?;
+        self.e.unlink(self.c, p, &n)?;
+        Ok(Body::Empty)
+    }
+    fn rmdir(&self, loc: &Loc) -> Result<Body> {
+        let (p, n) = self.at(loc)?;
+        self.e.rmdir(self.c, p, &n)?;
+        Ok(Body::Empty)
+    }
+    fn link(&self, from: &Target, to: &Loc) -> Result<Body> {
+        let i = self.ino(from)?;
+        let (p, n) = self.at(to)?;
+        Ok(Body::Attr(self.e.link(self.c, i, p, &n)?))
+    }
+    fn rename(&self, from: &Loc, to: &Loc, flags: &u32) -> Result<Body> {
+        let (p1, n1) = self.at(from)?;
+        let (p2, n2) = self.at(to)?;
+        self.e.rename(self.c, p1, &n1, p2, &n2, *flags)?;
+        Ok(Body::Empty)
+    }
+    fn readdir(&self, dir: &Target, cookie: &u64, max: &u32) -> Result<Body> {
+        let d = self.ino(dir)?;
+        let max = (*max).min(MAX_LIST) as usize;
+        Ok(Body::Entries(self.e.readdir(self.c, d, *cookie, max)?))
+    }
+    fn readdirplus(&self, dir: &Target, cookie: &u64, max: &u32) -> Result<Body> {
+        let d = self.ino(dir)?;
+        let max = (*max).min(MAX_LIST) as usize;
+        Ok(Body::EntriesPlus(
+            self.e.readdir_plus(self.c, d, *cookie, max)?,
+        ))
+    }
+    fn statfs(&self) -> Result<Body> {
+        Ok(Body::StatFs(self.e.statfs()?))
+    }
+    fn getxattr(&self, target: &Target, name: &Vec<u8>) -> Result<Body> {
+        Ok(Body::Bytes(self.e.getxattr(
+            self.c,
+            self.ino(target)?,
+            name,
+        )?))
+    }
+    fn setxattr(
+        &self,
+        target: &Target,
+        name: &Vec<u8>,
+        value: &Vec<u8>,
+        flags: &u32,
+    ) -> Result<Body> {
+        self.e
+            .setxattr(self.c, self.ino(target)?, name, value, *flags)?;
+        Ok(Body::Empty)
+    }
+    fn listxattr(&self, target: &Target) -> Result<Body> {
+        Ok(Body::Names(self.e.listxattr(self.c, self.ino(target)?)?))
+    }
+    fn removexattr(&self, target: &Target, name: &Vec<u8>) -> Result<Body> {
+        self.e.removexattr(self.c, self.ino(target)?, name)?;
+        Ok(Body::Empty)
+    }
+    fn access(&self, target: &Target, mask: &u32) -> Result<Body> {
+        self.e.access(self.c, self.ino(target)?, *mask)?;
+        Ok(Body::Empty)
+    }
+    fn open(&self, ino: &u64, flags: &OpenFlags) -> Result<Body> {
+        let (e, c) = (self.e, self.c);
+        let a = e.getattr(*ino)?;
+        if a.mode & S_IFMT == S_IFDIR {
+            return Err(Error::IsDir);
+        }
+        // Re-registering after a reconnect: the owner could grant itself
+        // the access anyway (chmod), so it keeps what it had.
+        let again = flags.again && (c.is_root() || c.uid == a.uid);
+        if !again {
+            e.access(c, *ino, flags.access.mask())?;
+        }
+        Ok(Body::Attr(a))
+    }
+    fn release(&self, _ino: &u64, _flags: &ReleaseFlags) -> Result<Body> {
+        // The registration is the connection's business (conn.rs).
+        Ok(Body::Empty)
+    }
+    fn write_commit(&self, ino: &u64, size: &u64, mtime: &i64) -> Result<Body> {
+        let writing = (self.writing)(*ino);
+        Ok(Body::Attr(
+            self.e.write_commit(self.c, *ino, *size, *mtime, writing)?,
+        ))
+    }
+    fn create_open(&self, loc: &Loc, mode: &u32, _access: &Access) -> Result<Body> {
+        let (p, n) = self.at(loc)?;
+        Ok(Body::Attr(self.e.create(self.c, p, &n, *mode)?))
     }
 }
 
@@ -178,9 +213,7 @@ pub fn execute_with(e: &Engine, req: &Request, writing: &dyn Fn(u64) -> bool) ->
 /// its success. A create finds its name there, an unlink or rename finds
 /// its name gone.
 pub fn resolve_retry(e: &Engine, req: &Request, rep: Reply) -> Reply {
-    const ENOENT: i32 = 2;
-    const EEXIST: i32 = 17;
-    const ENODATA: i32 = 61;
+    use solofs_meta::errno::{EEXIST, ENODATA, ENOENT};
     let c = &req.cred;
     let lookup = |loc: &Loc| -> Option<solofs_meta::Attr> {
         let (p, n) = at(e, c, loc).ok()?;
@@ -195,7 +228,7 @@ pub fn resolve_retry(e: &Engine, req: &Request, rep: Reply) -> Reply {
             | Op::CreateOpen { loc, .. },
             Err(EEXIST),
         ) => lookup(loc).map(Body::Attr),
-        (Op::Unlink(_) | Op::Rmdir(_), Err(ENOENT)) => Some(Body::Empty),
+        (Op::Unlink { .. } | Op::Rmdir { .. }, Err(ENOENT)) => Some(Body::Empty),
         (Op::Rename { to, .. }, Err(ENOENT)) => lookup(to).map(|_| Body::Empty),
         (Op::Link { from, to }, Err(EEXIST)) => {
             let want = ino(e, c, from).ok();

@@ -8,7 +8,7 @@ use crate::layout::*;
 use crate::list;
 use crate::locks::Mode;
 use crate::perm::{self, Owner, R, W, X};
-use crate::types::*;
+use solofs_types::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Words of a file object before its name.
@@ -390,7 +390,7 @@ impl Engine {
     /// needs write permission instead of ownership.
     fn setattr_as(&self, cred: &Cred, ino: u64, sa: &SetAttr, grow: bool) -> Result<Attr> {
         self.check_writable()?;
-        if sa.size.is_some_and(|s| s > crate::types::MAX_FILE_SIZE) {
+        if sa.size.is_some_and(|s| s > solofs_types::MAX_FILE_SIZE) {
             return Err(Error::FileTooBig);
         }
         self.with_ctx(|ctx| {

@@ -19,7 +19,7 @@ use crate::layout::*;
 use crate::list;
 use crate::locks::Mode;
 use crate::perm::{self, W, X};
-use crate::types::*;
+use solofs_types::*;
 use std::sync::atomic::Ordering;
 
 impl Engine {

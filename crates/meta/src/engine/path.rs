@@ -4,7 +4,7 @@
 use super::Engine;
 use crate::error::{Error, Result};
 use crate::perm::{self, X};
-use crate::types::*;
+use solofs_types::*;
 
 const MAX_SYMLINKS: u32 = 40;
 

@@ -20,7 +20,7 @@ use crate::hash;
 use crate::layout::*;
 use crate::locks::Mode;
 use crate::perm::{self, W, X};
-use crate::types::*;
+use solofs_types::*;
 use std::sync::atomic::Ordering;
 
 struct Side {

@@ -21,7 +21,7 @@ use super::ctx::Ctx;
 use super::Engine;
 use crate::error::{Error, Result};
 use crate::layout::*;
-use crate::types::{S_IFMT, S_IFREG};
+use solofs_types::{S_IFMT, S_IFREG};
 
 /// One queued inode for the deleter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

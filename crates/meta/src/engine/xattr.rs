@@ -10,7 +10,7 @@ use crate::hash;
 use crate::layout::*;
 use crate::locks::Mode;
 use crate::perm::{self, Owner, R, W};
-use crate::types::*;
+use solofs_types::*;
 
 type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 

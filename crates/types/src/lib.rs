@@ -1,4 +1,14 @@
-//! Public value types of the engine API.
+//! # solofs-types — the value types every SoloFS crate speaks
+//!
+//! Attributes, credentials, set-attr requests, directory entries, limits,
+//! mode, rename and xattr flag constants, and the errno numbers the wire
+//! protocol carries. A leaf: it depends on nothing of SoloFS, so the wire
+//! protocol, the client and the mount can use these without linking the
+//! metadata engine.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod errno;
 
 /// Inode number of the root directory.
 pub const ROOT_INO: u64 = 1;
@@ -233,4 +243,57 @@ pub struct StatFs {
     pub inodes: u64,
     /// Longest name.
     pub name_max: u32,
+}
+
+/// How a file is opened: the access mode of `open(2)`'s `O_ACCMODE`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// `O_RDONLY`.
+    Read,
+    /// `O_WRONLY`.
+    Write,
+    /// `O_RDWR`.
+    ReadWrite,
+}
+
+impl Access {
+    /// The access mode of `open(2)` flags (`O_ACCMODE`). Linux's mode 3
+    /// (an ioctl-only handle, which can neither read nor write) counts as
+    /// reading.
+    pub fn from_open_flags(flags: i32) -> Access {
+        match flags & libc::O_ACCMODE {
+            libc::O_WRONLY => Access::Write,
+            libc::O_RDWR => Access::ReadWrite,
+            _ => Access::Read,
+        }
+    }
+    /// The code on the wire: 0 read, 1 write, 2 both.
+    pub fn code(self) -> u32 {
+        match self {
+            Access::Read => 0,
+            Access::Write => 1,
+            Access::ReadWrite => 2,
+        }
+    }
+    /// The access of a wire code.
+    pub fn from_code(code: u32) -> Option<Access> {
+        Some(match code {
+            0 => Access::Read,
+            1 => Access::Write,
+            2 => Access::ReadWrite,
+            _ => return None,
+        })
+    }
+    /// The permission bits it needs (`R_OK` 4, `W_OK` 2).
+    pub fn mask(self) -> u32 {
+        match self {
+            Access::Read => 4,
+            Access::Write => 2,
+            Access::ReadWrite => 6,
+        }
+    }
+    /// True if it may write.
+    pub fn writes(self) -> bool {
+        self != Access::Read
+    }
 }

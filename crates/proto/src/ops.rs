@@ -1,0 +1,184 @@
+//! The operation table: one line per operation, from which the [`Op`]
+//! enum, its wire code and metric name, whether it is read-only, its
+//! encoding and decoding, and the server's dispatch trait [`Serve`] all
+//! follow. Adding an operation is adding a line here (and its handler,
+//! which the compiler then asks for).
+
+use crate::codec::{DecodeError, Reader, Writer};
+use crate::fields::{Field, Loc, OpenFlags, ReleaseFlags, Target, NAME, PATH, VALUE};
+use solofs_types::{Access, SetAttr};
+
+/// Declares the operations. Each line: wire code, variant, handler name
+/// (also the metric label), `read` or `write`, and the fields in wire
+/// order; a byte-string field may give its length limit (`= max`; the
+/// default is `PATH`).
+macro_rules! ops {
+    ($(
+        $(#[doc = $doc:literal])*
+        $code:literal $variant:ident $method:ident $kind:ident
+            $({ $($field:ident : $ty:ty $(= $max:expr)?),* $(,)? })?;
+    )*) => {
+        /// An operation and its arguments (field meanings: docs/protocol.md §5).
+        #[allow(missing_docs)]
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        pub enum Op {
+            $( $(#[doc = $doc])* $variant $({ $($field: $ty),* })?, )*
+        }
+
+        /// The server side of the table: one handler per operation, given
+        /// the operation's fields. [`Op::serve`] calls the one that matches.
+        // Fields are passed as the enum holds them (`&Vec<u8>`).
+        #[allow(clippy::ptr_arg)]
+        pub trait Serve {
+            /// What a handler returns.
+            type Out;
+            $(
+                $(#[doc = $doc])*
+                fn $method(&self $($(, $field: &$ty)*)?) -> Self::Out;
+            )*
+        }
+
+        const CODES: &[u16] = &[$($code),*];
+        const NAMES: &[&str] = &[$(stringify!($method)),*];
+
+        impl Op {
+            /// Number of operation codes.
+            pub const COUNT: usize = CODES.len();
+
+            /// The operation code on the wire.
+            pub fn code(&self) -> u16 {
+                match self {
+                    $( Op::$variant { .. } => $code, )*
+                }
+            }
+
+            /// True for operations that change nothing (safe to resend
+            /// after a reconnect).
+            pub fn is_read_only(&self) -> bool {
+                match self {
+                    $( Op::$variant { .. } => ops!(@read $kind), )*
+                }
+            }
+
+            /// Runs the handler of this operation.
+            pub fn serve<S: Serve + ?Sized>(&self, s: &S) -> S::Out {
+                match self {
+                    $( Op::$variant $({ $($field),* })? => s.$method($($($field),*)?), )*
+                }
+            }
+
+            pub(crate) fn put_args(&self, w: &mut Writer) {
+                match self {
+                    $( Op::$variant $({ $($field),* })? => { $($( $field.put(w); )*)? } )*
+                }
+            }
+
+            /// `None` for an unknown code.
+            pub(crate) fn get_args(
+                code: u16,
+                r: &mut Reader,
+            ) -> Option<Result<Op, DecodeError>> {
+                let get = |r: &mut Reader| -> Result<Op, DecodeError> {
+                    Ok(match code {
+                        $( $code => Op::$variant $({
+                            $($field: <$ty as Field>::get(r, ops!(@max $($max)?))?),*
+                        })?, )*
+                        _ => unreachable!("known codes only"),
+                    })
+                };
+                CODES.contains(&code).then(|| get(r))
+            }
+        }
+    };
+    (@read read) => { true };
+    (@read write) => { false };
+    (@max) => { PATH };
+    (@max $max:expr) => { $max };
+}
+
+// Codes are the position in the table (NAMES is indexed by code).
+const _: () = {
+    let mut i = 0;
+    while i < CODES.len() {
+        assert!(
+            CODES[i] as usize == i,
+            "operation codes must run 0, 1, 2, …"
+        );
+        i += 1;
+    }
+};
+
+ops! {
+    /// Does nothing (the transport's ceiling).
+    0 Noop noop read;
+    /// Attributes of an entry (`At`: lookup; `Path`: stat, or lstat if
+    /// `follow` is false).
+    1 Lookup lookup read { loc: Loc, follow: bool };
+    /// Attributes of an inode.
+    2 Getattr getattr read { target: Target };
+    /// Change attributes.
+    3 Setattr setattr write { target: Target, set: SetAttr };
+    /// Create a regular file (exclusive).
+    4 Create create write { loc: Loc, mode: u32 };
+    /// Create a node of any non-directory type.
+    5 Mknod mknod write { loc: Loc, mode: u32, rdev: u64 };
+    /// Create a directory.
+    6 Mkdir mkdir write { loc: Loc, mode: u32 };
+    /// Create a symbolic link.
+    7 Symlink symlink write { loc: Loc, target: Vec<u8> = PATH };
+    /// Target of a symlink.
+    8 Readlink readlink read { target: Target };
+    /// Remove a non-directory.
+    9 Unlink unlink write { loc: Loc };
+    /// Remove an empty directory.
+    10 Rmdir rmdir write { loc: Loc };
+    /// Add a name for an existing file.
+    11 Link link write { from: Target, to: Loc };
+    /// Rename, with RENAME_NOREPLACE / RENAME_EXCHANGE flags.
+    12 Rename rename write { from: Loc, to: Loc, flags: u32 };
+    /// List a directory from a cookie.
+    13 Readdir readdir read { dir: Target, cookie: u64, max: u32 };
+    /// List with attributes.
+    14 ReaddirPlus readdirplus read { dir: Target, cookie: u64, max: u32 };
+    /// File-system statistics.
+    15 Statfs statfs read;
+    /// Value of an extended attribute.
+    16 Getxattr getxattr read { target: Target, name: Vec<u8> = NAME + 1 };
+    /// Set an extended attribute.
+    17 Setxattr setxattr write {
+        target: Target,
+        name: Vec<u8> = NAME + 1,
+        value: Vec<u8> = VALUE + 1,
+        flags: u32,
+    };
+    /// Names of the extended attributes.
+    18 Listxattr listxattr read { target: Target };
+    /// Remove an extended attribute.
+    19 Removexattr removexattr write { target: Target, name: Vec<u8> = NAME + 1 };
+    /// Check permission bits (R=4, W=2, X=1).
+    20 Access access read { target: Target, mask: u32 };
+    /// Opens a regular file for reading, writing or both: checks
+    /// permission, registers the open on this connection (its blocks
+    /// outlive an unlink until the last release) and returns fresh
+    /// attributes (close-to-open). Read-only for resending: a new
+    /// connection holds none of the old one's opens.
+    21 Open open read { ino: u64, flags: OpenFlags };
+    /// Ends one `Open` of this connection.
+    22 Release release write { ino: u64, flags: ReleaseFlags };
+    /// A writer's flush: size grows to `size` (never shrinks), mtime is set.
+    /// Through a connection that holds the file open for writing it needs
+    /// no write permission (the open checked it).
+    23 WriteCommit write_commit write { ino: u64, size: u64, mtime: i64 };
+    /// `open(O_CREAT|O_EXCL)`: creates a regular file and opens it as
+    /// `Open` does, without checking the new file's permission bits
+    /// (POSIX: the creating open gets the access it asked for, so a file
+    /// created read-only can still be written through it).
+    24 CreateOpen create_open write { loc: Loc, mode: u32, access: Access };
+}
+
+impl Op {
+    /// Short name of an operation code (metrics labels, logs).
+    pub fn name(code: u16) -> &'static str {
+        NAMES.get(code as usize).copied().unwrap_or("unknown")
+    }
+}
