@@ -443,6 +443,7 @@ impl Target for ServerTarget {
                     ino: a.ino,
                     size: data.len() as u64,
                     mtime: now_ns(),
+                    set: Default::default(),
                 },
             ),
             (

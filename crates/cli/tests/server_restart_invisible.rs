@@ -8,7 +8,9 @@
 
 mod common;
 
-use common::{assert_fsck_clean, raw_handshake, read_frame, MountProc, Rng, Scratch, ServerProc};
+use common::{
+    assert_fsck_clean, metric_sum, raw_handshake, read_frame, MountProc, Rng, Scratch, ServerProc,
+};
 use solofs_client::{at, Client, Target};
 use solofs_meta::{Cred, ROOT_INO};
 use solofs_proto::{decode_replies, encode_requests, Body, FrameType, Op, Request, RETRY};
@@ -48,22 +50,8 @@ fn writer(c: Client, dir: u64, stop: Arc<AtomicBool>) -> (u64, Vec<String>) {
 
 /// The server's retry counters (replayed, applied), read from its metrics.
 fn retries(metrics: &str) -> (u64, u64) {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(metrics) else {
-        return (0, 0);
-    };
-    let _ = write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    );
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
-    let get = |how: &str| {
-        body.lines()
-            .find_map(|l| l.strip_prefix(&format!("solofs_retries_total{{how=\"{how}\"}} ")))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
-    };
+    let page = common::metrics_page(metrics);
+    let get = |how: &str| metric_sum(&page, &format!("solofs_retries_total{{how=\"{how}\"}}"));
     (get("replayed"), get("applied"))
 }
 

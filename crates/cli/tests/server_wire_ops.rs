@@ -131,6 +131,11 @@ fn random_operations_match_the_engine() {
                     (a.atime, a.mtime, a.ctime, a.btime) = (0, 0, 0, 0);
                     format!("{:?}", Ok::<_, i32>(a))
                 }
+                Ok(Body::Created(mut a, mut p)) => {
+                    (a.atime, a.mtime, a.ctime, a.btime) = (0, 0, 0, 0);
+                    (p.atime, p.mtime, p.ctime, p.btime) = (0, 0, 0, 0);
+                    format!("{:?}", Ok::<_, i32>((a, p)))
+                }
                 Ok(Body::EntriesPlus(v)) => format!(
                     "{:?}",
                     v.into_iter()
@@ -144,7 +149,7 @@ fn random_operations_match_the_engine() {
             }
         };
         assert_eq!(norm(got.clone()), norm(want), "#{i} {op:?} as {cred:?}");
-        if let (Op::Mkdir { .. }, Ok(Body::Attr(a))) = (&op, &got) {
+        if let (Op::Mkdir { .. }, Ok(Body::Attr(a) | Body::Created(a, _))) = (&op, &got) {
             dirs.push(a.ino);
         }
     }

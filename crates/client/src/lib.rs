@@ -22,10 +22,10 @@
 #![warn(missing_docs)]
 
 use solofs_proto::{
-    auth_mac, decode_replies, put_frame, split_frame, Body, FrameType, OpenFlags, Reader,
-    ReleaseFlags, Reply, Request, Writer, MAGIC, MAX_FRAME, NONCE_LEN, PROTOCOL_VERSION,
+    auth_mac, decode_replies, put_frame, split_frame, Body, FrameType, OpenFlags, Reader, Reply,
+    Request, Writer, MAGIC, MAX_FRAME, NONCE_LEN, PROTOCOL_VERSION,
 };
-pub use solofs_proto::{InProcess, Loc, Op, Target};
+pub use solofs_proto::{Closed, InProcess, Loc, Op, ReleaseFlags, Target, MAX_RELEASES};
 use solofs_types::{errno, Access, Attr, Cred, DirEntry, SetAttr, StatFs};
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -287,9 +287,22 @@ impl Client {
     /// [`Client::open`], with the access asked for whatever the new file's
     /// mode (`open(O_CREAT|O_EXCL)`).
     pub fn create_open(&self, cred: &Cred, loc: Loc, mode: u32, access: Access) -> Result<Attr> {
-        let a = self.attr(cred, Op::CreateOpen { loc, mode, access })?;
-        self.note_open(cred, a.ino, access);
-        Ok(a)
+        self.create_open_made(cred, loc, mode, access)
+            .map(|m| m.attr)
+    }
+
+    /// [`Client::create_open`], with the directory's attributes right
+    /// after the create when the server sends them.
+    pub fn create_open_made(
+        &self,
+        cred: &Cred,
+        loc: Loc,
+        mode: u32,
+        access: Access,
+    ) -> Result<Made> {
+        let m = self.made(cred, Op::CreateOpen { loc, mode, access })?;
+        self.note_open(cred, m.attr.ino, access);
+        Ok(m)
     }
 
     fn note_open(&self, cred: &Cred, ino: u64, access: Access) {
@@ -307,22 +320,54 @@ impl Client {
     /// is covered by a committed size; if not, the server deletes the
     /// file's blocks past its size once nobody has it open.
     pub fn release_with(&self, cred: &Cred, ino: u64, access: Access, clean: bool) -> Result<()> {
-        {
-            let mut o = self.inner.opens.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(e) = o.get_mut(&(ino, access)) {
-                e.0 -= 1;
-                if e.0 == 0 {
-                    o.remove(&(ino, access));
-                }
-            }
-        }
+        self.forget_open(ino, access);
         let flags = ReleaseFlags { access, clean };
         self.empty(cred, Op::Release { ino, flags })
     }
 
+    /// Ends several opens in one request (as [`Client::release_with`]
+    /// each).
+    pub fn release_many(&self, opens: Vec<Closed>) -> Result<()> {
+        for c in &opens {
+            self.forget_open(c.ino, c.flags.access);
+        }
+        self.empty(&Cred::root(), Op::ReleaseMany { opens })
+    }
+
+    fn forget_open(&self, ino: u64, access: Access) {
+        let mut o = self.inner.opens.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = o.get_mut(&(ino, access)) {
+            e.0 -= 1;
+            if e.0 == 0 {
+                o.remove(&(ino, access));
+            }
+        }
+    }
+
     /// Records a writer's flush: size grows to `size`, mtime is `mtime`.
     pub fn write_commit(&self, cred: &Cred, ino: u64, size: u64, mtime: i64) -> Result<Attr> {
-        self.attr(cred, Op::WriteCommit { ino, size, mtime })
+        self.commit_with(cred, ino, size, mtime, SetAttr::default())
+    }
+
+    /// [`Client::write_commit`], then `set` (attribute changes held back
+    /// while the file was open) in the same request.
+    pub fn commit_with(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        size: u64,
+        mtime: i64,
+        set: SetAttr,
+    ) -> Result<Attr> {
+        self.attr(
+            cred,
+            Op::WriteCommit {
+                ino,
+                size,
+                mtime,
+                set,
+            },
+        )
     }
 
     /// Runs one operation as `cred`.
@@ -425,8 +470,16 @@ impl Client {
     // ----- typed helpers -----
 
     fn attr(&self, cred: &Cred, op: Op) -> Result<Attr> {
+        self.made(cred, op).map(|m| m.attr)
+    }
+
+    fn made(&self, cred: &Cred, op: Op) -> Result<Made> {
         match self.call(cred, op)? {
-            Body::Attr(a) => Ok(a),
+            Body::Attr(attr) => Ok(Made { attr, parent: None }),
+            Body::Created(attr, p) => Ok(Made {
+                attr,
+                parent: Some(p),
+            }),
             b => Err(unexpected(b)),
         }
     }
@@ -469,6 +522,10 @@ impl Client {
     /// Creates a directory.
     pub fn mkdir(&self, cred: &Cred, loc: Loc, mode: u32) -> Result<Attr> {
         self.attr(cred, Op::Mkdir { loc, mode })
+    }
+    /// Creates a directory; with the parent's attributes right after.
+    pub fn mkdir_made(&self, cred: &Cred, loc: Loc, mode: u32) -> Result<Made> {
+        self.made(cred, Op::Mkdir { loc, mode })
     }
     /// Creates a symlink.
     pub fn symlink(&self, cred: &Cred, loc: Loc, target: &[u8]) -> Result<Attr> {
@@ -589,6 +646,15 @@ impl Client {
     pub fn access(&self, cred: &Cred, target: Target, mask: u32) -> Result<()> {
         self.empty(cred, Op::Access { target, mask })
     }
+}
+
+/// What an operation that makes a name returns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Made {
+    /// The new entry's attributes.
+    pub attr: Attr,
+    /// Its directory's attributes right after (if the server sent them).
+    pub parent: Option<Attr>,
 }
 
 /// Replies still to come for a batch sent with [`Client::submit_async`].

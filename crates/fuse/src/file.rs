@@ -16,6 +16,7 @@
 
 use bytes::Bytes;
 use solofs_data::{BlockStore, GetTicket, PutTicket, Result};
+use solofs_types::{Attr, Cred, SetAttr, TimeSet};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 /// Blocks a file may have in flight to the store before a writer waits.
@@ -145,6 +146,26 @@ pub(crate) struct OpenFile {
     /// The size the server has recorded for the file, as far as this
     /// mount knows (at open, and after each commit).
     committed_size: u64,
+    /// Handles of this mount open for writing.
+    pub writers: u32,
+    /// Attribute changes held back for the next commit (the owner's chmod,
+    /// chown and utimens of a file it is writing), and when they were made.
+    pub pending: SetAttr,
+    pending_at: i64,
+    /// Who made the held-back changes (the server checks them as theirs).
+    pub pending_cred: Option<Cred>,
+    /// Created by this mount's open and given no extended attribute
+    /// through it since: it has none (the kernel's `security.capability`
+    /// probe before a chown is answered without the server).
+    pub no_xattrs: bool,
+}
+
+/// How `pending` changes a time.
+fn time_of(t: TimeSet) -> Option<i64> {
+    match t {
+        TimeSet::At(v) => Some(v),
+        _ => None,
+    }
 }
 
 impl OpenFile {
@@ -166,7 +187,52 @@ impl OpenFile {
             handles: 0,
             failed: None,
             committed_size: size,
+            writers: 0,
+            pending: SetAttr::default(),
+            pending_at: 0,
+            pending_cred: None,
+            no_xattrs: false,
         }
+    }
+
+    /// Server attributes `a` as this mount sees them: with its unflushed
+    /// writes and its held-back attribute changes.
+    pub fn overlay(&self, mut a: Attr) -> Attr {
+        if self.is_dirty() {
+            a.size = self.size;
+            if let Some(m) = self.dirty_mtime {
+                a.mtime = m;
+            }
+        }
+        let p = &self.pending;
+        if *p != SetAttr::default() {
+            if let Some(m) = p.mode {
+                a.mode = (a.mode & solofs_types::S_IFMT) | m;
+            }
+            a.uid = p.uid.unwrap_or(a.uid);
+            a.gid = p.gid.unwrap_or(a.gid);
+            a.atime = time_of(p.atime).unwrap_or(a.atime);
+            a.mtime = time_of(p.mtime).unwrap_or(a.mtime);
+            a.ctime = a.ctime.max(self.pending_at);
+        }
+        a
+    }
+
+    /// Holds back `sa` (no size change; times already made explicit) for
+    /// the next commit.
+    pub fn hold(&mut self, cred: &Cred, sa: &SetAttr, now: i64) {
+        self.pending_cred = Some(cred.clone());
+        let p = &mut self.pending;
+        p.mode = sa.mode.or(p.mode);
+        p.uid = sa.uid.or(p.uid);
+        p.gid = sa.gid.or(p.gid);
+        if sa.atime != TimeSet::Omit {
+            p.atime = sa.atime;
+        }
+        if sa.mtime != TimeSet::Omit {
+            p.mtime = sa.mtime;
+        }
+        self.pending_at = now;
     }
 
     /// Has this mount written anything not yet committed?
@@ -277,6 +343,10 @@ impl OpenFile {
 
     /// Copies `data` in at `off`.
     pub fn write(&mut self, store: &BlockStore, off: u64, data: &[u8], now: i64) -> Result<()> {
+        // A write after a held-back utimens sets mtime again.
+        if self.pending.mtime != TimeSet::Omit {
+            self.pending.mtime = TimeSet::Omit;
+        }
         let bs = self.bs as usize;
         let mut pos = 0usize;
         while pos < data.len() {
@@ -367,6 +437,8 @@ impl OpenFile {
 
     /// The commit of a flush (of `size` bytes) reached the server.
     pub fn committed(&mut self, size: u64) {
+        self.pending = SetAttr::default();
+        self.pending_cred = None;
         self.dirty_mtime = None;
         self.committed_size = self.committed_size.max(size);
     }
@@ -508,7 +580,7 @@ impl OpenFile {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -525,7 +597,7 @@ mod tests {
         assert_eq!(v, [(0, 60)]);
     }
 
-    fn attr(ino: u64, size: u64) -> solofs_types::Attr {
+    pub(crate) fn attr(ino: u64, size: u64) -> solofs_types::Attr {
         solofs_types::Attr {
             ino,
             mode: 0o100644,

@@ -1,7 +1,9 @@
 //! The kernel's requests, answered with the client library (metadata) and
 //! the block store (data).
 
+use crate::cache::{AttrCache, NewDirs};
 use crate::file::OpenFile;
+use crate::releases::Releases;
 use crate::{creds::Creds, MountOptions};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType as FType, Filesystem, FopenFlags,
@@ -11,7 +13,7 @@ use fuser::{
 };
 use parking_lot::Mutex;
 use solofs_client::Target;
-use solofs_client::{at, Client, ClientError};
+use solofs_client::{at, Client, ClientError, Closed, Made, ReleaseFlags};
 use solofs_data::BlockStore;
 use solofs_types::{Access, Attr, Cred, FileType, SetAttr, TimeSet};
 use std::collections::HashMap;
@@ -31,6 +33,9 @@ pub struct SoloFs {
     files: Mutex<HashMap<u64, Arc<Mutex<OpenFile>>>>,
     handles: Mutex<HashMap<u64, (u64, Access)>>,
     next_fh: AtomicU64,
+    attrs: AttrCache,
+    new_dirs: NewDirs,
+    releases: Releases,
 }
 
 type Res<T> = Result<T, Errno>;
@@ -120,13 +125,16 @@ impl SoloFs {
     /// A file system over a connected client and the volume's block store.
     pub fn new(client: Client, store: BlockStore, opts: MountOptions) -> SoloFs {
         SoloFs {
-            client,
+            client: client.clone(),
             store,
+            attrs: AttrCache::new(opts.attr_timeout),
+            new_dirs: NewDirs::new(opts.entry_timeout),
             opts,
             creds: Creds::default(),
             files: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            releases: Releases::start(client.clone()),
         }
     }
 
@@ -139,17 +147,42 @@ impl SoloFs {
     }
 
     /// Server attributes overlaid with what this mount has not flushed.
-    fn local(&self, mut a: Attr) -> Attr {
-        if let Some(f) = self.file(a.ino) {
-            let f = f.lock();
-            if f.is_dirty() {
-                a.size = f.size;
-                if let Some(m) = f.dirty_mtime {
-                    a.mtime = m;
-                }
-            }
+    fn local(&self, a: Attr) -> Attr {
+        match self.file(a.ino) {
+            Some(f) => f.lock().overlay(a),
+            None => a,
         }
-        a
+    }
+
+    /// Notes what a name-making operation returned; its attributes.
+    fn made(&self, parent: u64, r: Result<Made, ClientError>) -> Res<Attr> {
+        let m = r.map_err(errno)?;
+        self.attrs.put(&m.attr);
+        match &m.parent {
+            Some(p) => self.attrs.put(p),
+            None => self.attrs.forget(parent),
+        }
+        Ok(m.attr)
+    }
+
+    /// Notes fresh attributes from the server.
+    fn fresh(&self, r: Result<Attr, ClientError>) -> Res<Attr> {
+        let a = r.map_err(errno)?;
+        self.attrs.put(&a);
+        Ok(a)
+    }
+
+    /// A file created here that has no extended attributes?
+    fn has_no_xattrs(&self, ino: u64) -> bool {
+        self.file(ino).is_some_and(|f| f.lock().no_xattrs)
+    }
+
+    /// This mount set or removed an extended attribute of `ino`.
+    fn xattrs_changed(&self, ino: u64) {
+        if let Some(f) = self.file(ino) {
+            f.lock().no_xattrs = false;
+        }
+        self.attrs.forget(ino);
     }
 
     fn entry(&self, reply: ReplyEntry, r: Res<Attr>) {
@@ -171,8 +204,14 @@ impl SoloFs {
     }
 
     fn getattr_of(&self, cred: &Cred, ino: u64) -> Res<Attr> {
+        if let Some(a) = self.attrs.get(ino) {
+            return Ok(a);
+        }
         match self.client.getattr(cred, Target::Ino(ino)) {
-            Ok(a) => Ok(a),
+            Ok(a) => {
+                self.attrs.put(&a);
+                Ok(a)
+            }
             Err(e) => {
                 // Unlinked but still open here: the file lives on locally.
                 if e.errno() == libc::ENOENT {
@@ -194,23 +233,98 @@ impl SoloFs {
         let pending = f.flush(&self.store).map_err(data_errno)?;
         if let Some((size, mtime)) = pending {
             self.commit(cred, f, size, mtime)?;
+        } else {
+            self.send_held(f)?;
         }
         Ok(())
     }
 
+    /// Sends held-back attribute changes (and no data) now: the server is
+    /// about to check a permission they may change.
+    fn send_held(&self, f: &mut OpenFile) -> Res<()> {
+        if f.pending == SetAttr::default() {
+            return Ok(());
+        }
+        let set = std::mem::take(&mut f.pending);
+        let cred = f.pending_cred.take().unwrap_or_default();
+        let r = self.client.setattr(&cred, Target::Ino(f.ino), set);
+        self.fresh(r).map(|_| ())
+    }
+
     /// Records `size` and `mtime` of `f` on the server.
+    /// (The attribute changes held back travel with it; if they fail, the
+    /// flush or close reports it, and they are not tried again.)
     fn commit(&self, cred: &Cred, f: &mut OpenFile, size: u64, mtime: i64) -> Res<()> {
-        match self.client.write_commit(cred, f.ino, size, mtime) {
-            Ok(_) => f.committed(size),
+        let set = f.pending.clone();
+        // Held-back changes are checked as their maker's (the commit
+        // itself rides on this connection's open).
+        let cred = f.pending_cred.clone().unwrap_or_else(|| cred.clone());
+        match self.client.commit_with(&cred, f.ino, size, mtime, set) {
+            Ok(a) => {
+                self.attrs.put(&a);
+                f.committed(size);
+            }
             Err(e) if e.errno() == libc::ENOENT => f.committed(size),
-            Err(e) => return Err(errno(e)),
+            Err(e) => {
+                f.pending = SetAttr::default();
+                f.pending_cred = None;
+                self.attrs.forget(f.ino);
+                return Err(errno(e));
+            }
         }
         Ok(())
+    }
+
+    /// Holds back a chmod, chown or utimens of a file this mount is
+    /// writing, by the file's owner, to send it with the file's commit
+    /// (tar sets times, owner and mode of each file it writes before it
+    /// closes it). Only what the server is sure to allow is held back: the
+    /// owner's mode and time changes, and a chown that changes nothing or
+    /// is root's. Returns the file's attributes after the change.
+    fn hold_setattr(&self, cred: &Cred, ino: u64, sa: &SetAttr) -> Option<Attr> {
+        if sa.size.is_some() {
+            return None;
+        }
+        let f = self.file(ino)?;
+        let mut g = f.lock();
+        if g.writers == 0 {
+            return None;
+        }
+        let base = self.attrs.get(ino).unwrap_or_else(|| g.attr.clone());
+        let cur = g.overlay(base.clone());
+        if cred.uid != cur.uid || cur.mode & libc::S_IFMT != libc::S_IFREG {
+            return None;
+        }
+        if sa.mode.is_some_and(|m| m & libc::S_ISGID != 0)
+            && !cred.is_root()
+            && !cred.in_group(cur.gid)
+        {
+            return None;
+        }
+        let (nu, ng) = (sa.uid.unwrap_or(cur.uid), sa.gid.unwrap_or(cur.gid));
+        if !cred.is_root() && (nu, ng) != (cur.uid, cur.gid) {
+            return None;
+        }
+        let now = now_ns();
+        let at = |t: TimeSet| match t {
+            TimeSet::Now => TimeSet::At(now),
+            t => t,
+        };
+        let sa = SetAttr {
+            atime: at(sa.atime),
+            mtime: at(sa.mtime),
+            ..sa.clone()
+        };
+        g.hold(cred, &sa, now);
+        Some(g.overlay(base))
     }
 
     fn open_file(&self, cred: &Cred, ino: u64, flags: i32) -> Res<(u64, Attr)> {
         let access = Access::from_open_flags(flags);
-        let a = self.client.open(cred, ino, access).map_err(errno)?;
+        if let Some(f) = self.file(ino) {
+            self.send_held(&mut f.lock())?;
+        }
+        let a = self.fresh(self.client.open(cred, ino, access))?;
         Ok((self.opened(ino, access, &a), a))
     }
 
@@ -241,6 +355,7 @@ impl SoloFs {
                 continue;
             }
             g.handles += 1;
+            g.writers += access.writes() as u32;
             g.refresh(a.size);
             g.attr.mode = a.mode;
             break;
@@ -274,10 +389,7 @@ impl SoloFs {
             Some(g) => g.size,
             None => self.getattr_of(cred, ino)?.size,
         };
-        let a = self
-            .client
-            .setattr(cred, Target::Ino(ino), sa)
-            .map_err(errno)?;
+        let a = self.fresh(self.client.setattr(cred, Target::Ino(ino), sa))?;
         match guard.as_deref_mut() {
             Some(g) => g.truncate(&self.store, size).map_err(data_errno)?,
             None if size < old => {
@@ -308,6 +420,11 @@ fn time_set(t: Option<TimeOrNow>) -> TimeSet {
 }
 
 impl Filesystem for SoloFs {
+    fn destroy(&mut self) {
+        // Closes still queued reach the server before the mount ends.
+        self.releases.stop();
+    }
+
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.add_capabilities(
             InitFlags::FUSE_DO_READDIRPLUS
@@ -321,11 +438,35 @@ impl Filesystem for SoloFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
-        let r = self
-            .client
-            .lookup(&self.cred(req), at(parent.0, n.as_bytes()))
-            .map_err(errno);
-        self.entry(reply, r);
+        let r = if self.new_dirs.absent(parent.0, n.as_bytes()) {
+            Err(Errno::ENOENT)
+        } else {
+            let r = self
+                .client
+                .lookup(&self.cred(req), at(parent.0, n.as_bytes()));
+            self.fresh(r)
+        };
+        match r {
+            // A miss is cached by the kernel like a hit (inode 0).
+            Err(e) if e == Errno::ENOENT => {
+                let mut none = to_fuse(&Attr {
+                    ino: 0,
+                    mode: solofs_types::S_IFREG,
+                    nlink: 0,
+                    uid: 0,
+                    gid: 0,
+                    size: 0,
+                    rdev: 0,
+                    atime: 0,
+                    mtime: 0,
+                    ctime: 0,
+                    btime: 0,
+                });
+                none.ino = INodeNo(0);
+                reply.entry(&self.opts.entry_timeout, &none, Generation(0))
+            }
+            r => self.entry(reply, r),
+        }
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -362,6 +503,9 @@ impl Filesystem for SoloFs {
             // ftruncate through a handle opened for writing.
             via_open: self.writes_through(fh),
         };
+        if let Some(a) = self.hold_setattr(&cred, ino.0, &sa) {
+            return reply.attr(&self.opts.attr_timeout, &to_fuse(&a));
+        }
         let r = match size {
             Some(s) => self.truncate(&cred, ino.0, s, sa),
             None => {
@@ -374,9 +518,7 @@ impl Filesystem for SoloFs {
                         }
                     }
                 }
-                self.client
-                    .setattr(&cred, Target::Ino(ino.0), sa)
-                    .map_err(errno)
+                self.fresh(self.client.setattr(&cred, Target::Ino(ino.0), sa))
             }
         };
         self.attr(reply, r);
@@ -402,7 +544,9 @@ impl Filesystem for SoloFs {
         let loc = at(parent.0, n.as_bytes());
         let mode = mode & !(umask & 0o777);
         let r = self.client.mknod(&self.cred(req), loc, mode, rdev as u64);
-        self.entry(reply, r.map_err(errno));
+        self.new_dirs.added(parent.0, n.as_bytes());
+        self.attrs.forget(parent.0);
+        self.entry(reply, self.fresh(r));
     }
 
     fn mkdir(
@@ -416,8 +560,12 @@ impl Filesystem for SoloFs {
     ) {
         let loc = at(parent.0, n.as_bytes());
         let mode = mode & !(umask & 0o777) & 0o7777;
-        let r = self.client.mkdir(&self.cred(req), loc, mode);
-        self.entry(reply, r.map_err(errno));
+        let r = self.client.mkdir_made(&self.cred(req), loc, mode);
+        self.new_dirs.added(parent.0, n.as_bytes());
+        if let Ok(m) = &r {
+            self.new_dirs.made_dir(m.attr.ino);
+        }
+        self.entry(reply, self.made(parent.0, r));
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
@@ -426,6 +574,12 @@ impl Filesystem for SoloFs {
         let r = self
             .client
             .unlink(&self.cred(req), at(parent.0, n.as_bytes()));
+        if r.is_ok() {
+            self.new_dirs.removed(parent.0, n.as_bytes());
+        }
+        // The file's link count and ctime changed too, and it is known
+        // here only by its name.
+        self.attrs.clear();
         reply_empty(reply, r.map_err(errno));
     }
 
@@ -433,6 +587,10 @@ impl Filesystem for SoloFs {
         let r = self
             .client
             .rmdir(&self.cred(req), at(parent.0, n.as_bytes()));
+        if r.is_ok() {
+            self.new_dirs.removed(parent.0, n.as_bytes());
+        }
+        self.attrs.clear();
         reply_empty(reply, r.map_err(errno));
     }
 
@@ -447,7 +605,9 @@ impl Filesystem for SoloFs {
         let loc = at(parent.0, link_name.as_bytes());
         let target = target.as_os_str().as_bytes();
         let r = self.client.symlink(&self.cred(req), loc, target);
-        self.entry(reply, r.map_err(errno));
+        self.new_dirs.added(parent.0, link_name.as_bytes());
+        self.attrs.forget(parent.0);
+        self.entry(reply, self.fresh(r));
     }
 
     fn rename(
@@ -473,6 +633,11 @@ impl Filesystem for SoloFs {
         let from = at(parent.0, n.as_bytes());
         let to = at(newparent.0, newname.as_bytes());
         let r = self.client.rename(&self.cred(req), from, to, f);
+        self.new_dirs.added(newparent.0, newname.as_bytes());
+        if r.is_ok() && f & solofs_types::RENAME_EXCHANGE == 0 {
+            self.new_dirs.removed(parent.0, n.as_bytes());
+        }
+        self.attrs.clear();
         reply_empty(reply, r.map_err(errno));
     }
 
@@ -486,7 +651,9 @@ impl Filesystem for SoloFs {
     ) {
         let to = at(newparent.0, newname.as_bytes());
         let r = self.client.link(&self.cred(req), Target::Ino(ino.0), to);
-        self.entry(reply, r.map_err(errno));
+        self.new_dirs.added(newparent.0, newname.as_bytes());
+        self.attrs.forget(newparent.0);
+        self.entry(reply, self.fresh(r));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -550,7 +717,10 @@ impl Filesystem for SoloFs {
                     ..Default::default()
                 };
                 match self.client.setattr(&self.cred(req), Target::Ino(ino.0), sa) {
-                    Ok(a) => f.lock().attr.mode = a.mode,
+                    Ok(a) => {
+                        f.lock().attr.mode = a.mode;
+                        self.attrs.put(&a);
+                    }
                     Err(e) => return reply.error(errno(e)),
                 }
             }
@@ -588,6 +758,9 @@ impl Filesystem for SoloFs {
         let mut r = Ok(());
         if let Some(f) = self.file(ino.0) {
             let mut g = f.lock();
+            if mode.is_some_and(|m| m.writes()) {
+                g.writers = g.writers.saturating_sub(1);
+            }
             r = self.flush_file(&cred, &mut g);
             if r.is_err() && g.handles <= 1 {
                 // The last close and blocks still unstored: they are given
@@ -606,10 +779,14 @@ impl Filesystem for SoloFs {
                 }
             }
         }
-        if let Some(m) = mode {
-            if let Err(e) = self.client.release_with(&cred, ino.0, m, r.is_ok()) {
-                eprintln!("solofs: release of ino {}: {e}", ino.0);
-            }
+        if let Some(access) = mode {
+            // Sent in the background, with others (the kernel waits for
+            // no release, and neither does this thread).
+            let flags = ReleaseFlags {
+                access,
+                clean: r.is_ok(),
+            };
+            self.releases.push(Closed { ino: ino.0, flags });
         }
         reply_empty(reply, r);
     }
@@ -707,6 +884,7 @@ impl Filesystem for SoloFs {
                 return reply.ok();
             }
             for (d, a) in list {
+                self.attrs.put(&a);
                 let fa = to_fuse(&self.local(a));
                 if reply.add(
                     INodeNo(d.ino),
@@ -765,10 +943,14 @@ impl Filesystem for SoloFs {
                 flags as u32,
             )
             .map_err(errno);
+        self.xattrs_changed(ino.0);
         reply_empty(reply, r);
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
+        if self.has_no_xattrs(ino.0) {
+            return reply.error(Errno::ENODATA);
+        }
         match self
             .client
             .getxattr(&self.cred(req), Target::Ino(ino.0), n.as_bytes())
@@ -781,7 +963,12 @@ impl Filesystem for SoloFs {
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match self.client.listxattr(&self.cred(req), Target::Ino(ino.0)) {
+        let names = if self.has_no_xattrs(ino.0) {
+            Ok(Vec::new())
+        } else {
+            self.client.listxattr(&self.cred(req), Target::Ino(ino.0))
+        };
+        match names {
             Ok(names) => {
                 let mut out = Vec::new();
                 for n in names {
@@ -805,10 +992,16 @@ impl Filesystem for SoloFs {
             .client
             .removexattr(&self.cred(req), Target::Ino(ino.0), n.as_bytes())
             .map_err(errno);
+        self.xattrs_changed(ino.0);
         reply_empty(reply, r);
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        if let Some(f) = self.file(ino.0) {
+            if let Err(e) = self.send_held(&mut f.lock()) {
+                return reply.error(e);
+            }
+        }
         let r = self
             .client
             .access(&self.cred(req), Target::Ino(ino.0), mask.bits() as u32)
@@ -829,12 +1022,25 @@ impl Filesystem for SoloFs {
         let cred = self.cred(req);
         let loc = at(parent.0, n.as_bytes());
         let acc = Access::from_open_flags(flags);
-        let created =
-            self.client
-                .create_open(&cred, loc.clone(), mode & !(umask & 0o777) & 0o7777, acc);
+        let mode = mode & !(umask & 0o777) & 0o7777;
+        let created = self.client.create_open_made(&cred, loc.clone(), mode, acc);
+        self.new_dirs.added(parent.0, n.as_bytes());
         let opened = match created {
             // The creating open: the access asked for, whatever the mode.
-            Ok(a) => Ok((self.opened(a.ino, acc, &a), a)),
+            Ok(m) => {
+                let a = m.attr.clone();
+                if let Err(e) = self.made(parent.0, Ok(m)) {
+                    return reply.error(e);
+                }
+                let fh = self.opened(a.ino, acc, &a);
+                if let Some(f) = self.file(a.ino) {
+                    // New: no extended attributes (until this mount sets
+                    // one; another mount's would be seen after the close).
+                    let mut g = f.lock();
+                    g.no_xattrs = g.handles == 1;
+                }
+                Ok((fh, a))
+            }
             // Lost a race with another creator: open what is there.
             Err(e) if e.errno() == libc::EEXIST && flags & libc::O_EXCL == 0 => {
                 match self.client.lookup(&cred, loc) {

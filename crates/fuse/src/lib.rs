@@ -12,10 +12,12 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod cache;
 mod creds;
 mod file;
 mod fs;
 pub mod memfs;
+mod releases;
 
 pub use fs::SoloFs;
 

@@ -270,6 +270,44 @@ impl Field for ReleaseFlags {
     }
 }
 
+/// One open that `Op::ReleaseMany` ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Closed {
+    /// The file.
+    pub ino: u64,
+    /// How it was opened, and whether it was released cleanly.
+    pub flags: ReleaseFlags,
+}
+
+/// Most opens one `Op::ReleaseMany` ends.
+pub const MAX_RELEASES: usize = 4096;
+
+impl Field for Vec<Closed> {
+    fn put(&self, w: &mut Writer) {
+        w.u32(self.len() as u32);
+        for c in self {
+            w.u64(c.ino);
+            c.flags.put(w);
+        }
+    }
+    fn get(r: &mut Reader, _: usize) -> Result<Self, DecodeError> {
+        let n = r.u32()? as usize;
+        if n > MAX_RELEASES || n * 12 > r.remaining() {
+            return Err(DecodeError("too many releases"));
+        }
+        (0..n)
+            .map(|_| {
+                let ino = r.u64()?;
+                // Not the request's last field: a bad access word here
+                // leaves the frame unreadable.
+                let flags = ReleaseFlags::get(r, 0)
+                    .map_err(|_| DecodeError("bad access in a release list"))?;
+                Ok(Closed { ino, flags })
+            })
+            .collect()
+    }
+}
+
 impl Field for Cred {
     fn put(&self, w: &mut Writer) {
         w.u32(self.uid);

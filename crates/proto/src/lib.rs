@@ -18,8 +18,8 @@ mod ops;
 pub use auth::{auth_mac, verify_mac, NONCE_LEN};
 pub use codec::{DecodeError, Reader, Writer};
 pub use fields::{
-    get_attr, put_attr, Field, Loc, OpenFlags, ReleaseFlags, Target, MAX_GROUPS, OPEN_AGAIN,
-    RELEASE_CLEAN,
+    get_attr, put_attr, Closed, Field, Loc, OpenFlags, ReleaseFlags, Target, MAX_GROUPS,
+    MAX_RELEASES, OPEN_AGAIN, RELEASE_CLEAN,
 };
 pub use frame::*;
 pub use msg::*;

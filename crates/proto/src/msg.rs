@@ -40,6 +40,8 @@ pub enum Body {
     EntriesPlus(Vec<(DirEntry, Attr)>),
     /// File-system statistics.
     StatFs(StatFs),
+    /// A new entry's attributes, and its directory's right after.
+    Created(Attr, Attr),
 }
 
 /// One reply: the request's id and its result (an errno on failure).
@@ -136,6 +138,11 @@ impl Reply {
                             put_attr(&mut w, a);
                         }
                     }
+                    Body::Created(a, p) => {
+                        w.u8(7);
+                        put_attr(&mut w, a);
+                        put_attr(&mut w, p);
+                    }
                     Body::StatFs(s) => {
                         w.u8(6);
                         w.u64(s.pool_bytes);
@@ -197,6 +204,7 @@ impl Reply {
                 inodes: r.u64()?,
                 name_max: r.u32()?,
             }),
+            7 => Body::Created(get_attr(r)?, get_attr(r)?),
             _ => return Err(DecodeError("bad reply body tag")),
         };
         Ok(Reply {
@@ -233,7 +241,7 @@ pub fn decode_replies(payload: &[u8]) -> Result<Vec<Reply>, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fields::{Loc, OpenFlags, ReleaseFlags, Target};
+    use crate::fields::{Closed, Loc, OpenFlags, ReleaseFlags, Target};
     use solofs_types::{Access, FileType, SetAttr, TimeSet};
 
     fn roundtrip(op: Op) {
@@ -312,6 +320,28 @@ mod tests {
                 ino: 3,
                 size: 10,
                 mtime: -1,
+                set: SetAttr {
+                    uid: Some(4),
+                    ..Default::default()
+                },
+            },
+            Op::ReleaseMany {
+                opens: vec![
+                    Closed {
+                        ino: 3,
+                        flags: ReleaseFlags {
+                            access: Access::Write,
+                            clean: false,
+                        },
+                    },
+                    Closed {
+                        ino: 4,
+                        flags: ReleaseFlags {
+                            access: Access::Read,
+                            clean: true,
+                        },
+                    },
+                ],
             },
             Op::Mknod {
                 loc: at.clone(),
@@ -402,6 +432,7 @@ mod tests {
             Ok(Body::Bytes(b"abc".to_vec())),
             Ok(Body::Names(vec![b"user.a".to_vec()])),
             Ok(Body::Entries(vec![e.clone()])),
+            Ok(Body::Created(a.clone(), a.clone())),
             Ok(Body::EntriesPlus(vec![(e, a)])),
             Ok(Body::StatFs(StatFs {
                 pool_bytes: 1,
@@ -442,6 +473,7 @@ mod tests {
             ino: 1,
             size: 0,
             mtime: 0,
+            set: SetAttr::default(),
         };
         assert_eq!(Op::name(wc.code()), "write_commit");
         assert!(!wc.is_read_only());

@@ -5,7 +5,7 @@
 //! which the compiler then asks for).
 
 use crate::codec::{DecodeError, Reader, Writer};
-use crate::fields::{Field, Loc, OpenFlags, ReleaseFlags, Target, NAME, PATH, VALUE};
+use crate::fields::{Closed, Field, Loc, OpenFlags, ReleaseFlags, Target, NAME, PATH, VALUE};
 use solofs_types::{Access, SetAttr};
 
 /// Declares the operations. Each line: wire code, variant, handler name
@@ -167,13 +167,19 @@ ops! {
     22 Release release write { ino: u64, flags: ReleaseFlags };
     /// A writer's flush: size grows to `size` (never shrinks), mtime is set.
     /// Through a connection that holds the file open for writing it needs
-    /// no write permission (the open checked it).
-    23 WriteCommit write_commit write { ino: u64, size: u64, mtime: i64 };
+    /// no write permission (the open checked it). Then `set`, if it
+    /// changes anything, is applied as `Setattr` would (the attribute
+    /// changes the mount held back while the file was open: a file's data,
+    /// size, times, mode and owner travel in one request).
+    23 WriteCommit write_commit write { ino: u64, size: u64, mtime: i64, set: SetAttr };
     /// `open(O_CREAT|O_EXCL)`: creates a regular file and opens it as
     /// `Open` does, without checking the new file's permission bits
     /// (POSIX: the creating open gets the access it asked for, so a file
     /// created read-only can still be written through it).
     24 CreateOpen create_open write { loc: Loc, mode: u32, access: Access };
+    /// Ends several opens of this connection at once (each as `Release`):
+    /// a mount sends its closes in the background, many per request.
+    25 ReleaseMany release_many write { opens: Vec<Closed> };
 }
 
 impl Op {

@@ -455,12 +455,16 @@ pub(crate) fn run_batch(
         match (&q.op, &rep.result) {
             (Op::Open { ino, flags }, Err(_)) => opens.release(*ino, flags.access.writes(), true),
             (Op::Open { ino, flags }, Ok(_)) => opens.opened(*ino, flags.access.writes()),
-            (Op::Release { ino, flags }, Ok(_)) => {
-                // A reader stores nothing, so its release is always clean.
-                let clean = !flags.access.writes() || flags.clean;
-                opens.release(*ino, flags.access.writes(), clean)
+            (Op::Release { ino, flags }, Ok(_)) => release(opens, *ino, flags),
+            (Op::ReleaseMany { opens: list }, Ok(_)) => {
+                for c in list {
+                    release(opens, c.ino, &c.flags);
+                }
             }
-            (Op::CreateOpen { access, .. }, Ok(solofs_proto::Body::Attr(a))) => {
+            (
+                Op::CreateOpen { access, .. },
+                Ok(solofs_proto::Body::Attr(a) | solofs_proto::Body::Created(a, _)),
+            ) => {
                 opens.acquire(a.ino, access.writes());
                 opens.opened(a.ino, access.writes());
             }
@@ -471,6 +475,13 @@ pub(crate) fn run_batch(
     for (q, rep) in reqs.iter().zip(done) {
         m.record(q.op.code(), per, rep.result.is_err());
     }
+}
+
+/// Ends one open of the connection.
+fn release(opens: &crate::opens::ConnOpens, ino: u64, flags: &solofs_proto::ReleaseFlags) {
+    // A reader stores nothing, so its release is always clean.
+    let clean = !flags.access.writes() || flags.clean;
+    opens.release(ino, flags.access.writes(), clean)
 }
 
 /// Runs one request of a batch that holds retries. A change sent again

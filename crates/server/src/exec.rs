@@ -1,7 +1,7 @@
 //! Executes decoded requests on the engine.
 
-use solofs_meta::{Access, Cred, Engine, Error, Result, SetAttr, S_IFDIR, S_IFMT};
-use solofs_proto::{Body, Loc, Op, OpenFlags, ReleaseFlags, Reply, Request, Serve, Target};
+use solofs_meta::{Access, Attr, Cred, Engine, Error, Result, SetAttr, S_IFDIR, S_IFMT};
+use solofs_proto::{Body, Closed, Loc, Op, OpenFlags, ReleaseFlags, Reply, Request, Serve, Target};
 
 /// Applies root squash (uid/gid 0 → `nobody`) if configured.
 pub fn squash(cred: &mut Cred, root_squash: bool) {
@@ -62,6 +62,14 @@ impl Exec<'_> {
     fn ino(&self, t: &Target) -> Result<u64> {
         ino(self.e, self.c, t)
     }
+    /// A new entry's attributes with its directory's (which the mount
+    /// caches, so the kernel's next look at the directory costs nothing).
+    fn created(&self, a: Attr, parent: u64) -> Result<Body> {
+        match self.e.getattr(parent) {
+            Ok(p) => Ok(Body::Created(a, p)),
+            Err(_) => Ok(Body::Attr(a)),
+        }
+    }
 }
 
 impl Serve for Exec<'_> {
@@ -103,7 +111,8 @@ impl Serve for Exec<'_> {
     }
     fn mkdir(&self, loc: &Loc, mode: &u32) -> Result<Body> {
         let (p, n) = self.at(loc)?;
-        Ok(Body::Attr(self.e.mkdir(self.c, p, &n, *mode)?))
+        let a = self.e.mkdir(self.c, p, &n, *mode)?;
+        self.created(a, p)
     }
     fn symlink(&self, loc: &Loc, target: &Vec<u8>) -> Result<Body> {
         let (p, n) = self.at(loc)?;
@@ -195,15 +204,22 @@ impl Serve for Exec<'_> {
         // The registration is the connection's business (conn.rs).
         Ok(Body::Empty)
     }
-    fn write_commit(&self, ino: &u64, size: &u64, mtime: &i64) -> Result<Body> {
+    fn write_commit(&self, ino: &u64, size: &u64, mtime: &i64, set: &SetAttr) -> Result<Body> {
         let writing = (self.writing)(*ino);
-        Ok(Body::Attr(
-            self.e.write_commit(self.c, *ino, *size, *mtime, writing)?,
-        ))
+        let a = self.e.write_commit(self.c, *ino, *size, *mtime, writing)?;
+        if *set == SetAttr::default() {
+            return Ok(Body::Attr(a));
+        }
+        self.setattr(&Target::Ino(*ino), set)
     }
     fn create_open(&self, loc: &Loc, mode: &u32, _access: &Access) -> Result<Body> {
         let (p, n) = self.at(loc)?;
-        Ok(Body::Attr(self.e.create(self.c, p, &n, *mode)?))
+        let a = self.e.create(self.c, p, &n, *mode)?;
+        self.created(a, p)
+    }
+    fn release_many(&self, _opens: &Vec<Closed>) -> Result<Body> {
+        // As `release`: the registrations are the connection's business.
+        Ok(Body::Empty)
     }
 }
 

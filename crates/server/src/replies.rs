@@ -44,7 +44,11 @@ pub struct Replies {
 /// releases run again (they register on the new connection) and reads
 /// need no record.
 pub fn recorded(op: &Op) -> bool {
-    !op.is_read_only() && !matches!(op, Op::Open { .. } | Op::Release { .. } | Op::Noop)
+    !op.is_read_only()
+        && !matches!(
+            op,
+            Op::Open { .. } | Op::Release { .. } | Op::ReleaseMany { .. } | Op::Noop
+        )
 }
 
 impl Replies {
@@ -131,7 +135,8 @@ impl Replies {
         let r = slot + 24 + (id % RING) * REC;
         let (word, attr) = match result {
             Err(e) => (ERR | *e as u32 as u64, None),
-            Ok(Body::Attr(a)) => (ATTR, Some(attr_words(a))),
+            // A created body is recorded as its entry's attributes.
+            Ok(Body::Attr(a) | Body::Created(a, _)) => (ATTR, Some(attr_words(a))),
             Ok(_) => (0, None),
         };
         let Ok(idw) = self.pool.u64(r) else { return };

@@ -381,6 +381,29 @@ pub fn raw_handshake(addr: &str, secret: &[u8], id: Option<[u8; 16]>) -> std::ne
     s
 }
 
+/// The server's metrics page (empty if it cannot be read).
+pub fn metrics_page(metrics: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(metrics) else {
+        return String::new();
+    };
+    let _ = write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    );
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body
+}
+
+/// The sum of the samples of one metric (all its labels).
+pub fn metric_sum(page: &str, name: &str) -> u64 {
+    page.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit(' ').next()?.trim().parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
 /// Reads one whole frame.
 pub fn read_frame(s: &mut std::net::TcpStream) -> (solofs_proto::FrameType, Vec<u8>) {
     use std::io::Read;

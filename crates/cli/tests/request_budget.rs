@@ -1,0 +1,140 @@
+//! The request budget of a remote mount (docs/protocol.md §7): extracting
+//! a tar of small files costs at most 3 server requests per file, counted
+//! by the server's own metrics; and what was extracted is exactly what
+//! was archived (contents, modes, owners, mtimes), seen from a second
+//! mount as well.
+
+mod common;
+use common::*;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// `dirs` directories of `per` files of 0 to 4 KiB with assorted modes
+/// and old mtimes; returns the number of files.
+fn make_tree(root: &Path, dirs: usize, per: usize, rng: &mut Rng) -> usize {
+    for d in 0..dirs {
+        let dir = root.join(format!("d{d}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..per {
+            let p = dir.join(format!("f{f}.c"));
+            let data: Vec<u8> = (0..rng.below(4096)).map(|_| rng.next() as u8).collect();
+            std::fs::write(&p, data).unwrap();
+            let mode = [0o644, 0o600, 0o755, 0o444][f % 4];
+            let st = Command::new("chmod")
+                .arg(format!("{mode:o}"))
+                .arg(&p)
+                .status()
+                .unwrap();
+            assert!(st.success());
+            let st = Command::new("touch")
+                .args(["-d", &format!("2020-01-{:02} 10:00:00", 1 + f % 28)])
+                .arg(&p)
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+    }
+    dirs * per
+}
+
+/// Every file under `a` has the same bytes, mode, owner and mtime under `b`.
+fn same_tree(a: &Path, b: &Path) {
+    let st = Command::new("diff")
+        .arg("-r")
+        .arg(a)
+        .arg(b)
+        .status()
+        .unwrap();
+    assert!(st.success(), "diff -r {a:?} {b:?}");
+    for d in std::fs::read_dir(a).unwrap() {
+        let d = d.unwrap();
+        let (x, y) = (d.path(), b.join(d.file_name()));
+        let (mx, my) = (
+            std::fs::symlink_metadata(&x).unwrap(),
+            std::fs::symlink_metadata(&y).unwrap(),
+        );
+        assert_eq!(mx.mode(), my.mode(), "mode of {y:?}");
+        assert_eq!((mx.uid(), mx.gid()), (my.uid(), my.gid()), "owner of {y:?}");
+        if mx.is_dir() {
+            same_tree(&x, &y);
+        } else {
+            assert_eq!(mx.mtime(), my.mtime(), "mtime of {y:?}");
+        }
+    }
+}
+
+#[test]
+fn untar_costs_at_most_three_requests_per_file() {
+    if !is_root() {
+        eprintln!("skipped: FUSE mounts need root here");
+        return;
+    }
+    let s = Scratch::new("budget");
+    let src = s.path.join("src");
+    let mut rng = Rng(0xb0d9e7);
+    let files = make_tree(&src.join("tree"), 12, 250, &mut rng);
+    let tarball = s.path.join("t.tar");
+    let st = Command::new("tar")
+        .arg("cf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&src)
+        .arg("tree")
+        .status()
+        .unwrap();
+    assert!(st.success());
+
+    let data = s.path.join("data");
+    let st = Command::new(BIN)
+        .args(["mkfs", "--data"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(st.status.success());
+    let srv = ServerProc::start(&data);
+    let m = MountProc::start(&srv.addr, &data.join("secret"), &s.path.join("m"), &[]);
+    let m2 = MountProc::start(&srv.addr, &data.join("secret"), &s.path.join("m2"), &[]);
+    let requests = || metric_sum(&metrics_page(&srv.metrics), "solofs_ops_total");
+
+    let before = requests();
+    let st = Command::new("tar")
+        .arg("xf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&m.mnt)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // Closes go to the server in the background: wait until they stop
+    // coming (bounded).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut last = requests();
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = requests();
+        if now == last || Instant::now() > deadline {
+            break;
+        }
+        last = now;
+    }
+    let spent = requests() - before;
+    let per_file = spent as f64 / files as f64;
+    eprintln!("{files} files: {spent} server requests, {per_file:.2} per file");
+    assert!(
+        per_file <= 3.0,
+        "extracting {files} small files cost {per_file:.2} server requests per file (budget 3)"
+    );
+    assert!(spent >= files as u64, "every file reached the server");
+
+    // What the budget left out is still all there, here and on another
+    // mount (after its attribute timeout).
+    same_tree(&src.join("tree"), &m.mnt.join("tree"));
+    std::thread::sleep(Duration::from_millis(1100));
+    same_tree(&src.join("tree"), &m2.mnt.join("tree"));
+    assert!(m2.stop().success());
+    assert!(m.stop().success());
+    assert!(srv.stop().success());
+    assert_fsck_clean(&data);
+}

@@ -1,0 +1,172 @@
+//! Attributes this mount learned from the server, kept no longer than the
+//! kernel may keep them itself (the attribute timeout). The kernel asks
+//! again before its own timeout runs out whenever a change made through
+//! this mount makes it drop what it had (a create drops its directory's
+//! attributes; a chown refreshes the file's first): such a question is
+//! answered here when the server's answer is already known, because the
+//! reply to the change carried it. Every change made through this mount
+//! replaces or forgets what it touches.
+
+use parking_lot::Mutex;
+use solofs_types::Attr;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// Entries beyond which stale ones are swept out.
+const SWEEP_AT: usize = 1 << 16;
+
+pub(crate) struct AttrCache {
+    ttl: Duration,
+    map: Mutex<HashMap<u64, (Attr, Instant)>>,
+}
+
+impl AttrCache {
+    pub fn new(ttl: Duration) -> AttrCache {
+        AttrCache {
+            ttl,
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Notes attributes the server just sent.
+    pub fn put(&self, a: &Attr) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let mut m = self.map.lock();
+        if m.len() >= SWEEP_AT {
+            let ttl = self.ttl;
+            m.retain(|_, (_, t)| t.elapsed() < ttl);
+            if m.len() >= SWEEP_AT {
+                m.clear();
+            }
+        }
+        m.insert(a.ino, (a.clone(), Instant::now()));
+    }
+
+    /// The attributes of `ino`, if the server sent them within the timeout
+    /// and nothing this mount did since has changed them.
+    pub fn get(&self, ino: u64) -> Option<Attr> {
+        let m = self.map.lock();
+        let (a, t) = m.get(&ino)?;
+        (t.elapsed() < self.ttl).then(|| a.clone())
+    }
+
+    /// Forgets `ino` (this mount changed it and has no fresh attributes).
+    pub fn forget(&self, ino: u64) {
+        self.map.lock().remove(&ino);
+    }
+
+    /// Forgets everything (a change whose other inodes this mount cannot
+    /// name: an unlink or rename changes the ctime and link count of an
+    /// inode known only by its name).
+    pub fn clear(&self) {
+        self.map.lock().clear();
+    }
+}
+
+/// Directories this mount made, with the names it made in them since:
+/// for the entry timeout after the mkdir, a name not among them is known
+/// to be absent (as if the kernel had looked every name up at the mkdir
+/// and cached the misses). An extraction asks for each name before it
+/// creates it; in a directory it just made, that costs no request.
+pub(crate) struct NewDirs {
+    ttl: Duration,
+    map: Mutex<HashMap<u64, NewDir>>,
+}
+
+/// When a directory was made, and the names made in it since.
+type NewDir = (Instant, HashSet<Vec<u8>>);
+
+/// Directories beyond which expired ones are swept out.
+const DIRS_SWEEP_AT: usize = 4096;
+
+impl NewDirs {
+    pub fn new(ttl: Duration) -> NewDirs {
+        NewDirs {
+            ttl,
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// This mount made directory `ino` (empty).
+    pub fn made_dir(&self, ino: u64) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let mut m = self.map.lock();
+        if m.len() >= DIRS_SWEEP_AT {
+            let ttl = self.ttl;
+            m.retain(|_, (t, _)| t.elapsed() < ttl);
+            if m.len() >= DIRS_SWEEP_AT {
+                m.clear();
+            }
+        }
+        m.insert(ino, (Instant::now(), HashSet::new()));
+    }
+
+    /// This mount made `name` in `dir`.
+    pub fn added(&self, dir: u64, name: &[u8]) {
+        if let Some((_, names)) = self.map.lock().get_mut(&dir) {
+            names.insert(name.to_vec());
+        }
+    }
+
+    /// This mount removed `name` from `dir`.
+    pub fn removed(&self, dir: u64, name: &[u8]) {
+        if let Some((_, names)) = self.map.lock().get_mut(&dir) {
+            names.remove(name);
+        }
+    }
+
+    /// Is `name` known to be absent from `dir`?
+    pub fn absent(&self, dir: u64, name: &[u8]) -> bool {
+        let m = self.map.lock();
+        m.get(&dir)
+            .is_some_and(|(t, names)| t.elapsed() < self.ttl && !names.contains(name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::file::tests::attr;
+
+    #[test]
+    fn entries_live_for_the_timeout_and_go_when_forgotten() {
+        let c = AttrCache::new(Duration::from_millis(200));
+        c.put(&attr(5, 1));
+        assert_eq!(c.get(5).map(|a| a.size), Some(1));
+        c.put(&attr(5, 2));
+        assert_eq!(c.get(5).map(|a| a.size), Some(2));
+        c.forget(5);
+        assert_eq!(c.get(5), None);
+        c.put(&attr(6, 1));
+        std::thread::sleep(Duration::from_millis(250));
+        assert_eq!(c.get(6), None, "stale after the timeout");
+        c.put(&attr(7, 1));
+        c.clear();
+        assert_eq!(c.get(7), None);
+        let off = AttrCache::new(Duration::ZERO);
+        off.put(&attr(8, 1));
+        assert_eq!(off.get(8), None, "a zero timeout caches nothing");
+    }
+
+    #[test]
+    fn a_new_directory_knows_its_names_until_the_timeout() {
+        let d = NewDirs::new(Duration::from_millis(200));
+        assert!(!d.absent(3, b"a"), "an unknown directory knows nothing");
+        d.made_dir(3);
+        assert!(d.absent(3, b"a"));
+        d.added(3, b"a");
+        assert!(!d.absent(3, b"a"));
+        assert!(d.absent(3, b"b"));
+        d.removed(3, b"a");
+        assert!(d.absent(3, b"a"));
+        std::thread::sleep(Duration::from_millis(250));
+        assert!(!d.absent(3, b"b"), "knowledge ends with the timeout");
+        let off = NewDirs::new(Duration::ZERO);
+        off.made_dir(4);
+        assert!(!off.absent(4, b"a"));
+    }
+}
