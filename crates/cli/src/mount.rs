@@ -51,13 +51,40 @@ fn mount_flag(a: &Arg, p: &mut lexopt::Parser, o: &mut MountOptions) -> Result<b
         "threads" => o.threads = p.value()?.parse()?,
         "read-ahead" => o.read_ahead = p.value()?.parse()?,
         "allow-other" => o.allow_other = true,
+        "cache-dir" => o.cache_dir = Some(p.value()?.into()),
+        "cache-size" => o.cache_size = Some(parse_size(&p.value()?.string()?)?),
         _ => return Ok(false),
     }
     Ok(true)
 }
 
+/// A byte count: digits, optionally followed by K, M, G or T (powers of
+/// 1024).
+fn parse_size(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let (num, shift) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => bail!("{s:?} is not a size (a number of bytes, or with K, M, G or T)"),
+            };
+            (&t[..i], shift)
+        }
+        _ => (t, 0),
+    };
+    let n: u64 = num.parse().map_err(|_| {
+        anyhow::anyhow!("{s:?} is not a size (a number of bytes, or with K, M, G or T)")
+    })?;
+    n.checked_shl(shift)
+        .filter(|v| v >> shift == n)
+        .ok_or_else(|| anyhow::anyhow!("{s:?} is too large"))
+}
+
 const MOUNT_FLAGS: &str =
-    "[--attr-timeout S] [--entry-timeout S] [--threads N] [--read-ahead BLOCKS] [--allow-other]";
+    "[--attr-timeout S] [--entry-timeout S] [--threads N] [--read-ahead BLOCKS] [--allow-other] [--cache-dir DIR] [--cache-size BYTES]";
 
 /// SIGINT/SIGTERM received (set by the signal handlers, cleared when a
 /// busy mount was detached and keeps serving).
@@ -432,4 +459,21 @@ pub fn memfs(args: Vec<OsString>) -> Result<()> {
     wait_until_stopped(&session, &stop);
     unmount(session, &mnt, &stop);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_take_binary_suffixes_and_refuse_the_rest() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("64M").unwrap(), 64 << 20);
+        assert_eq!(parse_size("2g").unwrap(), 2 << 30);
+        assert_eq!(parse_size("0").unwrap(), 0);
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("M").is_err());
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("99999999T").is_err(), "overflow");
+    }
 }

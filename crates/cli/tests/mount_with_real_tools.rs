@@ -192,9 +192,13 @@ fn tools_on_a_mount_with_blocks_on_s3() {
     let url = format!(
         "s3://vol/solofs?endpoint=http://127.0.0.1:{port}&region=us-east-1&allow_http=true"
     );
+    // The S3 mounts keep their default read cache under the scratch
+    // directory (removed at the end), not in ~/.cache.
+    let cache_home = root.join("cache");
     let env = [
         ("AWS_ACCESS_KEY_ID", "AKTEST"),
         ("AWS_SECRET_ACCESS_KEY", "SKTEST"),
+        ("XDG_CACHE_HOME", cache_home.to_str().unwrap()),
     ];
     full_check(false, "s3", Some(&url), Some(&root.join("vol")), 150, &env);
     let _ = std::fs::remove_dir_all(&root);

@@ -14,10 +14,12 @@
 //! them up ([`OpenFile::abandon`]): the size committed then covers only
 //! what was stored, so nobody reads zeros that were never written.
 
+use crate::blockcache::{BlockCache, Version};
 use bytes::Bytes;
 use solofs_data::{BlockStore, GetTicket, PutTicket, Result};
 use solofs_types::{Attr, Cred, SetAttr, TimeSet};
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
 
 /// Blocks a file may have in flight to the store before a writer waits.
 const MAX_INFLIGHT: usize = 8;
@@ -154,6 +156,8 @@ pub(crate) struct OpenFile {
     pending_at: i64,
     /// Who made the held-back changes (the server checks them as theirs).
     pub pending_cred: Option<Cred>,
+    /// The local block cache, and the file version its blocks must carry.
+    cache: Option<(Arc<BlockCache>, Version)>,
     /// Created by this mount's open and given no extended attribute
     /// through it since: it has none (the kernel's `security.capability`
     /// probe before a chown is answered without the server).
@@ -191,8 +195,26 @@ impl OpenFile {
             pending: SetAttr::default(),
             pending_at: 0,
             pending_cred: None,
+            cache: None,
             no_xattrs: false,
         }
+    }
+
+    /// Reads go through `cache`, for blocks of the file as it is at `a`
+    /// (an open's fresh attributes). Ignored while this mount has changes
+    /// of the file not committed (the server's version is not known yet).
+    pub fn use_cache(&mut self, cache: Option<&Arc<BlockCache>>, a: &Attr) {
+        if self.is_dirty() || !self.dirty.is_empty() || !self.inflight.is_empty() {
+            return;
+        }
+        self.cache = cache.map(|c| {
+            let v = Version {
+                size: a.size,
+                mtime: a.mtime,
+                ctime: a.ctime,
+            };
+            (c.clone(), v)
+        });
     }
 
     /// Server attributes `a` as this mount sees them: with its unflushed
@@ -242,6 +264,14 @@ impl OpenFile {
 
     /// Takes a size learned from the server (another mount's close) when
     /// nothing local is pending.
+    /// This mount stores new bytes for block `b`: the cache stops
+    /// answering for the file (its version changes with the commit).
+    fn uncache(&mut self, b: u64) {
+        if let Some((c, _)) = self.cache.take() {
+            c.forget(self.ino, b);
+        }
+    }
+
     pub fn refresh(&mut self, size: u64) {
         if !self.is_dirty() && self.dirty.is_empty() && self.inflight.is_empty() {
             if size != self.size {
@@ -332,11 +362,25 @@ impl OpenFile {
         if b * self.bs >= self.stored {
             return Ok(Bytes::new());
         }
-        let d = match self.ahead.remove(&b) {
+        let ahead = self.ahead.remove(&b);
+        if ahead.is_none() {
+            if let Some(d) = self
+                .cache
+                .as_ref()
+                .and_then(|(c, v)| c.get(self.ino, b, *v))
+            {
+                self.remember(b, d.clone());
+                return Ok(d);
+            }
+        }
+        let d = match ahead {
             Some(t) => t.wait()?,
             None => store.get(self.ino, b)?,
         }
         .unwrap_or_default();
+        if let Some((c, v)) = &self.cache {
+            c.put(self.ino, b, *v, &d);
+        }
         self.remember(b, d.clone());
         Ok(d)
     }
@@ -410,6 +454,7 @@ impl OpenFile {
             self.settle_oldest();
         }
         let data = Bytes::from(d.buf);
+        self.uncache(b);
         self.stored = self.stored.max(b * self.bs + data.len() as u64);
         self.remember(b, data.clone());
         let t = store.put_async(self.ino, b, data.clone());
@@ -511,6 +556,10 @@ impl OpenFile {
                 || self.dirty.contains_key(&nb)
                 || self.ahead.contains_key(&nb)
                 || self.inflight.iter().any(|(x, _, _)| *x == nb)
+                || self
+                    .cache
+                    .as_ref()
+                    .is_some_and(|(c, _)| c.has(self.ino, nb))
             {
                 continue;
             }
@@ -536,6 +585,7 @@ impl OpenFile {
                     d.truncate(keep);
                     self.settle(b);
                     let d = Bytes::from(d);
+                    self.uncache(b);
                     store.put(self.ino, b, d.clone())?;
                     self.remember(b, d);
                 }

@@ -1,6 +1,7 @@
 //! The kernel's requests, answered with the client library (metadata) and
 //! the block store (data).
 
+use crate::blockcache::BlockCache;
 use crate::cache::{AttrCache, NewDirs};
 use crate::file::OpenFile;
 use crate::releases::Releases;
@@ -35,6 +36,7 @@ pub struct SoloFs {
     next_fh: AtomicU64,
     attrs: AttrCache,
     new_dirs: NewDirs,
+    blocks: Option<Arc<BlockCache>>,
     releases: Releases,
 }
 
@@ -124,11 +126,13 @@ fn fopen_flags(flags: i32) -> FopenFlags {
 impl SoloFs {
     /// A file system over a connected client and the volume's block store.
     pub fn new(client: Client, store: BlockStore, opts: MountOptions) -> SoloFs {
+        let blocks = crate::read_cache(&client, &store, &opts);
         SoloFs {
             client: client.clone(),
             store,
             attrs: AttrCache::new(opts.attr_timeout),
             new_dirs: NewDirs::new(opts.entry_timeout),
+            blocks,
             opts,
             creds: Creds::default(),
             files: Mutex::new(HashMap::new()),
@@ -357,6 +361,7 @@ impl SoloFs {
             g.handles += 1;
             g.writers += access.writes() as u32;
             g.refresh(a.size);
+            g.use_cache(self.blocks.as_ref(), a);
             g.attr.mode = a.mode;
             break;
         }

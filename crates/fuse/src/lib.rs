@@ -12,6 +12,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod blockcache;
 mod cache;
 mod creds;
 mod file;
@@ -19,11 +20,12 @@ mod fs;
 pub mod memfs;
 mod releases;
 
+pub use blockcache::{BlockCache, Version};
 pub use fs::SoloFs;
 
 use solofs_client::Client;
 use solofs_data::BlockStore;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Mount settings.
@@ -39,6 +41,54 @@ pub struct MountOptions {
     pub allow_other: bool,
     /// Blocks read ahead of a sequential reader.
     pub read_ahead: u64,
+    /// Where read blocks are kept (`None`: the default; kept only for S3
+    /// volumes, in `$XDG_CACHE_HOME/solofs` or `~/.cache/solofs`). Each
+    /// volume gets its own directory below it.
+    pub cache_dir: Option<PathBuf>,
+    /// Most bytes the read cache holds (`None`: 1 GiB if there is a cache
+    /// directory or the volume is on S3, else no cache; 0: no cache).
+    pub cache_size: Option<u64>,
+}
+
+/// The read cache's size unless told otherwise.
+pub const DEFAULT_CACHE_SIZE: u64 = 1 << 30;
+
+/// Opens the read cache `opts` asks for, for the volume `client` is
+/// connected to and its block store. A cache directory that cannot be
+/// used is reported and the mount reads without one.
+pub fn read_cache(
+    client: &Client,
+    store: &BlockStore,
+    opts: &MountOptions,
+) -> Option<std::sync::Arc<BlockCache>> {
+    let s3 = store.url().starts_with("s3://");
+    let size = opts
+        .cache_size
+        .unwrap_or(if s3 || opts.cache_dir.is_some() {
+            DEFAULT_CACHE_SIZE
+        } else {
+            0
+        });
+    if size == 0 {
+        return None;
+    }
+    let base = opts.cache_dir.clone().or_else(|| {
+        std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .map(|c| c.join("solofs"))
+    })?;
+    let dir = base.join(solofs_data::volume_hex(&client.volume().id));
+    match BlockCache::open(&dir, size) {
+        Ok(c) => Some(std::sync::Arc::new(c)),
+        Err(e) => {
+            eprintln!(
+                "solofs: the read cache at {} cannot be used ({e}); reading without it",
+                dir.display()
+            );
+            None
+        }
+    }
 }
 
 impl Default for MountOptions {
@@ -49,6 +99,8 @@ impl Default for MountOptions {
             threads: 4,
             allow_other: false,
             read_ahead: 2,
+            cache_dir: None,
+            cache_size: None,
         }
     }
 }

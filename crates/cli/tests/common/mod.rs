@@ -327,6 +327,11 @@ impl S3Server {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         };
+        (S3Server::start_on(root, port), port)
+    }
+
+    /// Starts s3s-fs serving `root` on `port` (a restart on the same port).
+    pub fn start_on(root: &Path, port: u16) -> S3Server {
         let s3 = S3Server(
             Command::new(s3s_fs())
                 .args(["--host", "127.0.0.1", "--port", &port.to_string()])
@@ -345,7 +350,7 @@ impl S3Server {
             );
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
-        (s3, port)
+        s3
     }
 }
 
