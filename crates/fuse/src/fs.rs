@@ -3,109 +3,45 @@
 
 use crate::blockcache::BlockCache;
 use crate::cache::{AttrCache, NewDirs};
+use crate::convert::*;
 use crate::file::OpenFile;
 use crate::releases::Releases;
 use crate::{creds::Creds, MountOptions};
 use fuser::{
-    AccessFlags, Errno, FileAttr, FileHandle, FileType as FType, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileHandle, FileType as FType, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 use solofs_client::Target;
-use solofs_client::{at, Client, ClientError, Closed, Made, ReleaseFlags};
+use solofs_client::{at, Client, Closed, ReleaseFlags};
 use solofs_data::BlockStore;
-use solofs_types::{Access, Attr, Cred, FileType, SetAttr, TimeSet};
+use solofs_types::{Access, Attr, Cred, SetAttr, TimeSet};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 /// A SoloFS volume as a FUSE file system.
 pub struct SoloFs {
-    client: Client,
-    store: BlockStore,
-    opts: MountOptions,
-    creds: Creds,
-    files: Mutex<HashMap<u64, Arc<Mutex<OpenFile>>>>,
-    handles: Mutex<HashMap<u64, (u64, Access)>>,
-    next_fh: AtomicU64,
-    attrs: AttrCache,
-    new_dirs: NewDirs,
-    blocks: Option<Arc<BlockCache>>,
-    releases: Releases,
+    pub(crate) client: Client,
+    pub(crate) store: BlockStore,
+    pub(crate) opts: MountOptions,
+    pub(crate) creds: Creds,
+    pub(crate) files: Mutex<HashMap<u64, Arc<Mutex<OpenFile>>>>,
+    pub(crate) handles: Mutex<HashMap<u64, (u64, Access)>>,
+    pub(crate) next_fh: AtomicU64,
+    pub(crate) attrs: AttrCache,
+    pub(crate) new_dirs: NewDirs,
+    pub(crate) blocks: Option<Arc<BlockCache>>,
+    pub(crate) releases: Releases,
 }
 
-type Res<T> = Result<T, Errno>;
-
-fn errno(e: ClientError) -> Errno {
-    Errno::from_i32(e.errno())
-}
-
-fn data_errno(e: solofs_data::Error) -> Errno {
-    eprintln!("solofs: data path: {e}");
-    Errno::from_i32(e.errno())
-}
-
-fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
-}
-
-fn time_of(ns: i64) -> SystemTime {
-    if ns >= 0 {
-        UNIX_EPOCH + Duration::from_nanos(ns as u64)
-    } else {
-        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
-    }
-}
-
-fn ns_of(t: SystemTime) -> i64 {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => d.as_nanos() as i64,
-        Err(e) => -(e.duration().as_nanos() as i64),
-    }
-}
-
-fn kind_of(k: FileType) -> FType {
-    match k {
-        FileType::Regular => FType::RegularFile,
-        FileType::Directory => FType::Directory,
-        FileType::Symlink => FType::Symlink,
-        FileType::Fifo => FType::NamedPipe,
-        FileType::Socket => FType::Socket,
-        FileType::CharDevice => FType::CharDevice,
-        FileType::BlockDevice => FType::BlockDevice,
-    }
-}
-
-fn to_fuse(a: &Attr) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(a.ino),
-        size: a.size,
-        blocks: a.size.div_ceil(512),
-        atime: time_of(a.atime),
-        mtime: time_of(a.mtime),
-        ctime: time_of(a.ctime),
-        crtime: time_of(a.btime),
-        kind: FileType::from_mode(a.mode)
-            .map(kind_of)
-            .unwrap_or(FType::RegularFile),
-        perm: (a.mode & 0o7777) as u16,
-        nlink: a.nlink,
-        uid: a.uid,
-        gid: a.gid,
-        rdev: a.rdev as u32,
-        blksize: 128 << 10,
-        flags: 0,
-    }
-}
+pub(crate) type Res<T> = Result<T, Errno>;
 
 /// How the kernel should treat an open file. A write-only handle bypasses
 /// the kernel's page cache: the kernel hands the writer's own pages to the
@@ -146,47 +82,8 @@ impl SoloFs {
         self.creds.of(req.uid(), req.gid(), req.pid())
     }
 
-    fn file(&self, ino: u64) -> Option<Arc<Mutex<OpenFile>>> {
+    pub(crate) fn file(&self, ino: u64) -> Option<Arc<Mutex<OpenFile>>> {
         self.files.lock().get(&ino).cloned()
-    }
-
-    /// Server attributes overlaid with what this mount has not flushed.
-    fn local(&self, a: Attr) -> Attr {
-        match self.file(a.ino) {
-            Some(f) => f.lock().overlay(a),
-            None => a,
-        }
-    }
-
-    /// Notes what a name-making operation returned; its attributes.
-    fn made(&self, parent: u64, r: Result<Made, ClientError>) -> Res<Attr> {
-        let m = r.map_err(errno)?;
-        self.attrs.put(&m.attr);
-        match &m.parent {
-            Some(p) => self.attrs.put(p),
-            None => self.attrs.forget(parent),
-        }
-        Ok(m.attr)
-    }
-
-    /// Notes fresh attributes from the server.
-    fn fresh(&self, r: Result<Attr, ClientError>) -> Res<Attr> {
-        let a = r.map_err(errno)?;
-        self.attrs.put(&a);
-        Ok(a)
-    }
-
-    /// A file created here that has no extended attributes?
-    fn has_no_xattrs(&self, ino: u64) -> bool {
-        self.file(ino).is_some_and(|f| f.lock().no_xattrs)
-    }
-
-    /// This mount set or removed an extended attribute of `ino`.
-    fn xattrs_changed(&self, ino: u64) {
-        if let Some(f) = self.file(ino) {
-            f.lock().no_xattrs = false;
-        }
-        self.attrs.forget(ino);
     }
 
     fn entry(&self, reply: ReplyEntry, r: Res<Attr>) {
@@ -205,122 +102,6 @@ impl SoloFs {
             Ok(a) => reply.attr(&self.opts.attr_timeout, &to_fuse(&self.local(a))),
             Err(e) => reply.error(e),
         }
-    }
-
-    fn getattr_of(&self, cred: &Cred, ino: u64) -> Res<Attr> {
-        if let Some(a) = self.attrs.get(ino) {
-            return Ok(a);
-        }
-        match self.client.getattr(cred, Target::Ino(ino)) {
-            Ok(a) => {
-                self.attrs.put(&a);
-                Ok(a)
-            }
-            Err(e) => {
-                // Unlinked but still open here: the file lives on locally.
-                if e.errno() == libc::ENOENT {
-                    if let Some(f) = self.file(ino) {
-                        let f = f.lock();
-                        let mut a = f.attr.clone();
-                        a.size = f.size;
-                        a.nlink = 0;
-                        return Ok(a);
-                    }
-                }
-                Err(errno(e))
-            }
-        }
-    }
-
-    /// Flushes `f` and commits its size and mtime.
-    fn flush_file(&self, cred: &Cred, f: &mut OpenFile) -> Res<()> {
-        let pending = f.flush(&self.store).map_err(data_errno)?;
-        if let Some((size, mtime)) = pending {
-            self.commit(cred, f, size, mtime)?;
-        } else {
-            self.send_held(f)?;
-        }
-        Ok(())
-    }
-
-    /// Sends held-back attribute changes (and no data) now: the server is
-    /// about to check a permission they may change.
-    fn send_held(&self, f: &mut OpenFile) -> Res<()> {
-        if f.pending == SetAttr::default() {
-            return Ok(());
-        }
-        let set = std::mem::take(&mut f.pending);
-        let cred = f.pending_cred.take().unwrap_or_default();
-        let r = self.client.setattr(&cred, Target::Ino(f.ino), set);
-        self.fresh(r).map(|_| ())
-    }
-
-    /// Records `size` and `mtime` of `f` on the server.
-    /// (The attribute changes held back travel with it; if they fail, the
-    /// flush or close reports it, and they are not tried again.)
-    fn commit(&self, cred: &Cred, f: &mut OpenFile, size: u64, mtime: i64) -> Res<()> {
-        let set = f.pending.clone();
-        // Held-back changes are checked as their maker's (the commit
-        // itself rides on this connection's open).
-        let cred = f.pending_cred.clone().unwrap_or_else(|| cred.clone());
-        match self.client.commit_with(&cred, f.ino, size, mtime, set) {
-            Ok(a) => {
-                self.attrs.put(&a);
-                f.committed(size);
-            }
-            Err(e) if e.errno() == libc::ENOENT => f.committed(size),
-            Err(e) => {
-                f.pending = SetAttr::default();
-                f.pending_cred = None;
-                self.attrs.forget(f.ino);
-                return Err(errno(e));
-            }
-        }
-        Ok(())
-    }
-
-    /// Holds back a chmod, chown or utimens of a file this mount is
-    /// writing, by the file's owner, to send it with the file's commit
-    /// (tar sets times, owner and mode of each file it writes before it
-    /// closes it). Only what the server is sure to allow is held back: the
-    /// owner's mode and time changes, and a chown that changes nothing or
-    /// is root's. Returns the file's attributes after the change.
-    fn hold_setattr(&self, cred: &Cred, ino: u64, sa: &SetAttr) -> Option<Attr> {
-        if sa.size.is_some() {
-            return None;
-        }
-        let f = self.file(ino)?;
-        let mut g = f.lock();
-        if g.writers == 0 {
-            return None;
-        }
-        let base = self.attrs.get(ino).unwrap_or_else(|| g.attr.clone());
-        let cur = g.overlay(base.clone());
-        if cred.uid != cur.uid || cur.mode & libc::S_IFMT != libc::S_IFREG {
-            return None;
-        }
-        if sa.mode.is_some_and(|m| m & libc::S_ISGID != 0)
-            && !cred.is_root()
-            && !cred.in_group(cur.gid)
-        {
-            return None;
-        }
-        let (nu, ng) = (sa.uid.unwrap_or(cur.uid), sa.gid.unwrap_or(cur.gid));
-        if !cred.is_root() && (nu, ng) != (cur.uid, cur.gid) {
-            return None;
-        }
-        let now = now_ns();
-        let at = |t: TimeSet| match t {
-            TimeSet::Now => TimeSet::At(now),
-            t => t,
-        };
-        let sa = SetAttr {
-            atime: at(sa.atime),
-            mtime: at(sa.mtime),
-            ..sa.clone()
-        };
-        g.hold(cred, &sa, now);
-        Some(g.overlay(base))
     }
 
     fn open_file(&self, cred: &Cred, ino: u64, flags: i32) -> Res<(u64, Attr)> {

@@ -14,9 +14,11 @@
 
 mod blockcache;
 mod cache;
+mod convert;
 mod creds;
 mod file;
 mod fs;
+mod known;
 pub mod memfs;
 mod releases;
 

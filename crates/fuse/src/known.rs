@@ -1,0 +1,168 @@
+//! What the mount knows and holds back between the kernel and the server:
+//! attributes replies carried (`AttrCache`), attribute changes held for a
+//! file's commit, the files created here that have no extended attributes,
+//! and the commit that sends a file's size, mtime and held-back changes in
+//! one request (docs/protocol.md §7).
+
+use crate::convert::{data_errno, errno, now_ns};
+use crate::file::OpenFile;
+use crate::fs::{Res, SoloFs};
+use solofs_client::{ClientError, Made, Target};
+use solofs_types::{Attr, Cred, SetAttr, TimeSet};
+
+impl SoloFs {
+    /// Server attributes overlaid with what this mount has not flushed.
+    pub(crate) fn local(&self, a: Attr) -> Attr {
+        match self.file(a.ino) {
+            Some(f) => f.lock().overlay(a),
+            None => a,
+        }
+    }
+
+    /// Notes what a name-making operation returned; its attributes.
+    pub(crate) fn made(&self, parent: u64, r: Result<Made, ClientError>) -> Res<Attr> {
+        let m = r.map_err(errno)?;
+        self.attrs.put(&m.attr);
+        match &m.parent {
+            Some(p) => self.attrs.put(p),
+            None => self.attrs.forget(parent),
+        }
+        Ok(m.attr)
+    }
+
+    /// Notes fresh attributes from the server.
+    pub(crate) fn fresh(&self, r: Result<Attr, ClientError>) -> Res<Attr> {
+        let a = r.map_err(errno)?;
+        self.attrs.put(&a);
+        Ok(a)
+    }
+
+    /// A file created here that has no extended attributes?
+    pub(crate) fn has_no_xattrs(&self, ino: u64) -> bool {
+        self.file(ino).is_some_and(|f| f.lock().no_xattrs)
+    }
+
+    /// This mount set or removed an extended attribute of `ino`.
+    pub(crate) fn xattrs_changed(&self, ino: u64) {
+        if let Some(f) = self.file(ino) {
+            f.lock().no_xattrs = false;
+        }
+        self.attrs.forget(ino);
+    }
+
+    pub(crate) fn getattr_of(&self, cred: &Cred, ino: u64) -> Res<Attr> {
+        if let Some(a) = self.attrs.get(ino) {
+            return Ok(a);
+        }
+        match self.client.getattr(cred, Target::Ino(ino)) {
+            Ok(a) => {
+                self.attrs.put(&a);
+                Ok(a)
+            }
+            Err(e) => {
+                // Unlinked but still open here: the file lives on locally.
+                if e.errno() == libc::ENOENT {
+                    if let Some(f) = self.file(ino) {
+                        let f = f.lock();
+                        let mut a = f.attr.clone();
+                        a.size = f.size;
+                        a.nlink = 0;
+                        return Ok(a);
+                    }
+                }
+                Err(errno(e))
+            }
+        }
+    }
+
+    /// Flushes `f` and commits its size and mtime.
+    pub(crate) fn flush_file(&self, cred: &Cred, f: &mut OpenFile) -> Res<()> {
+        let pending = f.flush(&self.store).map_err(data_errno)?;
+        if let Some((size, mtime)) = pending {
+            self.commit(cred, f, size, mtime)?;
+        } else {
+            self.send_held(f)?;
+        }
+        Ok(())
+    }
+
+    /// Sends held-back attribute changes (and no data) now: the server is
+    /// about to check a permission they may change.
+    pub(crate) fn send_held(&self, f: &mut OpenFile) -> Res<()> {
+        if f.pending == SetAttr::default() {
+            return Ok(());
+        }
+        let set = std::mem::take(&mut f.pending);
+        let cred = f.pending_cred.take().unwrap_or_default();
+        let r = self.client.setattr(&cred, Target::Ino(f.ino), set);
+        self.fresh(r).map(|_| ())
+    }
+
+    /// Records `size` and `mtime` of `f` on the server.
+    /// (The attribute changes held back travel with it; if they fail, the
+    /// flush or close reports it, and they are not tried again.)
+    pub(crate) fn commit(&self, cred: &Cred, f: &mut OpenFile, size: u64, mtime: i64) -> Res<()> {
+        let set = f.pending.clone();
+        // Held-back changes are checked as their maker's (the commit
+        // itself rides on this connection's open).
+        let cred = f.pending_cred.clone().unwrap_or_else(|| cred.clone());
+        match self.client.commit_with(&cred, f.ino, size, mtime, set) {
+            Ok(a) => {
+                self.attrs.put(&a);
+                f.committed(size);
+            }
+            Err(e) if e.errno() == libc::ENOENT => f.committed(size),
+            Err(e) => {
+                f.pending = SetAttr::default();
+                f.pending_cred = None;
+                self.attrs.forget(f.ino);
+                return Err(errno(e));
+            }
+        }
+        Ok(())
+    }
+
+    /// Holds back a chmod, chown or utimens of a file this mount is
+    /// writing, by the file's owner, to send it with the file's commit
+    /// (tar sets times, owner and mode of each file it writes before it
+    /// closes it). Only what the server is sure to allow is held back: the
+    /// owner's mode and time changes, and a chown that changes nothing or
+    /// is root's. Returns the file's attributes after the change.
+    pub(crate) fn hold_setattr(&self, cred: &Cred, ino: u64, sa: &SetAttr) -> Option<Attr> {
+        if sa.size.is_some() {
+            return None;
+        }
+        let f = self.file(ino)?;
+        let mut g = f.lock();
+        if g.writers == 0 {
+            return None;
+        }
+        let base = self.attrs.get(ino).unwrap_or_else(|| g.attr.clone());
+        let cur = g.overlay(base.clone());
+        if cred.uid != cur.uid || cur.mode & libc::S_IFMT != libc::S_IFREG {
+            return None;
+        }
+        if sa.mode.is_some_and(|m| m & libc::S_ISGID != 0)
+            && !cred.is_root()
+            && !cred.in_group(cur.gid)
+        {
+            return None;
+        }
+        let (nu, ng) = (sa.uid.unwrap_or(cur.uid), sa.gid.unwrap_or(cur.gid));
+        if !cred.is_root() && (nu, ng) != (cur.uid, cur.gid) {
+            return None;
+        }
+        let now = now_ns();
+        let at = |t: TimeSet| match t {
+            TimeSet::Now => TimeSet::At(now),
+            t => t,
+        };
+        let sa = SetAttr {
+            atime: at(sa.atime),
+            mtime: at(sa.mtime),
+            ..sa.clone()
+        };
+        g.hold(cred, &sa, now);
+        Some(g.overlay(base))
+    }
+}
