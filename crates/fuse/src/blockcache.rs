@@ -13,7 +13,7 @@
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -31,11 +31,48 @@ pub struct Version {
     pub ctime: i64,
 }
 
+#[derive(Default)]
 struct Index {
     /// (ino, block) → (bytes on disk, last use).
     entries: HashMap<(u64, u64), (u64, u64)>,
+    /// Last use → (ino, block): the eviction order.
+    order: BTreeMap<u64, (u64, u64)>,
     used: u64,
     clock: u64,
+}
+
+impl Index {
+    /// Notes a use of `key` (holding `len` bytes); false if it is unknown
+    /// and `len` is `None`.
+    fn touch(&mut self, key: (u64, u64), len: Option<u64>) -> bool {
+        self.clock += 1;
+        let now = self.clock;
+        let len = match (self.entries.get(&key), len) {
+            (Some(&(old, last)), l) => {
+                self.order.remove(&last);
+                self.used -= old;
+                l.unwrap_or(old)
+            }
+            (None, Some(l)) => l,
+            (None, None) => return false,
+        };
+        self.used += len;
+        self.entries.insert(key, (len, now));
+        self.order.insert(now, key);
+        true
+    }
+
+    /// Drops `key`; true if it was there.
+    fn remove(&mut self, key: (u64, u64)) -> bool {
+        match self.entries.remove(&key) {
+            Some((len, last)) => {
+                self.used -= len;
+                self.order.remove(&last);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// The cache of one mount.
@@ -72,11 +109,7 @@ impl BlockCache {
     /// at most `cap` bytes. Blocks already there are kept.
     pub fn open(dir: &Path, cap: u64) -> std::io::Result<BlockCache> {
         std::fs::create_dir_all(dir)?;
-        let mut index = Index {
-            entries: HashMap::new(),
-            used: 0,
-            clock: 0,
-        };
+        let mut index = Index::default();
         let mut found = Vec::new();
         for e in std::fs::read_dir(dir)? {
             let e = e?;
@@ -90,9 +123,7 @@ impl BlockCache {
         // Oldest first, so their last-use order is kept.
         found.sort_by_key(|f| f.0);
         for (_, key, len) in found {
-            index.clock += 1;
-            index.used += len;
-            index.entries.insert(key, (len, index.clock));
+            index.touch(key, Some(len));
         }
         let c = BlockCache {
             dir: dir.to_path_buf(),
@@ -110,11 +141,8 @@ impl BlockCache {
     /// The bytes of block `block` of `ino` at version `v`, if cached and
     /// intact.
     pub fn get(&self, ino: u64, block: u64, v: Version) -> Option<Bytes> {
-        {
-            let mut ix = self.index.lock();
-            ix.clock += 1;
-            let now = ix.clock;
-            ix.entries.get_mut(&(ino, block))?.1 = now;
+        if !self.index.lock().touch((ino, block), None) {
+            return None;
         }
         let raw = std::fs::read(self.path(ino, block)).ok();
         let ok = raw.as_ref().is_some_and(|r| {
@@ -163,31 +191,13 @@ impl BlockCache {
             return;
         }
         let len = (HEADER + data.len()) as u64;
-        {
-            let mut ix = self.index.lock();
-            ix.clock += 1;
-            let now = ix.clock;
-            if let Some((old, _)) = ix.entries.insert((ino, block), (len, now)) {
-                ix.used -= old;
-            }
-            ix.used += len;
-        }
+        self.index.lock().touch((ino, block), Some(len));
         self.evict();
     }
 
     /// Drops block `block` of `ino` (this mount stores new bytes for it).
     pub fn forget(&self, ino: u64, block: u64) {
-        let had = {
-            let mut ix = self.index.lock();
-            match ix.entries.remove(&(ino, block)) {
-                Some((len, _)) => {
-                    ix.used -= len;
-                    true
-                }
-                None => false,
-            }
-        };
-        if had {
+        if self.index.lock().remove((ino, block)) {
             let _ = std::fs::remove_file(self.path(ino, block));
         }
     }
@@ -210,10 +220,7 @@ impl BlockCache {
                 if ix.used <= self.cap {
                     return;
                 }
-                ix.entries
-                    .iter()
-                    .min_by_key(|(_, (_, last))| *last)
-                    .map(|(k, _)| *k)
+                ix.order.values().next().copied()
             };
             match victim {
                 Some((i, b)) => self.forget(i, b),

@@ -204,7 +204,7 @@ impl OpenFile {
     /// (an open's fresh attributes). Ignored while this mount has changes
     /// of the file not committed (the server's version is not known yet).
     pub fn use_cache(&mut self, cache: Option<&Arc<BlockCache>>, a: &Attr) {
-        if self.is_dirty() || !self.dirty.is_empty() || !self.inflight.is_empty() {
+        if !self.settled() {
             return;
         }
         self.cache = cache.map(|c| {
@@ -272,8 +272,14 @@ impl OpenFile {
         }
     }
 
+    /// Nothing of this mount's is pending for the file (no write unsent
+    /// or uncommitted): the server's attributes describe it.
+    fn settled(&self) -> bool {
+        !self.is_dirty() && self.dirty.is_empty() && self.inflight.is_empty()
+    }
+
     pub fn refresh(&mut self, size: u64) {
-        if !self.is_dirty() && self.dirty.is_empty() && self.inflight.is_empty() {
+        if self.settled() {
             if size != self.size {
                 self.clean.clear();
                 self.clean_order.clear();

@@ -235,7 +235,7 @@ impl Filesystem for SoloFs {
         match r {
             // A miss is cached by the kernel like a hit (inode 0).
             Err(e) if e == Errno::ENOENT => {
-                let mut none = to_fuse(&Attr {
+                let none = to_fuse(&Attr {
                     ino: 0,
                     mode: solofs_types::S_IFREG,
                     nlink: 0,
@@ -248,7 +248,6 @@ impl Filesystem for SoloFs {
                     ctime: 0,
                     btime: 0,
                 });
-                none.ino = INodeNo(0);
                 reply.entry(&self.opts.entry_timeout, &none, Generation(0))
             }
             r => self.entry(reply, r),
@@ -360,12 +359,7 @@ impl Filesystem for SoloFs {
         let r = self
             .client
             .unlink(&self.cred(req), at(parent.0, n.as_bytes()));
-        if r.is_ok() {
-            self.new_dirs.removed(parent.0, n.as_bytes());
-        }
-        // The file's link count and ctime changed too, and it is known
-        // here only by its name.
-        self.attrs.clear();
+        self.name_gone(parent.0, n.as_bytes(), &r);
         reply_empty(reply, r.map_err(errno));
     }
 
@@ -373,10 +367,7 @@ impl Filesystem for SoloFs {
         let r = self
             .client
             .rmdir(&self.cred(req), at(parent.0, n.as_bytes()));
-        if r.is_ok() {
-            self.new_dirs.removed(parent.0, n.as_bytes());
-        }
-        self.attrs.clear();
+        self.name_gone(parent.0, n.as_bytes(), &r);
         reply_empty(reply, r.map_err(errno));
     }
 
@@ -814,10 +805,8 @@ impl Filesystem for SoloFs {
         let opened = match created {
             // The creating open: the access asked for, whatever the mode.
             Ok(m) => {
-                let a = m.attr.clone();
-                if let Err(e) = self.made(parent.0, Ok(m)) {
-                    return reply.error(e);
-                }
+                self.note_made(parent.0, &m);
+                let a = m.attr;
                 let fh = self.opened(a.ino, acc, &a);
                 if let Some(f) = self.file(a.ino) {
                     // New: no extended attributes (until this mount sets

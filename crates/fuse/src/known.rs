@@ -22,12 +22,27 @@ impl SoloFs {
     /// Notes what a name-making operation returned; its attributes.
     pub(crate) fn made(&self, parent: u64, r: Result<Made, ClientError>) -> Res<Attr> {
         let m = r.map_err(errno)?;
+        self.note_made(parent, &m);
+        Ok(m.attr)
+    }
+
+    /// Keeps the attributes a name-making reply carried.
+    pub(crate) fn note_made(&self, parent: u64, m: &Made) {
         self.attrs.put(&m.attr);
         match &m.parent {
             Some(p) => self.attrs.put(p),
             None => self.attrs.forget(parent),
         }
-        Ok(m.attr)
+    }
+
+    /// `name` left `parent` through this mount (`r`: the server's answer).
+    /// The inode it named changed too (link count, ctime) and is known
+    /// here only by the name, so no kept attribute is trusted after it.
+    pub(crate) fn name_gone<T>(&self, parent: u64, name: &[u8], r: &Result<T, ClientError>) {
+        if r.is_ok() {
+            self.new_dirs.removed(parent, name);
+        }
+        self.attrs.clear();
     }
 
     /// Notes fresh attributes from the server.
