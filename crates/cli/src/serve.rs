@@ -106,6 +106,7 @@ pub struct FileConfig {
     free_grace_ms: Option<u64>,
     max_unauthenticated: Option<usize>,
     auth_timeout_secs: Option<f64>,
+    watch_cap: Option<usize>,
 }
 
 /// Parses a config file.
@@ -144,6 +145,7 @@ impl FileConfig {
             "auth_timeout_secs",
             self.auth_timeout_secs.map(|x| x.to_string()),
         );
+        put("watch_cap", self.watch_cap.map(|x| x.to_string()));
         v
     }
 }
@@ -153,7 +155,7 @@ struct Settings {
     cfg: Config,
 }
 
-const KEYS: [&str; 10] = [
+const KEYS: [&str; 11] = [
     "data",
     "listen",
     "workers",
@@ -164,6 +166,7 @@ const KEYS: [&str; 10] = [
     "free_grace_ms",
     "max_unauthenticated",
     "auth_timeout_secs",
+    "watch_cap",
 ];
 
 fn apply(s: &mut Settings, key: &str, v: &str) -> Result<()> {
@@ -194,6 +197,13 @@ fn apply(s: &mut Settings, key: &str, v: &str) -> Result<()> {
             }
             s.cfg.auth_timeout = Duration::from_secs_f64(t)
         }
+        "watch_cap" => {
+            let n: usize = v.parse().context("watch_cap is a number")?;
+            if !(1..=1 << 28).contains(&n) {
+                bail!("watch_cap is 1..=268435456");
+            }
+            s.cfg.watch_cap = n
+        }
         _ => bail!("unknown setting {key:?} (known: {})", KEYS.join(", ")),
     }
     Ok(())
@@ -213,7 +223,7 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
                 flags.push((k, p.value()?.parse()?));
             }
             Long("help") | Short('h') => {
-                println!("solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--root-squash]\n             [--idle-timeout-secs S] [--max-connections N] [--config FILE]\n             [--max-unauthenticated N] [--auth-timeout-secs S] [--free-grace-ms MS]\nEnvironment: SOLOFS_DATA, SOLOFS_LISTEN, SOLOFS_WORKERS, SOLOFS_METRICS, SOLOFS_ROOT_SQUASH, ...");
+                println!("solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--root-squash]\n             [--idle-timeout-secs S] [--max-connections N] [--config FILE]\n             [--max-unauthenticated N] [--auth-timeout-secs S] [--free-grace-ms MS]\n             [--watch-cap N]\n  --watch-cap N  inodes watched per connection for its caches (default 262144; docs/data.md)\nEnvironment: SOLOFS_DATA, SOLOFS_LISTEN, SOLOFS_WORKERS, SOLOFS_METRICS, SOLOFS_ROOT_SQUASH, ...");
                 return Ok(());
             }
             _ => return Err(a.unexpected().into()),

@@ -22,17 +22,19 @@
 #![warn(missing_docs)]
 
 use solofs_proto::{
-    auth_mac, decode_replies, put_frame, split_frame, Body, FrameType, OpenFlags, Reader, Reply,
-    Request, Writer, MAGIC, MAX_FRAME, NONCE_LEN, PROTOCOL_VERSION,
+    auth_mac, decode_notices, decode_replies, put_frame, split_frame, Body, FrameType, OpenFlags,
+    Reader, Reply, Request, Writer, MAGIC, MAX_FRAME, NONCE_LEN, PROTOCOL_VERSION,
 };
-pub use solofs_proto::{Closed, InProcess, Loc, Op, ReleaseFlags, Target, MAX_RELEASES};
+pub use solofs_proto::{
+    Closed, InProcess, Loc, Notice, NoticeSink, Op, ReleaseFlags, Target, MAX_RELEASES,
+};
 use solofs_types::{errno, Access, Attr, Cred, DirEntry, SetAttr, StatFs};
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 /// Errors of client calls.
@@ -155,6 +157,16 @@ struct Inner {
     local: Option<Arc<dyn InProcess>>,
     /// This client's id for the server's reply record (random).
     id: [u8; 16],
+    /// Where the server's notices go (`Client::on_notices`).
+    notices: Notices,
+}
+
+type Notices = Arc<RwLock<Option<NoticeSink>>>;
+
+fn tell(sink: &Notices, list: &[Notice]) {
+    if let Some(f) = &*sink.read().unwrap_or_else(|e| e.into_inner()) {
+        f(list);
+    }
 }
 
 /// What the server says about its volume when a client connects: id, root
@@ -198,6 +210,7 @@ impl Client {
                 opens: Mutex::new(HashMap::new()),
                 local,
                 id: random_id(),
+                notices: Arc::default(),
             }),
         }
     }
@@ -234,6 +247,11 @@ impl Client {
         }
         let (c, vol) = handshake(&self.inner)?;
         let c = Arc::new(c);
+        if g.is_some() {
+            // What the old connection let the caller cache is no longer
+            // watched.
+            tell(&self.inner.notices, &[Notice::Lost]);
+        }
         *self.inner.volume.lock().unwrap_or_else(|e| e.into_inner()) = vol;
         *g = Some(c.clone());
         drop(g);
@@ -258,6 +276,29 @@ impl Client {
             let _ = self.submit(&again);
         }
         Ok(c)
+    }
+
+    /// Where the server's notices of other clients' changes go (docs/
+    /// protocol.md §8). They are delivered by the thread that reads the
+    /// connection, in order with the replies: a notice is handed over
+    /// before any reply that follows it is. The sink must not wait for a
+    /// reply itself.
+    pub fn on_notices(&self, sink: NoticeSink) {
+        *self
+            .inner
+            .notices
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Some(sink.clone());
+        if let Some(local) = &self.inner.local {
+            local.watch(sink);
+        }
+    }
+
+    /// Asks the server to forget what it watched for this client and to
+    /// watch again from now on (after a [`Notice::Full`], once what was
+    /// cached before it has expired).
+    pub fn rewatch(&self) -> Result<()> {
+        self.empty(&Cred::root(), Op::Rewatch)
     }
 
     /// The volume this client is connected to.
@@ -928,11 +969,18 @@ fn handshake(inner: &Inner) -> Result<(Conn, Volume)> {
     let pending: Arc<Pending> = Arc::new(Mutex::new(HashMap::new()));
     let dead = Arc::new(AtomicBool::new(false));
     let mut rs = s.try_clone()?;
-    let (p2, d2) = (pending.clone(), dead.clone());
+    let (p2, d2, n2) = (pending.clone(), dead.clone(), inner.notices.clone());
     std::thread::Builder::new()
         .name("solofs-client-reader".into())
         .spawn(move || {
             while let Ok((ty, payload)) = read_frame(&mut rs, &mut buf) {
+                if ty == FrameType::Notices {
+                    let Ok(list) = decode_notices(&payload) else {
+                        break;
+                    };
+                    tell(&n2, &list);
+                    continue;
+                }
                 if ty != FrameType::Replies {
                     break; // ERROR or nonsense: the connection is over
                 }

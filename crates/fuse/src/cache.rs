@@ -1,11 +1,12 @@
 //! Attributes this mount learned from the server, kept no longer than the
-//! kernel may keep them itself (the attribute timeout). The kernel asks
+//! kernel may keep them itself (the timeout the kernel was given). The kernel asks
 //! again before its own timeout runs out whenever a change made through
 //! this mount makes it drop what it had (a create drops its directory's
 //! attributes; a chown refreshes the file's first): such a question is
 //! answered here when the server's answer is already known, because the
 //! reply to the change carried it. Every change made through this mount
-//! replaces or forgets what it touches.
+//! replaces or forgets what it touches; another mount's change is
+//! forgotten when the server's notice of it arrives (coherence.rs).
 
 use parking_lot::Mutex;
 use solofs_types::Attr;
@@ -15,41 +16,36 @@ use std::time::{Duration, Instant};
 /// Entries beyond which stale ones are swept out.
 const SWEEP_AT: usize = 1 << 16;
 
+#[derive(Default)]
 pub(crate) struct AttrCache {
-    ttl: Duration,
+    /// Attributes and until when they may be used.
     map: Mutex<HashMap<u64, (Attr, Instant)>>,
 }
 
 impl AttrCache {
-    pub fn new(ttl: Duration) -> AttrCache {
-        AttrCache {
-            ttl,
-            map: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Notes attributes the server just sent.
-    pub fn put(&self, a: &Attr) {
-        if self.ttl.is_zero() {
+    /// Notes attributes the server just sent, to be used for `ttl`.
+    pub fn put(&self, a: &Attr, ttl: Duration) {
+        if ttl.is_zero() {
+            self.forget(a.ino);
             return;
         }
         let mut m = self.map.lock();
         if m.len() >= SWEEP_AT {
-            let ttl = self.ttl;
-            m.retain(|_, (_, t)| t.elapsed() < ttl);
+            let now = Instant::now();
+            m.retain(|_, (_, t)| *t > now);
             if m.len() >= SWEEP_AT {
                 m.clear();
             }
         }
-        m.insert(a.ino, (a.clone(), Instant::now()));
+        m.insert(a.ino, (a.clone(), Instant::now() + ttl));
     }
 
-    /// The attributes of `ino`, if the server sent them within the timeout
-    /// and nothing this mount did since has changed them.
+    /// The attributes of `ino`, if the server sent them within their
+    /// timeout and nothing since has changed them.
     pub fn get(&self, ino: u64) -> Option<Attr> {
         let m = self.map.lock();
         let (a, t) = m.get(&ino)?;
-        (t.elapsed() < self.ttl).then(|| a.clone())
+        (Instant::now() < *t).then(|| a.clone())
     }
 
     /// Forgets `ino` (this mount changed it and has no fresh attributes).
@@ -70,39 +66,40 @@ impl AttrCache {
 /// to be absent (as if the kernel had looked every name up at the mkdir
 /// and cached the misses). An extraction asks for each name before it
 /// creates it; in a directory it just made, that costs no request.
+#[derive(Default)]
 pub(crate) struct NewDirs {
-    ttl: Duration,
     map: Mutex<HashMap<u64, NewDir>>,
 }
 
-/// When a directory was made, and the names made in it since.
+/// Until when what a directory's creation told may be used, and the
+/// names made in it since.
 type NewDir = (Instant, HashSet<Vec<u8>>);
 
 /// Directories beyond which expired ones are swept out.
 const DIRS_SWEEP_AT: usize = 4096;
 
 impl NewDirs {
-    pub fn new(ttl: Duration) -> NewDirs {
-        NewDirs {
-            ttl,
-            map: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// This mount made directory `ino` (empty).
-    pub fn made_dir(&self, ino: u64) {
-        if self.ttl.is_zero() {
+    /// This mount made directory `ino` (empty); the kernel was told to
+    /// keep its entries for `ttl`.
+    pub fn made_dir(&self, ino: u64, ttl: Duration) {
+        if ttl.is_zero() {
             return;
         }
         let mut m = self.map.lock();
         if m.len() >= DIRS_SWEEP_AT {
-            let ttl = self.ttl;
-            m.retain(|_, (t, _)| t.elapsed() < ttl);
+            let now = Instant::now();
+            m.retain(|_, (t, _)| *t > now);
             if m.len() >= DIRS_SWEEP_AT {
                 m.clear();
             }
         }
-        m.insert(ino, (Instant::now(), HashSet::new()));
+        m.insert(ino, (Instant::now() + ttl, HashSet::new()));
+    }
+
+    /// Forgets what is known of `dir` (another mount changed a name in
+    /// it).
+    pub fn forget(&self, dir: u64) {
+        self.map.lock().remove(&dir);
     }
 
     /// This mount made `name` in `dir`.
@@ -123,7 +120,7 @@ impl NewDirs {
     pub fn absent(&self, dir: u64, name: &[u8]) -> bool {
         let m = self.map.lock();
         m.get(&dir)
-            .is_some_and(|(t, names)| t.elapsed() < self.ttl && !names.contains(name))
+            .is_some_and(|(t, names)| Instant::now() < *t && !names.contains(name))
     }
 }
 
@@ -134,29 +131,34 @@ mod tests {
 
     #[test]
     fn entries_live_for_the_timeout_and_go_when_forgotten() {
-        let c = AttrCache::new(Duration::from_millis(200));
-        c.put(&attr(5, 1));
+        let c = AttrCache::default();
+        let ttl = Duration::from_millis(200);
+        c.put(&attr(5, 1), ttl);
         assert_eq!(c.get(5).map(|a| a.size), Some(1));
-        c.put(&attr(5, 2));
+        c.put(&attr(5, 2), ttl);
         assert_eq!(c.get(5).map(|a| a.size), Some(2));
         c.forget(5);
         assert_eq!(c.get(5), None);
-        c.put(&attr(6, 1));
+        c.put(&attr(6, 1), ttl);
         std::thread::sleep(Duration::from_millis(250));
         assert_eq!(c.get(6), None, "stale after the timeout");
-        c.put(&attr(7, 1));
+        c.put(&attr(7, 1), ttl);
         c.clear();
         assert_eq!(c.get(7), None);
-        let off = AttrCache::new(Duration::ZERO);
-        off.put(&attr(8, 1));
-        assert_eq!(off.get(8), None, "a zero timeout caches nothing");
+        c.put(&attr(8, 1), ttl);
+        c.put(&attr(8, 2), Duration::ZERO);
+        assert_eq!(
+            c.get(8),
+            None,
+            "a zero timeout caches nothing, and drops what was"
+        );
     }
 
     #[test]
     fn a_new_directory_knows_its_names_until_the_timeout() {
-        let d = NewDirs::new(Duration::from_millis(200));
+        let d = NewDirs::default();
         assert!(!d.absent(3, b"a"), "an unknown directory knows nothing");
-        d.made_dir(3);
+        d.made_dir(3, Duration::from_millis(200));
         assert!(d.absent(3, b"a"));
         d.added(3, b"a");
         assert!(!d.absent(3, b"a"));
@@ -165,8 +167,10 @@ mod tests {
         assert!(d.absent(3, b"a"));
         std::thread::sleep(Duration::from_millis(250));
         assert!(!d.absent(3, b"b"), "knowledge ends with the timeout");
-        let off = NewDirs::new(Duration::ZERO);
-        off.made_dir(4);
-        assert!(!off.absent(4, b"a"));
+        d.made_dir(4, Duration::ZERO);
+        assert!(!d.absent(4, b"a"));
+        d.made_dir(5, Duration::from_secs(60));
+        d.forget(5);
+        assert!(!d.absent(5, b"a"), "forgotten on another mount's change");
     }
 }

@@ -3,6 +3,7 @@
 
 use crate::blockcache::BlockCache;
 use crate::cache::{AttrCache, NewDirs};
+use crate::coherence::{Coherence, Ttl};
 use crate::convert::*;
 use crate::file::OpenFile;
 use crate::releases::Releases;
@@ -35,8 +36,9 @@ pub struct SoloFs {
     pub(crate) files: Mutex<HashMap<u64, Arc<Mutex<OpenFile>>>>,
     pub(crate) handles: Mutex<HashMap<u64, (u64, Access)>>,
     pub(crate) next_fh: AtomicU64,
-    pub(crate) attrs: AttrCache,
-    pub(crate) new_dirs: NewDirs,
+    pub(crate) attrs: Arc<AttrCache>,
+    pub(crate) new_dirs: Arc<NewDirs>,
+    pub(crate) coh: Arc<Coherence>,
     pub(crate) blocks: Option<Arc<BlockCache>>,
     pub(crate) releases: Releases,
 }
@@ -63,11 +65,18 @@ impl SoloFs {
     /// A file system over a connected client and the volume's block store.
     pub fn new(client: Client, store: BlockStore, opts: MountOptions) -> SoloFs {
         let blocks = crate::read_cache(&client, &store, &opts);
+        let attrs: Arc<AttrCache> = Arc::default();
+        let new_dirs: Arc<NewDirs> = Arc::default();
+        let long = Ttl {
+            entry: opts.entry_timeout,
+            attr: opts.attr_timeout,
+        };
         SoloFs {
+            coh: Coherence::start(&client, long, attrs.clone(), new_dirs.clone()),
             client: client.clone(),
             store,
-            attrs: AttrCache::new(opts.attr_timeout),
-            new_dirs: NewDirs::new(opts.entry_timeout),
+            attrs,
+            new_dirs,
             blocks,
             opts,
             creds: Creds::default(),
@@ -78,8 +87,18 @@ impl SoloFs {
         }
     }
 
+    /// The caller's credentials. Every request handler begins with this,
+    /// which also notes where the request began for the caches
+    /// ([`Coherence::begin`]).
     fn cred(&self, req: &Request) -> Cred {
+        self.coh.begin();
         self.creds.of(req.uid(), req.gid(), req.pid())
+    }
+
+    /// What keeps the caches true to other mounts' changes (it needs the
+    /// session's notifier once mounted).
+    pub(crate) fn coherence(&self) -> Arc<Coherence> {
+        self.coh.clone()
     }
 
     pub(crate) fn file(&self, ino: u64) -> Option<Arc<Mutex<OpenFile>>> {
@@ -88,18 +107,21 @@ impl SoloFs {
 
     fn entry(&self, reply: ReplyEntry, r: Res<Attr>) {
         match r {
-            Ok(a) => reply.entry(
-                &self.opts.entry_timeout,
-                &to_fuse(&self.local(a)),
-                Generation(0),
-            ),
+            Ok(a) => {
+                let fa = to_fuse(&self.local(a));
+                self.coh
+                    .gated(|t| reply.entry_with_ttls(&t.attr, &t.entry, &fa, Generation(0)))
+            }
             Err(e) => reply.error(e),
         }
     }
 
     fn attr(&self, reply: ReplyAttr, r: Res<Attr>) {
         match r {
-            Ok(a) => reply.attr(&self.opts.attr_timeout, &to_fuse(&self.local(a))),
+            Ok(a) => {
+                let fa = to_fuse(&self.local(a));
+                self.coh.gated(|t| reply.attr(&t.attr, &fa))
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -190,6 +212,12 @@ impl SoloFs {
     }
 }
 
+impl Drop for SoloFs {
+    fn drop(&mut self) {
+        self.coh.stop();
+    }
+}
+
 fn reply_empty(reply: ReplyEmpty, r: Res<()>) {
     match r {
         Ok(()) => reply.ok(),
@@ -209,6 +237,7 @@ impl Filesystem for SoloFs {
     fn destroy(&mut self) {
         // Closes still queued reach the server before the mount ends.
         self.releases.stop();
+        self.coh.stop();
     }
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
@@ -224,6 +253,7 @@ impl Filesystem for SoloFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+        self.coh.begin();
         let r = if self.new_dirs.absent(parent.0, n.as_bytes()) {
             Err(Errno::ENOENT)
         } else {
@@ -248,7 +278,8 @@ impl Filesystem for SoloFs {
                     ctime: 0,
                     btime: 0,
                 });
-                reply.entry(&self.opts.entry_timeout, &none, Generation(0))
+                self.coh
+                    .gated(|t| reply.entry(&t.entry, &none, Generation(0)))
             }
             r => self.entry(reply, r),
         }
@@ -289,7 +320,8 @@ impl Filesystem for SoloFs {
             via_open: self.writes_through(fh),
         };
         if let Some(a) = self.hold_setattr(&cred, ino.0, &sa) {
-            return reply.attr(&self.opts.attr_timeout, &to_fuse(&a));
+            let fa = to_fuse(&a);
+            return self.coh.gated(|t| reply.attr(&t.attr, &fa));
         }
         let r = match size {
             Some(s) => self.truncate(&cred, ino.0, s, sa),
@@ -348,7 +380,8 @@ impl Filesystem for SoloFs {
         let r = self.client.mkdir_made(&self.cred(req), loc, mode);
         self.new_dirs.added(parent.0, n.as_bytes());
         if let Ok(m) = &r {
-            self.new_dirs.made_dir(m.attr.ino);
+            self.coh
+                .gated(|t| self.new_dirs.made_dir(m.attr.ino, t.entry));
         }
         self.entry(reply, self.made(parent.0, r));
     }
@@ -496,7 +529,7 @@ impl Filesystem for SoloFs {
                 match self.client.setattr(&self.cred(req), Target::Ino(ino.0), sa) {
                     Ok(a) => {
                         f.lock().attr.mode = a.mode;
-                        self.attrs.put(&a);
+                        self.keep(&a);
                     }
                     Err(e) => return reply.error(errno(e)),
                 }
@@ -634,48 +667,54 @@ impl Filesystem for SoloFs {
         mut reply: ReplyDirectoryPlus,
     ) {
         let cred = self.cred(req);
-        let ttl = self.opts.entry_timeout;
-        if offset < 2 {
-            // "." and "..": the kernel ignores their attributes.
-            let dot = match self.getattr_of(&cred, ino.0) {
-                Ok(a) => to_fuse(&a),
+        // "." and "..": the kernel ignores their attributes.
+        let dot = match offset < 2 {
+            true => match self.getattr_of(&cred, ino.0) {
+                Ok(a) => Some(to_fuse(&a)),
                 Err(e) => return reply.error(e),
-            };
-            if offset == 0 && reply.add(ino, 1, ".", &ttl, &dot, Generation(0)) {
-                return reply.ok();
+            },
+            false => None,
+        };
+        // One batch per kernel request (a reply that is not full is not
+        // the end; an empty one is): the entries reach the kernel under
+        // the gate with the timeouts they may have.
+        let cookie = offset.saturating_sub(2);
+        let list = match self
+            .client
+            .readdir_plus(&cred, Target::Ino(ino.0), cookie, 256)
+        {
+            Ok(l) => l,
+            Err(e) => return reply.error(errno(e)),
+        };
+        let list: Vec<_> = list
+            .into_iter()
+            .map(|(d, a)| (d, to_fuse(&self.local(a.clone())), a))
+            .collect();
+        self.coh.gated(|t| {
+            let ttl = t.both();
+            if let Some(dot) = dot {
+                if offset == 0 && reply.add(ino, 1, ".", &ttl, &dot, Generation(0)) {
+                    return reply.ok();
+                }
+                if reply.add(ino, 2, "..", &ttl, &dot, Generation(0)) {
+                    return reply.ok();
+                }
             }
-            if reply.add(ino, 2, "..", &ttl, &dot, Generation(0)) {
-                return reply.ok();
-            }
-        }
-        let mut cookie = offset.saturating_sub(2);
-        loop {
-            let list = match self
-                .client
-                .readdir_plus(&cred, Target::Ino(ino.0), cookie, 256)
-            {
-                Ok(l) => l,
-                Err(e) => return reply.error(errno(e)),
-            };
-            if list.is_empty() {
-                return reply.ok();
-            }
-            for (d, a) in list {
-                self.attrs.put(&a);
-                let fa = to_fuse(&self.local(a));
+            for (d, fa, a) in &list {
+                self.attrs.put(a, t.attr);
                 if reply.add(
                     INodeNo(d.ino),
                     d.cookie + 2,
                     OsStr::from_bytes(&d.name),
                     &ttl,
-                    &fa,
+                    fa,
                     Generation(0),
                 ) {
-                    return reply.ok();
+                    break;
                 }
-                cookie = d.cookie;
             }
-        }
+            reply.ok()
+        })
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -826,13 +865,18 @@ impl Filesystem for SoloFs {
             Err(e) => return reply.error(errno(e)),
         };
         match opened {
-            Ok((fh, a)) => reply.created(
-                &self.opts.entry_timeout,
-                &to_fuse(&a),
-                Generation(0),
-                FileHandle(fh),
-                fopen_flags(flags),
-            ),
+            Ok((fh, a)) => {
+                let fa = to_fuse(&a);
+                self.coh.gated(|t| {
+                    reply.created(
+                        &t.both(),
+                        &fa,
+                        Generation(0),
+                        FileHandle(fh),
+                        fopen_flags(flags),
+                    )
+                })
+            }
             Err(e) => reply.error(e),
         }
     }

@@ -28,9 +28,9 @@ impl SoloFs {
 
     /// Keeps the attributes a name-making reply carried.
     pub(crate) fn note_made(&self, parent: u64, m: &Made) {
-        self.attrs.put(&m.attr);
+        self.keep(&m.attr);
         match &m.parent {
-            Some(p) => self.attrs.put(p),
+            Some(p) => self.keep(p),
             None => self.attrs.forget(parent),
         }
     }
@@ -45,10 +45,16 @@ impl SoloFs {
         self.attrs.clear();
     }
 
+    /// Keeps attributes the server sent for as long as the kernel was
+    /// (or would be) told it may keep them.
+    pub(crate) fn keep(&self, a: &Attr) {
+        self.coh.gated(|t| self.attrs.put(a, t.attr));
+    }
+
     /// Notes fresh attributes from the server.
     pub(crate) fn fresh(&self, r: Result<Attr, ClientError>) -> Res<Attr> {
         let a = r.map_err(errno)?;
-        self.attrs.put(&a);
+        self.keep(&a);
         Ok(a)
     }
 
@@ -71,7 +77,7 @@ impl SoloFs {
         }
         match self.client.getattr(cred, Target::Ino(ino)) {
             Ok(a) => {
-                self.attrs.put(&a);
+                self.keep(&a);
                 Ok(a)
             }
             Err(e) => {
@@ -123,7 +129,7 @@ impl SoloFs {
         let cred = f.pending_cred.clone().unwrap_or_else(|| cred.clone());
         match self.client.commit_with(&cred, f.ino, size, mtime, set) {
             Ok(a) => {
-                self.attrs.put(&a);
+                self.keep(&a);
                 f.committed(size);
             }
             Err(e) if e.errno() == libc::ENOENT => f.committed(size),

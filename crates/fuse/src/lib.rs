@@ -14,6 +14,7 @@
 
 mod blockcache;
 mod cache;
+mod coherence;
 mod convert;
 mod creds;
 mod file;
@@ -51,6 +52,11 @@ pub struct MountOptions {
     /// directory or the volume is on S3, else no cache; 0: no cache).
     pub cache_size: Option<u64>,
 }
+
+/// How long the kernel may cache attributes and names unless told
+/// otherwise: the server tells the mount of other mounts' changes, so
+/// this only bounds how long a missed notice (a reconnect) can matter.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The read cache's size unless told otherwise.
 pub const DEFAULT_CACHE_SIZE: u64 = 1 << 30;
@@ -96,8 +102,8 @@ pub fn read_cache(
 impl Default for MountOptions {
     fn default() -> MountOptions {
         MountOptions {
-            attr_timeout: Duration::from_secs(1),
-            entry_timeout: Duration::from_secs(1),
+            attr_timeout: DEFAULT_TIMEOUT,
+            entry_timeout: DEFAULT_TIMEOUT,
             threads: 4,
             allow_other: false,
             read_ahead: 2,
@@ -134,7 +140,11 @@ pub fn mount(
     opts: MountOptions,
 ) -> std::io::Result<fuser::BackgroundSession> {
     let cfg = session_config("solofs", opts.threads, opts.allow_other);
-    fuser::spawn_mount(SoloFs::new(client, store, opts), mountpoint, &cfg)
+    let fs = SoloFs::new(client, store, opts);
+    let coh = fs.coherence();
+    let s = fuser::spawn_mount(fs, mountpoint, &cfg)?;
+    coh.set_notifier(s.notifier());
+    Ok(s)
 }
 
 /// Opens the block store a connected client's volume names.

@@ -3,7 +3,7 @@
 use crate::codec::DecodeError;
 
 /// Protocol version spoken by this build.
-pub const PROTOCOL_VERSION: u16 = 4;
+pub const PROTOCOL_VERSION: u16 = 5;
 /// Magic that opens a client's HELLO.
 pub const MAGIC: u32 = 0x4F4C_4F53; // "SOLO" little-endian
 /// Largest frame either side sends or accepts (length field value).
@@ -29,6 +29,8 @@ pub enum FrameType {
     Replies = 6,
     /// Either way: a fatal error; the connection closes after it.
     Error = 7,
+    /// Server → client: notices of changes (docs/protocol.md §8).
+    Notices = 8,
 }
 
 impl FrameType {
@@ -42,6 +44,7 @@ impl FrameType {
             5 => FrameType::Requests,
             6 => FrameType::Replies,
             7 => FrameType::Error,
+            8 => FrameType::Notices,
             _ => return None,
         })
     }

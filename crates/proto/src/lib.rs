@@ -13,6 +13,7 @@ mod codec;
 mod fields;
 mod frame;
 mod msg;
+mod notice;
 mod ops;
 
 pub use auth::{auth_mac, verify_mac, NONCE_LEN};
@@ -23,6 +24,7 @@ pub use fields::{
 };
 pub use frame::*;
 pub use msg::*;
+pub use notice::{decode_notices, put_notices, Notice, NoticeSink};
 pub use ops::{Op, Serve};
 
 /// What a server tells a client about its volume at connect time (the
@@ -49,4 +51,7 @@ pub trait InProcess: Send + Sync {
     /// Runs a batch of requests in the calling thread; one reply per
     /// request, in order.
     fn run(&self, reqs: Vec<Request>) -> Vec<Reply>;
+    /// Where to deliver this client's notices (as a connection gets
+    /// NOTICES frames); none are kept until this is called.
+    fn watch(&self, sink: NoticeSink);
 }

@@ -381,6 +381,7 @@ mod tests {
                 max: 1,
             },
             Op::Statfs,
+            Op::Rewatch,
             Op::Getxattr {
                 target: t.clone(),
                 name: b"user.a".to_vec(),

@@ -180,6 +180,10 @@ ops! {
     /// Ends several opens of this connection at once (each as `Release`):
     /// a mount sends its closes in the background, many per request.
     25 ReleaseMany release_many write { opens: Vec<Closed> };
+    /// Forgets every inode the server watched for this connection and
+    /// starts watching again (after a `Full` notice, once the client's
+    /// caches of that time have expired). Read-only: it changes no file.
+    26 Rewatch rewatch read;
 }
 
 impl Op {

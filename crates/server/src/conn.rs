@@ -45,6 +45,10 @@ struct Conn {
     opens: crate::opens::ConnOpens,
     /// The client's slot in the reply record, if it sent its id.
     client: Option<u64>,
+    /// What it may cache and must be told about (once authenticated).
+    watcher: Option<Arc<crate::watch::Watcher>>,
+    /// Its worker's waker (other connections' changes wake it).
+    waker: Arc<mio::Waker>,
 }
 
 /// EBUSY, for a refusal because of the connection limit.
@@ -60,6 +64,9 @@ impl Conn {
 fn close(shared: &Shared, poll: &Poll, conns: &mut HashMap<usize, Conn>, t: usize, m: &Metrics) {
     if let Some(mut c) = conns.remove(&t) {
         let _ = poll.registry().deregister(&mut c.stream);
+        if let Some(w) = &c.watcher {
+            shared.watch.leave(w);
+        }
         if c.counted {
             shared.connections.fetch_sub(1, Ordering::SeqCst);
         }
@@ -81,6 +88,7 @@ pub fn worker(
     rx: Receiver<TcpStream>,
     m: Arc<Metrics>,
     workers: usize,
+    waker: Arc<mio::Waker>,
 ) {
     let mut conns: HashMap<usize, Conn> = HashMap::new();
     let mut next = 0usize;
@@ -130,6 +138,8 @@ pub fn worker(
                                 writable: true,
                                 opens: crate::opens::ConnOpens::new(shared.opens.clone()),
                                 client: None,
+                                watcher: None,
+                                waker: waker.clone(),
                             },
                         );
                         m.connections.fetch_add(1, Ordering::Relaxed);
@@ -148,6 +158,14 @@ pub fn worker(
                     for &(_, t) in &waiting[..waiting.len() - cap] {
                         close(&shared, &poll, &mut conns, t, &m);
                     }
+                }
+                // Notices other connections' changes queued.
+                let told: Vec<usize> = conns
+                    .iter_mut()
+                    .filter_map(|(&t, c)| (!tell(c, &m)).then_some(t))
+                    .collect();
+                for t in told {
+                    close(&shared, &poll, &mut conns, t, &m);
                 }
                 continue;
             }
@@ -226,6 +244,20 @@ fn service(shared: &Shared, c: &mut Conn, m: &Metrics, replies: &mut Vec<Reply>)
         }
         if !(stalled && c.outbuf.len() <= OUT_HIGH) {
             return true;
+        }
+    }
+}
+
+/// Writes the notices queued for `c`; false if it must be closed (it let
+/// too many pile up).
+fn tell(c: &mut Conn, m: &Metrics) -> bool {
+    let Some(w) = &c.watcher else { return true };
+    match w.take() {
+        None => false,
+        Some(list) if list.is_empty() => true,
+        Some(list) => {
+            solofs_proto::put_notices(&mut c.outbuf, &list);
+            flush(c, m)
         }
     }
 }
@@ -343,6 +375,11 @@ fn frame(
                 (Some(rep), Some(id)) => rep.slot(id),
                 _ => None,
             };
+            c.watcher = Some(
+                shared
+                    .watch
+                    .join(crate::watch::Sink::Worker(c.waker.clone())),
+            );
             let welcome = shared.welcome();
             put_frame(&mut c.outbuf, FrameType::Welcome, |b| {
                 let mut w = Writer(b);
@@ -387,7 +424,13 @@ fn requests(shared: &Shared, c: &mut Conn, m: &Metrics, r: &mut Reader, replies:
         return fail(c, m, "trailing bytes after the requests");
     }
     replies.clear();
-    run_batch(shared, &c.opens, m, &mut reqs, replies, c.client);
+    let Some(w) = c.watcher.clone() else {
+        return fail(c, m, "requests before authentication");
+    };
+    let mine = run_batch(shared, &c.opens, &w, m, &mut reqs, replies, c.client);
+    if !mine.is_empty() {
+        solofs_proto::put_notices(&mut c.outbuf, &mine);
+    }
     replies.append(&mut invalid);
     if let Some(id) = unknown {
         replies.push(Reply {
@@ -413,14 +456,16 @@ fn requests(shared: &Shared, c: &mut Conn, m: &Metrics, r: &mut Reader, replies:
 /// What the server does with a batch of decoded requests, whatever carried
 /// them (a connection's frame or an in-process client): root squash, open
 /// registration, execution, metrics.
+/// Returns the notices the client must get before these replies.
 pub(crate) fn run_batch(
     shared: &Shared,
     opens: &crate::opens::ConnOpens,
+    me: &crate::watch::Watcher,
     m: &Metrics,
     reqs: &mut [Request],
     replies: &mut Vec<Reply>,
     client: Option<u64>,
-) {
+) -> Vec<solofs_proto::Notice> {
     let mut retried = false;
     for q in reqs.iter_mut() {
         crate::exec::squash(&mut q.cred, shared.cfg.root_squash);
@@ -435,6 +480,7 @@ pub(crate) fn run_batch(
     }
     let t0 = Instant::now();
     let first = replies.len();
+    let before = shared.watch.before(&shared.engine, reqs);
     let record = shared.replies.as_ref().zip(client);
     if retried {
         for q in reqs.iter_mut() {
@@ -471,10 +517,19 @@ pub(crate) fn run_batch(
             _ => {}
         }
     }
+    let rewatch = reqs.iter().any(|q| q.op == Op::Rewatch);
+    if rewatch {
+        me.rewatch(&shared.watch);
+    }
+    let mut mine = shared.watch.after(me, &shared.engine, before, reqs, done);
+    if rewatch {
+        mine.insert(0, solofs_proto::Notice::Watching);
+    }
     let per = t0.elapsed().as_nanos() as u64 / reqs.len().max(1) as u64;
     for (q, rep) in reqs.iter().zip(done) {
         m.record(q.op.code(), per, rep.result.is_err());
     }
+    mine
 }
 
 /// Ends one open of the connection.

@@ -221,6 +221,10 @@ impl Serve for Exec<'_> {
         // As `release`: the registrations are the connection's business.
         Ok(Body::Empty)
     }
+    fn rewatch(&self) -> Result<Body> {
+        // The connection's watch set is cleared by the batch (conn.rs).
+        Ok(Body::Empty)
+    }
 }
 
 /// A change sent again after a lost connection that the reply record did

@@ -21,6 +21,7 @@ mod local;
 pub mod metrics;
 mod opens;
 mod replies;
+mod watch;
 
 pub use deleter::DeleterStats;
 pub use exec::{execute, execute_batch, execute_with, squash};
@@ -75,6 +76,10 @@ pub struct Config {
     /// uncommitted blocks of the files it had open for writing (it may
     /// reconnect and commit them). Longer than a client's retry window.
     pub free_grace: Duration,
+    /// Most inodes the server watches for one connection (what it may
+    /// cache; docs/data.md); a connection at the limit is told to cache
+    /// briefly. All connections together: 16 times this.
+    pub watch_cap: usize,
 }
 
 impl Default for Config {
@@ -91,9 +96,14 @@ impl Default for Config {
             metrics_listen: None,
             blocks: None,
             free_grace: Duration::from_secs(90),
+            watch_cap: DEFAULT_WATCH_CAP,
         }
     }
 }
+
+/// Inodes watched per connection unless configured otherwise (about 15
+/// MiB of server memory for a connection at the limit).
+pub const DEFAULT_WATCH_CAP: usize = 256 * 1024;
 
 /// State shared by the acceptor, the workers and shutdown handles.
 pub(crate) struct Shared {
@@ -108,6 +118,8 @@ pub(crate) struct Shared {
     /// The per-client reply record (`None`: it could not be opened).
     pub replies: Option<replies::Replies>,
     pub deleter: DeleterStats,
+    /// What each connection may cache (watch.rs).
+    pub watch: watch::Watch,
 }
 
 /// Stops a running server from another thread (or a signal handler thread).
@@ -211,6 +223,7 @@ impl Server {
                 None
             }
         };
+        let watch = watch::Watch::new(cfg.watch_cap);
         let shared = Arc::new(Shared {
             engine,
             cfg,
@@ -221,6 +234,7 @@ impl Server {
             opens,
             replies,
             deleter: Default::default(),
+            watch,
         });
         let handle = Handle {
             shared: shared.clone(),
@@ -269,11 +283,12 @@ impl Server {
         let n = self.workers.len();
         for (slot, p, rx, m) in self.workers.drain(..) {
             let shared = self.shared.clone();
+            let waker = slot.waker.clone();
             threads.push(
                 std::thread::Builder::new()
                     .name("solofs-worker".into())
                     .spawn(move || {
-                        conn::worker(shared, p, rx, m, n);
+                        conn::worker(shared, p, rx, m, n, waker);
                     })?,
             );
             slots.push(slot);

@@ -6,7 +6,7 @@
 use crate::metrics::Metrics;
 use crate::opens::ConnOpens;
 use crate::Shared;
-use solofs_proto::{InProcess, Reply, Request, Welcome};
+use solofs_proto::{InProcess, NoticeSink, Reply, Request, Welcome};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -15,6 +15,7 @@ pub struct LocalConn {
     shared: Arc<Shared>,
     opens: ConnOpens,
     m: Arc<Metrics>,
+    watcher: Arc<crate::watch::Watcher>,
 }
 
 impl LocalConn {
@@ -23,6 +24,9 @@ impl LocalConn {
         m.connections.fetch_add(1, Ordering::Relaxed);
         LocalConn {
             opens: ConnOpens::new(shared.opens.clone()),
+            watcher: shared
+                .watch
+                .join(crate::watch::Sink::Local(Default::default())),
             shared,
             m,
         }
@@ -36,20 +40,29 @@ impl InProcess for LocalConn {
 
     fn run(&self, mut reqs: Vec<Request>) -> Vec<Reply> {
         let mut replies = Vec::with_capacity(reqs.len());
-        crate::conn::run_batch(
+        let mine = crate::conn::run_batch(
             &self.shared,
             &self.opens,
+            &self.watcher,
             &self.m,
             &mut reqs,
             &mut replies,
             None,
         );
+        if !mine.is_empty() {
+            self.watcher.deliver(mine);
+        }
         replies
+    }
+
+    fn watch(&self, sink: NoticeSink) {
+        self.watcher.set_sink(sink);
     }
 }
 
 impl Drop for LocalConn {
     fn drop(&mut self) {
+        self.shared.watch.leave(&self.watcher);
         self.shared.connections.fetch_sub(1, Ordering::SeqCst);
         self.m.connections.fetch_sub(1, Ordering::Relaxed);
     }

@@ -189,6 +189,16 @@ pub(crate) fn render(shared: &Shared, ms: &[Arc<Metrics>]) -> String {
         sum(ms, |m| ld(&m.retries_replayed)),
         sum(ms, |m| ld(&m.retries_applied))
     );
+    let [entry, inode, stale, full] = shared.watch.sent();
+    let _ = writeln!(
+        s,
+        "# HELP solofs_notices_total Notices sent to connections of other connections' changes (docs/protocol.md section 8).\n# TYPE solofs_notices_total counter\nsolofs_notices_total{{kind=\"entry\"}} {entry}\nsolofs_notices_total{{kind=\"inode\"}} {inode}\nsolofs_notices_total{{kind=\"stale\"}} {stale}\nsolofs_notices_total{{kind=\"full\"}} {full}"
+    );
+    let _ = writeln!(
+        s,
+        "# HELP solofs_watched_inodes Inodes the server watches for its connections' caches (all connections).\n# TYPE solofs_watched_inodes gauge\nsolofs_watched_inodes {}",
+        shared.watch.watched()
+    );
     let _ = writeln!(
         s,
         "# HELP solofs_process_cpu_seconds_total CPU time of all server threads.\n# TYPE solofs_process_cpu_seconds_total counter\nsolofs_process_cpu_seconds_total {}",

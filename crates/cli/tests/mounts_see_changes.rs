@@ -1,0 +1,230 @@
+//! Caches that stay true across mounts (docs/data.md, "Consistency between
+//! mounts"): with kernel timeouts of 60 s, a rename, unlink, chmod,
+//! create and write+close on one mount are seen on another within a
+//! bounded wait, because the server tells the other mount; and the long
+//! timeouts are really in force (a repeated stat of an unchanged file
+//! costs the server nothing). Remote mount to remote mount, `solofs up`
+//! to a remote mount and back, and a server that watches too little for a
+//! mount (it falls back to short timeouts, then watches again).
+
+mod common;
+use common::*;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const LONG: &[&str] = &["--attr-timeout", "60", "--entry-timeout", "60"];
+/// How long a change may take to be seen (the target is 100 ms; the
+/// machine is shared and noisy).
+const BOUND: Duration = Duration::from_secs(2);
+
+/// Waits until `seen()` holds; returns how long it took. Fails after
+/// `bound`.
+fn within(what: &str, bound: Duration, seen: impl Fn() -> bool) -> Duration {
+    let t = Instant::now();
+    while !seen() {
+        assert!(t.elapsed() < bound, "{what}: not seen within {bound:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    t.elapsed()
+}
+
+fn gone(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_err()
+}
+
+fn mode(p: &Path) -> u32 {
+    std::fs::symlink_metadata(p)
+        .map(|m| m.mode() & 0o7777)
+        .unwrap_or(0)
+}
+
+/// Makes changes on `a` and checks that `b` sees each (after `b` cached
+/// what they change). `tag` keeps the names of several rounds apart.
+/// Returns the slowest wait.
+fn changes_seen(a: &Path, b: &Path, tag: &str, bound: Duration) -> Duration {
+    let (da, db) = (a.join(tag), b.join(tag));
+    std::fs::create_dir(&da).unwrap();
+    for i in 0..4 {
+        std::fs::write(da.join(format!("f{i}")), format!("old {i}")).unwrap();
+    }
+    std::fs::create_dir(da.join("sub")).unwrap();
+    // b looks at everything (and at a name that does not exist yet).
+    within("a's files on b", bound, || db.join("f3").exists());
+    for i in 0..4 {
+        let f = db.join(format!("f{i}"));
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), format!("old {i}"));
+    }
+    assert!(gone(&db.join("new")));
+    let listed = std::fs::read_dir(&db).unwrap().count();
+    assert_eq!(listed, 5);
+    let mut worst = Duration::ZERO;
+    let mut took = |what: &str, d: Duration| {
+        eprintln!("{tag}: {what} seen after {:.1} ms", d.as_secs_f64() * 1e3);
+        worst = worst.max(d);
+    };
+
+    std::fs::rename(da.join("f0"), da.join("g0")).unwrap();
+    took(
+        "rename",
+        within("rename", bound, || {
+            gone(&db.join("f0")) && db.join("g0").exists()
+        }),
+    );
+    std::fs::remove_file(da.join("f1")).unwrap();
+    took("unlink", within("unlink", bound, || gone(&db.join("f1"))));
+    std::fs::set_permissions(da.join("f2"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    took(
+        "chmod",
+        within("chmod", bound, || mode(&db.join("f2")) == 0o600),
+    );
+    std::fs::write(da.join("f3"), "a longer new text").unwrap();
+    took(
+        "write+close",
+        within("write+close", bound, || {
+            std::fs::read_to_string(db.join("f3")).ok().as_deref() == Some("a longer new text")
+        }),
+    );
+    std::fs::write(da.join("new"), "x").unwrap();
+    took(
+        "create",
+        within("create", bound, || db.join("new").exists()),
+    );
+    std::fs::rename(da.join("sub"), da.join("sub2")).unwrap();
+    took(
+        "directory rename",
+        within("directory rename", bound, || {
+            gone(&db.join("sub")) && db.join("sub2").is_dir()
+        }),
+    );
+    worst
+}
+
+/// Stats of files `b` already looked at, repeated: with the long
+/// timeouts in force they cost no server request.
+fn stats_are_cached(b: &Path, tag: &str, srv_metrics: &str) {
+    let db = b.join(tag);
+    for _ in 0..2 {
+        for n in ["g0", "f2", "new"] {
+            std::fs::metadata(db.join(n)).unwrap();
+        }
+    }
+    let requests = || metric_sum(&metrics_page(srv_metrics), "solofs_ops_total");
+    let before = requests();
+    for _ in 0..50 {
+        for n in ["g0", "f2", "new"] {
+            std::fs::metadata(db.join(n)).unwrap();
+        }
+    }
+    let spent = requests() - before;
+    assert!(
+        spent <= 3,
+        "150 stats of cached files cost {spent} server requests: the long timeouts are not in force"
+    );
+}
+
+fn mkfs(data: &Path) {
+    let st = Command::new(BIN)
+        .args(["mkfs", "--data"])
+        .arg(data)
+        .output()
+        .unwrap();
+    assert!(st.status.success());
+}
+
+#[test]
+fn two_remote_mounts_see_each_others_changes() {
+    if !is_root() {
+        eprintln!("skipped: FUSE mounts need root here");
+        return;
+    }
+    let s = Scratch::new("coherent");
+    let data = s.path.join("data");
+    mkfs(&data);
+    let srv = ServerProc::start(&data);
+    let secret = data.join("secret");
+    let a = MountProc::start(&srv.addr, &secret, &s.path.join("a"), LONG);
+    let b = MountProc::start(&srv.addr, &secret, &s.path.join("b"), LONG);
+    let w1 = changes_seen(&a.mnt, &b.mnt, "ab", BOUND);
+    stats_are_cached(&b.mnt, "ab", &srv.metrics);
+    let w2 = changes_seen(&b.mnt, &a.mnt, "ba", BOUND);
+    eprintln!("slowest: {w1:?} a->b, {w2:?} b->a");
+    assert!(b.stop().success());
+    assert!(a.stop().success());
+    assert!(srv.stop().success());
+    assert_fsck_clean(&data);
+}
+
+#[test]
+fn up_and_a_remote_mount_see_each_others_changes() {
+    if !is_root() {
+        eprintln!("skipped: FUSE mounts need root here");
+        return;
+    }
+    let s = Scratch::new("coherent-up");
+    let data = s.path.join("data");
+    mkfs(&data);
+    let (u, addr) = MountProc::up(&data, &s.path.join("u"), LONG);
+    let r = MountProc::start(&addr, &data.join("secret"), &s.path.join("r"), LONG);
+    changes_seen(&r.mnt, &u.mnt, "to-up", BOUND);
+    changes_seen(&u.mnt, &r.mnt, "from-up", BOUND);
+    assert!(r.stop().success());
+    assert!(u.stop().success());
+    assert_fsck_clean(&data);
+}
+
+#[test]
+fn a_mount_the_server_cannot_watch_falls_back_to_short_timeouts() {
+    if !is_root() {
+        eprintln!("skipped: FUSE mounts need root here");
+        return;
+    }
+    let s = Scratch::new("coherent-cap");
+    let data = s.path.join("data");
+    mkfs(&data);
+    let srv = ServerProc::start_with(&data, "127.0.0.1:0", &["--watch-cap", "40"]);
+    let secret = data.join("secret");
+    // Timeouts of 10 s: the mount watches again 10 s after the fall-back.
+    let t10 = &["--attr-timeout", "10", "--entry-timeout", "10"];
+    let a = MountProc::start(&srv.addr, &secret, &s.path.join("a"), t10);
+    let b = MountProc::start(&srv.addr, &secret, &s.path.join("b"), t10);
+    let many = a.mnt.join("many");
+    std::fs::create_dir(&many).unwrap();
+    for i in 0..100 {
+        std::fs::write(many.join(format!("x{i}")), "x").unwrap();
+    }
+    // b looks at more than the server watches for it: it is told, and
+    // caches briefly from then on; changes are still seen (within the
+    // short timeout of 1 s at worst).
+    for i in 0..100 {
+        std::fs::metadata(b.mnt.join(format!("many/x{i}"))).unwrap();
+    }
+    let full = || {
+        metric_sum(
+            &metrics_page(&srv.metrics),
+            "solofs_notices_total{kind=\"full\"}",
+        )
+    };
+    // a made more than 40 inodes, b looked at more: each is told once.
+    assert_eq!(
+        full(),
+        2,
+        "a and b were each told once that they are no longer watched"
+    );
+    std::fs::set_permissions(many.join("x99"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    // Not watched, so not told: seen because b cached it for 1 s only.
+    within("chmod past the cap", Duration::from_millis(2500), || {
+        mode(&b.mnt.join("many/x99")) == 0o600
+    });
+    // After its old cache expired, b is watched again: changes are seen
+    // at once.
+    std::thread::sleep(Duration::from_secs(11));
+    let w = changes_seen(&a.mnt, &b.mnt, "again", BOUND);
+    eprintln!("after the fall-back, slowest change seen after {w:?}");
+    assert_eq!(full(), 2, "the second round fits under the cap");
+    assert!(b.stop().success());
+    assert!(a.stop().success());
+    assert!(srv.stop().success());
+    assert_fsck_clean(&data);
+}

@@ -1,0 +1,226 @@
+//! Keeping the kernel's caches (and this mount's own) true to other
+//! mounts' changes (docs/data.md, "Consistency between mounts").
+//!
+//! The server tells this mount when another connection changes a name or
+//! an inode it may hold ([`Notice`]); the mount drops what it kept and
+//! has the kernel drop what it cached (`notify_inval_entry` /
+//! `notify_inval_inode`, from a thread of its own: the kernel may hold a
+//! directory's lock while a request in it waits for the server).
+//!
+//! A reply computed before such a change may reach the kernel after the
+//! notice: every notice bumps a sequence number under a write gate, and
+//! every answer that lets something be cached is given under the read
+//! gate, with the long timeouts only if the sequence is what it was when
+//! the request began (else with none). Either the answer is in the kernel
+//! before the invalidation, or it is not cached. While the server watches
+//! nothing for this mount (it said `Full`, or the connection was lost)
+//! answers get short timeouts; once everything cached before has expired
+//! the mount asks the server to watch again.
+
+use crate::cache::{AttrCache, NewDirs};
+use parking_lot::{Mutex, RwLock};
+use solofs_client::{Client, Notice};
+use std::cell::Cell;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Timeouts while the server does not watch for this mount.
+const SHORT: Duration = Duration::from_secs(1);
+
+thread_local! {
+    /// The sequence number the current request of this thread began at.
+    static START: Cell<u64> = const { Cell::new(0) };
+}
+
+/// How long the kernel (and this mount) may keep an answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Ttl {
+    pub entry: Duration,
+    pub attr: Duration,
+}
+
+impl Ttl {
+    /// The shorter of the two (one timeout for both).
+    pub fn both(&self) -> Duration {
+        self.entry.min(self.attr)
+    }
+}
+
+enum Job {
+    Kernel(Vec<Notice>),
+    Rewatch,
+    Stop,
+}
+
+pub(crate) struct Coherence {
+    seq: AtomicU64,
+    gate: RwLock<()>,
+    tracked: AtomicBool,
+    long: Ttl,
+    attrs: Arc<AttrCache>,
+    new_dirs: Arc<NewDirs>,
+    notifier: OnceLock<fuser::Notifier>,
+    jobs: Mutex<Sender<Job>>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+    rewatching: AtomicBool,
+}
+
+impl Coherence {
+    /// Starts the thread that tells the kernel, and takes `client`'s
+    /// notices.
+    pub fn start(
+        client: &Client,
+        long: Ttl,
+        attrs: Arc<AttrCache>,
+        new_dirs: Arc<NewDirs>,
+    ) -> Arc<Coherence> {
+        let (tx, rx) = channel();
+        let c = Arc::new(Coherence {
+            seq: AtomicU64::new(1),
+            gate: RwLock::new(()),
+            tracked: AtomicBool::new(true),
+            long,
+            attrs,
+            new_dirs,
+            notifier: OnceLock::new(),
+            jobs: Mutex::new(tx),
+            worker: Mutex::new(None),
+            rewatching: AtomicBool::new(false),
+        });
+        let (c2, cl) = (c.clone(), client.clone());
+        let h = std::thread::Builder::new()
+            .name("solofs-inval".into())
+            .spawn(move || run(&c2, &cl, rx))
+            .ok();
+        *c.worker.lock() = h;
+        let c3 = c.clone();
+        client.on_notices(Arc::new(move |list: &[Notice]| c3.notice(list)));
+        c
+    }
+
+    /// The kernel channel's notifier (once the session runs).
+    pub fn set_notifier(&self, n: fuser::Notifier) {
+        let _ = self.notifier.set(n);
+    }
+
+    /// Stops the thread (the mount ends).
+    pub fn stop(&self) {
+        let _ = self.jobs.lock().send(Job::Stop);
+        if let Some(h) = self.worker.lock().take() {
+            let _ = h.join();
+        }
+    }
+
+    /// A request begins on this thread: what it learns may be cached only
+    /// if no notice arrives before it answers.
+    pub fn begin(&self) {
+        START.with(|s| s.set(self.seq.load(Ordering::Acquire)));
+    }
+
+    /// Runs `f` with the timeouts this thread's request may give, under
+    /// the gate (an answer to the kernel is written inside `f`).
+    pub fn gated<R>(&self, f: impl FnOnce(Ttl) -> R) -> R {
+        let _g = self.gate.read_recursive();
+        let fresh = START.with(|s| s.get()) == self.seq.load(Ordering::Acquire);
+        let t = if !fresh {
+            Ttl {
+                entry: Duration::ZERO,
+                attr: Duration::ZERO,
+            }
+        } else if self.tracked.load(Ordering::Acquire) {
+            self.long
+        } else {
+            Ttl {
+                entry: self.long.entry.min(SHORT),
+                attr: self.long.attr.min(SHORT),
+            }
+        };
+        f(t)
+    }
+
+    /// The server's notices (on the connection's reading thread, in order
+    /// with the replies).
+    fn notice(&self, list: &[Notice]) {
+        let mut kernel = Vec::new();
+        let mut untracked = false;
+        {
+            let _g = self.gate.write();
+            self.seq.fetch_add(1, Ordering::AcqRel);
+            for n in list {
+                match n {
+                    Notice::Entry { parent, .. } => {
+                        self.attrs.forget(*parent);
+                        self.new_dirs.forget(*parent);
+                        kernel.push(n.clone());
+                    }
+                    Notice::Inode { ino } => {
+                        self.attrs.forget(*ino);
+                        kernel.push(n.clone());
+                    }
+                    Notice::Stale => {}
+                    Notice::Full | Notice::Lost => untracked = true,
+                    Notice::Watching => {
+                        untracked = false;
+                        self.tracked.store(true, Ordering::Release);
+                        self.rewatching.store(false, Ordering::Release);
+                    }
+                }
+            }
+            if untracked {
+                self.tracked.store(false, Ordering::Release);
+            }
+        }
+        let jobs = self.jobs.lock();
+        if !kernel.is_empty() {
+            let _ = jobs.send(Job::Kernel(kernel));
+        }
+        if untracked && !self.rewatching.swap(true, Ordering::AcqRel) {
+            let _ = jobs.send(Job::Rewatch);
+        }
+    }
+
+    fn kernel(&self, list: &[Notice]) {
+        let Some(n) = self.notifier.get() else {
+            return; // not mounted yet: the kernel holds nothing
+        };
+        for x in list {
+            // ENOENT (nothing cached) is not an error for these.
+            let _ = match x {
+                Notice::Entry { parent, name } => {
+                    n.inval_entry(fuser::INodeNo(*parent), OsStr::from_bytes(name))
+                }
+                Notice::Inode { ino } => n.inval_inode(fuser::INodeNo(*ino), 0, 0),
+                _ => Ok(()),
+            };
+        }
+    }
+}
+
+fn run(c: &Coherence, client: &Client, rx: Receiver<Job>) {
+    let mut rewatch_at: Option<Instant> = None;
+    loop {
+        let job = match rewatch_at {
+            Some(t) => rx.recv_timeout(t.saturating_duration_since(Instant::now())),
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        match job {
+            Ok(Job::Kernel(list)) => c.kernel(&list),
+            Ok(Job::Rewatch) => {
+                // Everything cached while watched expires by then.
+                let wait = c.long.entry.max(c.long.attr) + Duration::from_millis(100);
+                rewatch_at = Some(Instant::now() + wait);
+            }
+            Ok(Job::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+            // The server answers with a `Watching` notice.
+            Err(RecvTimeoutError::Timeout) => match client.rewatch() {
+                Ok(()) => rewatch_at = None,
+                Err(_) => rewatch_at = Some(Instant::now() + SHORT),
+            },
+        }
+    }
+}

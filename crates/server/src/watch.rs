@@ -1,0 +1,471 @@
+//! What each connection may hold in a cache, and telling it when another
+//! connection changes that (docs/data.md, "Consistency between mounts").
+//!
+//! A connection *holds* an inode once a reply gave it the inode's
+//! attributes, or it looked a name up (or made or removed one) in that
+//! directory: its kernel may cache the attributes, and the lookup's
+//! answer, positive or negative. Each connection's set is its own (only
+//! its worker adds to it; no lock is shared on the read path) and has a
+//! cap: a connection at its cap is sent [`Notice::Full`] and watched no
+//! further until it asks to start over ([`solofs_proto::Op::Rewatch`],
+//! after its caches of that time expired).
+//!
+//! A change (create, unlink, rename, setattr, a write commit, an xattr)
+//! names the entries and inodes it touched; every *other* connection that
+//! holds one is sent [`Notice::Entry`] / [`Notice::Inode`]. The race with
+//! a reply that was being computed while the change happened is closed
+//! by change counters: a change bumps the counter of each inode's shard
+//! before it looks for holders, and a batch compares the counters of the
+//! shards it recorded with what they were before it ran; a difference it
+//! did not make itself sends [`Notice::Stale`] before its replies (the
+//! client does not cache them). Either the change finds the new holder,
+//! or the holder finds the change's bump.
+
+use mio::Waker;
+use parking_lot::{Mutex, RwLock};
+use solofs_meta::{Cred, Engine};
+use solofs_proto::{Body, Loc, Notice, NoticeSink, Op, Reply, Request, Target};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Change-counter shards.
+const SHARDS: usize = 64;
+/// Notices queued for a connection that does not read them, beyond which
+/// it is closed (it reconnects and starts with nothing watched).
+const OUTBOX_MAX: usize = 1 << 20;
+
+/// Inode numbers are not chosen by an attacker in a way that matters here
+/// (a client can only make the server watch inodes it may see, up to its
+/// cap): a multiply is hash enough, and far cheaper than SipHash on the
+/// path of every reply.
+#[derive(Default, Clone, Copy)]
+struct InoHasher(u64);
+
+impl std::hash::Hasher for InoHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100_0000_01B3);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (x ^ (x >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type InoSet = HashSet<u64, std::hash::BuildHasherDefault<InoHasher>>;
+
+fn shard(ino: u64) -> usize {
+    (ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize
+}
+
+/// Where a connection's notices go.
+pub(crate) enum Sink {
+    /// A socket served by a worker: queued, and the worker is woken.
+    Worker(Arc<Waker>),
+    /// A client in this process: handed over at once (once it said where).
+    Local(RwLock<Option<NoticeSink>>),
+}
+
+/// One connection's watched inodes and queued notices.
+pub(crate) struct Watcher {
+    id: usize,
+    held: Mutex<InoSet>,
+    full: AtomicBool,
+    outbox: Mutex<Vec<Notice>>,
+    pending: AtomicBool,
+    overflow: AtomicBool,
+    sink: Sink,
+}
+
+impl Watcher {
+    /// Takes the queued notices (`None` if the connection let too many
+    /// pile up and must be closed).
+    pub fn take(&self) -> Option<Vec<Notice>> {
+        if self.overflow.load(Ordering::Relaxed) {
+            return None;
+        }
+        if !self.pending.swap(false, Ordering::AcqRel) {
+            return Some(Vec::new());
+        }
+        Some(std::mem::take(&mut *self.outbox.lock()))
+    }
+
+    /// A local client's sink.
+    pub fn set_sink(&self, s: NoticeSink) {
+        if let Sink::Local(l) = &self.sink {
+            *l.write() = Some(s);
+        }
+    }
+
+    pub fn deliver(&self, list: Vec<Notice>) {
+        match &self.sink {
+            Sink::Local(l) => {
+                if let Some(f) = &*l.read() {
+                    f(&list);
+                }
+            }
+            Sink::Worker(w) => {
+                {
+                    let mut o = self.outbox.lock();
+                    if o.len() + list.len() > OUTBOX_MAX {
+                        self.overflow.store(true, Ordering::Relaxed);
+                        o.clear();
+                    } else {
+                        o.extend(list);
+                    }
+                }
+                self.pending.store(true, Ordering::Release);
+                let _ = w.wake();
+            }
+        }
+    }
+
+    /// Forgets every watched inode (the client's caches of them expired).
+    pub fn rewatch(&self, w: &Watch) {
+        let mut h = self.held.lock();
+        w.total.fetch_sub(h.len(), Ordering::Relaxed);
+        *h = InoSet::default();
+        self.full.store(false, Ordering::Relaxed);
+    }
+}
+
+/// Every connection's watcher, and the change counters.
+pub(crate) struct Watch {
+    slots: RwLock<Vec<Option<Arc<Watcher>>>>,
+    live: AtomicUsize,
+    changes: [AtomicU64; SHARDS],
+    /// Most inodes watched per connection.
+    cap: usize,
+    /// Inodes watched over all connections, and the most there may be.
+    total: AtomicUsize,
+    total_cap: usize,
+    /// Notices sent: entry, inode, stale, full.
+    sent: [AtomicU64; 4],
+}
+
+/// What a batch noted before it ran.
+pub(crate) struct Before {
+    counts: [u64; SHARDS],
+    /// Per request: the inodes a removal or rename is about to touch.
+    victims: Vec<Vec<u64>>,
+    /// Were other connections watching (changes must be told)?
+    others: bool,
+}
+
+/// One change, as the holders are told.
+enum Fact {
+    Entry(u64, Vec<u8>),
+    Inode(u64),
+    /// The inode may be gone: told as `Inode`, and forgotten if it is.
+    Gone(u64),
+}
+
+impl Watch {
+    pub fn new(cap: usize) -> Watch {
+        Watch {
+            slots: RwLock::new(Vec::new()),
+            live: AtomicUsize::new(0),
+            changes: std::array::from_fn(|_| AtomicU64::new(0)),
+            cap,
+            total: AtomicUsize::new(0),
+            total_cap: cap.saturating_mul(16),
+            sent: Default::default(),
+        }
+    }
+
+    /// Inodes watched over all connections.
+    pub fn watched(&self) -> usize {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// Notices sent so far, by kind: entry, inode, stale, full.
+    pub fn sent(&self) -> [u64; 4] {
+        std::array::from_fn(|i| self.sent[i].load(Ordering::Relaxed))
+    }
+
+    fn count(&self, list: &[Notice]) {
+        for n in list {
+            let k = match n {
+                Notice::Entry { .. } => 0,
+                Notice::Inode { .. } => 1,
+                Notice::Stale => 2,
+                Notice::Full => 3,
+                _ => continue,
+            };
+            self.sent[k].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Registers a connection.
+    pub fn join(&self, sink: Sink) -> Arc<Watcher> {
+        let mut s = self.slots.write();
+        let id = s.iter().position(|x| x.is_none()).unwrap_or(s.len());
+        let w = Arc::new(Watcher {
+            id,
+            held: Mutex::new(InoSet::default()),
+            full: AtomicBool::new(false),
+            outbox: Mutex::new(Vec::new()),
+            pending: AtomicBool::new(false),
+            overflow: AtomicBool::new(false),
+            sink,
+        });
+        if id == s.len() {
+            s.push(Some(w.clone()));
+        } else {
+            s[id] = Some(w.clone());
+        }
+        self.live.fetch_add(1, Ordering::SeqCst);
+        w
+    }
+
+    /// Forgets a connection that went.
+    pub fn leave(&self, w: &Watcher) {
+        let mut s = self.slots.write();
+        if s.get(w.id).is_some_and(|x| x.is_some()) {
+            s[w.id] = None;
+            self.live.fetch_sub(1, Ordering::SeqCst);
+            self.total.fetch_sub(w.held.lock().len(), Ordering::Relaxed);
+        }
+    }
+
+    /// Notes what a batch needs before it runs: the change counters, and
+    /// (if others are watching) the inodes its removals and renames are
+    /// about to touch, which their replies do not name.
+    pub fn before(&self, e: &Engine, reqs: &[Request]) -> Before {
+        let others = self.live.load(Ordering::SeqCst) > 1;
+        let counts = std::array::from_fn(|i| self.changes[i].load(Ordering::Acquire));
+        let victims = if others {
+            reqs.iter().map(|q| victims(e, &q.cred, &q.op)).collect()
+        } else {
+            Vec::new()
+        };
+        Before {
+            counts,
+            victims,
+            others,
+        }
+    }
+
+    /// After a batch of `me`: records what its replies let the client
+    /// cache, tells other holders of what it changed, and returns the
+    /// notices `me` must get before these replies.
+    pub fn after(
+        &self,
+        me: &Watcher,
+        e: &Engine,
+        b: Before,
+        reqs: &[Request],
+        replies: &[Reply],
+    ) -> Vec<Notice> {
+        let mut own = [0u64; SHARDS];
+        let mut facts = Vec::new();
+        if b.others {
+            for (i, (q, rep)) in reqs.iter().zip(replies).enumerate() {
+                if rep.result.is_ok() {
+                    let v = b.victims.get(i).map(|v| &v[..]).unwrap_or(&[]);
+                    changed(e, &q.cred, &q.op, rep, v, &mut facts);
+                }
+            }
+            // Bump before looking for holders (see the module comment).
+            for f in &facts {
+                let (Fact::Entry(i, _) | Fact::Inode(i) | Fact::Gone(i)) = f;
+                own[shard(*i)] += 1;
+                self.changes[shard(*i)].fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        let mut mine = Vec::new();
+        let mut recorded = [false; SHARDS];
+        {
+            let mut h = me.held.lock();
+            let mut add = |ino: u64| {
+                if ino == 0 || me.full.load(Ordering::Relaxed) {
+                    return;
+                }
+                recorded[shard(ino)] = true;
+                if h.contains(&ino) {
+                    return;
+                }
+                if h.len() >= self.cap || self.total.load(Ordering::Relaxed) >= self.total_cap {
+                    me.full.store(true, Ordering::Relaxed);
+                    mine.push(Notice::Full);
+                    return;
+                }
+                h.insert(ino);
+                self.total.fetch_add(1, Ordering::Relaxed);
+            };
+            for (q, rep) in reqs.iter().zip(replies) {
+                held(&q.op, rep, &mut add);
+            }
+        }
+        let stale = (0..SHARDS)
+            .any(|s| recorded[s] && self.changes[s].load(Ordering::Acquire) - b.counts[s] > own[s]);
+        if stale {
+            mine.insert(0, Notice::Stale);
+        }
+        if !facts.is_empty() {
+            self.tell(me, e, &facts);
+        }
+        self.count(&mine);
+        mine
+    }
+
+    /// Tells every other holder of what `facts` touched.
+    fn tell(&self, me: &Watcher, e: &Engine, facts: &[Fact]) {
+        let gone: Vec<u64> = facts
+            .iter()
+            .filter_map(|f| match f {
+                Fact::Gone(i) if e.getattr(*i).is_err() => Some(*i),
+                _ => None,
+            })
+            .collect();
+        let slots: Vec<Arc<Watcher>> = self.slots.read().iter().flatten().cloned().collect();
+        for w in slots {
+            let mut list = Vec::new();
+            {
+                let mut h = w.held.lock();
+                for f in facts {
+                    match f {
+                        Fact::Entry(p, n) if h.contains(p) => list.push(Notice::Entry {
+                            parent: *p,
+                            name: n.clone(),
+                        }),
+                        Fact::Inode(i) | Fact::Gone(i) if h.contains(i) => {
+                            list.push(Notice::Inode { ino: *i })
+                        }
+                        _ => {}
+                    }
+                }
+                for i in &gone {
+                    if h.remove(i) {
+                        self.total.fetch_sub(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            if w.id != me.id && !list.is_empty() {
+                self.count(&list);
+                w.deliver(list);
+            }
+        }
+    }
+}
+
+/// The inodes a removal or rename is about to touch beyond the
+/// directories it names (the files it removes, moves or replaces).
+fn victims(e: &Engine, cred: &Cred, op: &Op) -> Vec<u64> {
+    let find = |loc: &Loc| -> Option<u64> {
+        let (p, n) = parent_of(e, cred, loc)?;
+        e.lookup(&Cred::root(), p, &n).ok().map(|a| a.ino)
+    };
+    match op {
+        Op::Unlink { loc } | Op::Rmdir { loc } => find(loc).into_iter().collect(),
+        Op::Rename { from, to, .. } => find(from).into_iter().chain(find(to)).collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn parent_of(e: &Engine, cred: &Cred, loc: &Loc) -> Option<(u64, Vec<u8>)> {
+    match loc {
+        Loc::At(p, n) => Some((*p, n.clone())),
+        Loc::Path(p) => e.resolve_parent(cred, p).ok(),
+    }
+}
+
+fn target_ino(e: &Engine, cred: &Cred, t: &Target) -> Option<u64> {
+    match t {
+        Target::Ino(i) => Some(*i),
+        Target::Path(p) => e.resolve(cred, p, true).ok(),
+        Target::PathNoFollow(p) => e.resolve(cred, p, false).ok(),
+    }
+}
+
+/// What a successful change touched.
+fn changed(e: &Engine, cred: &Cred, op: &Op, rep: &Reply, victims: &[u64], out: &mut Vec<Fact>) {
+    let entry = |loc: &Loc, out: &mut Vec<Fact>| {
+        if let Some((p, n)) = parent_of(e, cred, loc) {
+            out.push(Fact::Entry(p, n));
+        }
+    };
+    match op {
+        Op::Create { loc, .. }
+        | Op::Mknod { loc, .. }
+        | Op::Mkdir { loc, .. }
+        | Op::Symlink { loc, .. }
+        | Op::CreateOpen { loc, .. } => entry(loc, out),
+        Op::Link { from, to } => {
+            entry(to, out);
+            out.extend(target_ino(e, cred, from).map(Fact::Inode));
+        }
+        Op::Unlink { loc } | Op::Rmdir { loc } => {
+            entry(loc, out);
+            out.extend(victims.iter().map(|&i| Fact::Gone(i)));
+        }
+        Op::Rename { from, to, .. } => {
+            entry(from, out);
+            entry(to, out);
+            out.extend(victims.iter().map(|&i| Fact::Gone(i)));
+        }
+        Op::Setattr { .. } | Op::WriteCommit { .. } => {
+            if let Ok(Body::Attr(a)) = &rep.result {
+                out.push(Fact::Inode(a.ino));
+            }
+        }
+        Op::Setxattr { target, .. } | Op::Removexattr { target, .. } => {
+            out.extend(target_ino(e, cred, target).map(Fact::Inode));
+        }
+        _ => {}
+    }
+}
+
+/// Calls `add` with each inode a reply lets the client cache something of.
+fn held(op: &Op, rep: &Reply, add: &mut impl FnMut(u64)) {
+    // A name looked up, made or removed in a directory: the kernel may
+    // cache the answer, a miss included.
+    let named = matches!(rep.result, Ok(_) | Err(solofs_meta::errno::ENOENT));
+    if named {
+        let mut dir = |loc: &Loc| {
+            if let Loc::At(p, _) = loc {
+                add(*p)
+            }
+        };
+        match op {
+            Op::Lookup { loc, .. }
+            | Op::Create { loc, .. }
+            | Op::Mknod { loc, .. }
+            | Op::Mkdir { loc, .. }
+            | Op::Symlink { loc, .. }
+            | Op::Unlink { loc }
+            | Op::Rmdir { loc }
+            | Op::CreateOpen { loc, .. }
+            | Op::Link { to: loc, .. } => dir(loc),
+            Op::Rename { from, to, .. } => {
+                dir(from);
+                dir(to);
+            }
+            _ => {}
+        }
+    }
+    match &rep.result {
+        Ok(Body::Attr(a)) => add(a.ino),
+        Ok(Body::Created(a, p)) => {
+            add(a.ino);
+            add(p.ino);
+        }
+        Ok(Body::EntriesPlus(list)) => {
+            if let Op::ReaddirPlus {
+                dir: Target::Ino(d),
+                ..
+            } = op
+            {
+                add(*d);
+            }
+            for (_, a) in list {
+                add(a.ino);
+            }
+        }
+        _ => {}
+    }
+}
