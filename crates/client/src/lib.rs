@@ -525,6 +525,14 @@ impl Client {
         }
     }
 
+    fn maybe_attr(&self, cred: &Cred, op: Op) -> Result<Option<Attr>> {
+        match self.call(cred, op)? {
+            Body::Empty => Ok(None),
+            Body::Attr(a) => Ok(Some(a)),
+            b => Err(unexpected(b)),
+        }
+    }
+
     fn empty(&self, cred: &Cred, op: Op) -> Result<()> {
         match self.call(cred, op)? {
             Body::Empty => Ok(()),
@@ -587,11 +595,21 @@ impl Client {
     }
     /// Removes a non-directory.
     pub fn unlink(&self, cred: &Cred, loc: Loc) -> Result<()> {
-        self.empty(cred, Op::Unlink { loc })
+        self.unlink_in(cred, loc).map(|_| ())
+    }
+    /// [`Client::unlink`], with the directory's attributes right after
+    /// (if the server sent them).
+    pub fn unlink_in(&self, cred: &Cred, loc: Loc) -> Result<Option<Attr>> {
+        self.maybe_attr(cred, Op::Unlink { loc })
     }
     /// Removes an empty directory.
     pub fn rmdir(&self, cred: &Cred, loc: Loc) -> Result<()> {
-        self.empty(cred, Op::Rmdir { loc })
+        self.rmdir_in(cred, loc).map(|_| ())
+    }
+    /// [`Client::rmdir`], with the directory's attributes right after (if
+    /// the server sent them).
+    pub fn rmdir_in(&self, cred: &Cred, loc: Loc) -> Result<Option<Attr>> {
+        self.maybe_attr(cred, Op::Rmdir { loc })
     }
     /// Adds a name for a file.
     pub fn link(&self, cred: &Cred, from: Target, to: Loc) -> Result<Attr> {

@@ -391,17 +391,17 @@ impl Filesystem for SoloFs {
         // (getattr_of), so nothing needs to be noted.
         let r = self
             .client
-            .unlink(&self.cred(req), at(parent.0, n.as_bytes()));
+            .unlink_in(&self.cred(req), at(parent.0, n.as_bytes()));
         self.name_gone(parent.0, n.as_bytes(), &r);
-        reply_empty(reply, r.map_err(errno));
+        reply_empty(reply, r.map(|_| ()).map_err(errno));
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
         let r = self
             .client
-            .rmdir(&self.cred(req), at(parent.0, n.as_bytes()));
+            .rmdir_in(&self.cred(req), at(parent.0, n.as_bytes()));
         self.name_gone(parent.0, n.as_bytes(), &r);
-        reply_empty(reply, r.map_err(errno));
+        reply_empty(reply, r.map(|_| ()).map_err(errno));
     }
 
     fn symlink(

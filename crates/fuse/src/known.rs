@@ -38,11 +38,20 @@ impl SoloFs {
     /// `name` left `parent` through this mount (`r`: the server's answer).
     /// The inode it named changed too (link count, ctime) and is known
     /// here only by the name, so no kept attribute is trusted after it.
-    pub(crate) fn name_gone<T>(&self, parent: u64, name: &[u8], r: &Result<T, ClientError>) {
+    /// The reply may carry the directory's attributes after the change.
+    pub(crate) fn name_gone(
+        &self,
+        parent: u64,
+        name: &[u8],
+        r: &Result<Option<Attr>, ClientError>,
+    ) {
         if r.is_ok() {
             self.new_dirs.removed(parent, name);
         }
         self.attrs.clear();
+        if let Ok(Some(p)) = r {
+            self.keep(p);
+        }
     }
 
     /// Keeps attributes the server sent for as long as the kernel was

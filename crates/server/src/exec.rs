@@ -62,6 +62,11 @@ impl Exec<'_> {
     fn ino(&self, t: &Target) -> Result<u64> {
         ino(self.e, self.c, t)
     }
+    /// A directory's attributes right after a name left it (the mount
+    /// keeps them: the kernel asks for them before its next change there).
+    fn dir_after(&self, dir: u64) -> Body {
+        self.e.getattr(dir).map(Body::Attr).unwrap_or(Body::Empty)
+    }
     /// A new entry's attributes with its directory's (which the mount
     /// caches, so the kernel's next look at the directory costs nothing).
     fn created(&self, a: Attr, parent: u64) -> Result<Body> {
@@ -124,12 +129,12 @@ impl Serve for Exec<'_> {
     fn unlink(&self, loc: &Loc) -> Result<Body> {
         let (p, n) = self.at(loc)?;
         self.e.unlink(self.c, p, &n)?;
-        Ok(Body::Empty)
+        Ok(self.dir_after(p))
     }
     fn rmdir(&self, loc: &Loc) -> Result<Body> {
         let (p, n) = self.at(loc)?;
         self.e.rmdir(self.c, p, &n)?;
-        Ok(Body::Empty)
+        Ok(self.dir_after(p))
     }
     fn link(&self, from: &Target, to: &Loc) -> Result<Body> {
         let i = self.ino(from)?;
