@@ -30,13 +30,7 @@ impl AttrCache {
             return;
         }
         let mut m = self.map.lock();
-        if m.len() >= SWEEP_AT {
-            let now = Instant::now();
-            m.retain(|_, (_, t)| *t > now);
-            if m.len() >= SWEEP_AT {
-                m.clear();
-            }
-        }
+        make_room(&mut m, SWEEP_AT, |(_, t)| *t);
         m.insert(a.ino, (a.clone(), Instant::now() + ttl));
     }
 
@@ -86,13 +80,7 @@ impl NewDirs {
             return;
         }
         let mut m = self.map.lock();
-        if m.len() >= DIRS_SWEEP_AT {
-            let now = Instant::now();
-            m.retain(|_, (t, _)| *t > now);
-            if m.len() >= DIRS_SWEEP_AT {
-                m.clear();
-            }
-        }
+        make_room(&mut m, DIRS_SWEEP_AT, |(t, _)| *t);
         m.insert(ino, (Instant::now() + ttl, HashSet::new()));
     }
 
@@ -121,6 +109,18 @@ impl NewDirs {
         let m = self.map.lock();
         m.get(&dir)
             .is_some_and(|(t, names)| Instant::now() < *t && !names.contains(name))
+    }
+}
+
+/// At `limit` entries, drops the expired ones (`until` says when an entry
+/// expires), and everything if that is not enough.
+fn make_room<V>(m: &mut HashMap<u64, V>, limit: usize, until: impl Fn(&V) -> Instant) {
+    if m.len() >= limit {
+        let now = Instant::now();
+        m.retain(|_, v| until(v) > now);
+        if m.len() >= limit {
+            m.clear();
+        }
     }
 }
 

@@ -65,7 +65,7 @@ pub(crate) struct Coherence {
     attrs: Arc<AttrCache>,
     new_dirs: Arc<NewDirs>,
     notifier: OnceLock<fuser::Notifier>,
-    jobs: Mutex<Sender<Job>>,
+    jobs: Sender<Job>,
     worker: Mutex<Option<JoinHandle<()>>>,
     rewatching: AtomicBool,
 }
@@ -88,7 +88,7 @@ impl Coherence {
             attrs,
             new_dirs,
             notifier: OnceLock::new(),
-            jobs: Mutex::new(tx),
+            jobs: tx,
             worker: Mutex::new(None),
             rewatching: AtomicBool::new(false),
         });
@@ -110,7 +110,7 @@ impl Coherence {
 
     /// Stops the thread (the mount ends).
     pub fn stop(&self) {
-        let _ = self.jobs.lock().send(Job::Stop);
+        let _ = self.jobs.send(Job::Stop);
         if let Some(h) = self.worker.lock().take() {
             let _ = h.join();
         }
@@ -175,12 +175,11 @@ impl Coherence {
                 self.tracked.store(false, Ordering::Release);
             }
         }
-        let jobs = self.jobs.lock();
         if !kernel.is_empty() {
-            let _ = jobs.send(Job::Kernel(kernel));
+            let _ = self.jobs.send(Job::Kernel(kernel));
         }
         if untracked && !self.rewatching.swap(true, Ordering::AcqRel) {
-            let _ = jobs.send(Job::Rewatch);
+            let _ = self.jobs.send(Job::Rewatch);
         }
     }
 

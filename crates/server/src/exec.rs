@@ -12,14 +12,16 @@ pub fn squash(cred: &mut Cred, root_squash: bool) {
     }
 }
 
-fn at(e: &Engine, cred: &Cred, loc: &Loc) -> Result<(u64, Vec<u8>)> {
+/// The directory and name a loc names.
+pub(crate) fn at(e: &Engine, cred: &Cred, loc: &Loc) -> Result<(u64, Vec<u8>)> {
     match loc {
         Loc::At(p, n) => Ok((*p, n.clone())),
         Loc::Path(p) => e.resolve_parent(cred, p),
     }
 }
 
-fn ino(e: &Engine, cred: &Cred, t: &Target) -> Result<u64> {
+/// The inode a target names.
+pub(crate) fn ino(e: &Engine, cred: &Cred, t: &Target) -> Result<u64> {
     match t {
         Target::Ino(i) => Ok(*i),
         Target::Path(p) => e.resolve(cred, p, true),

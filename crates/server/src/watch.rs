@@ -368,18 +368,11 @@ fn victims(e: &Engine, cred: &Cred, op: &Op) -> Vec<u64> {
 }
 
 fn parent_of(e: &Engine, cred: &Cred, loc: &Loc) -> Option<(u64, Vec<u8>)> {
-    match loc {
-        Loc::At(p, n) => Some((*p, n.clone())),
-        Loc::Path(p) => e.resolve_parent(cred, p).ok(),
-    }
+    crate::exec::at(e, cred, loc).ok()
 }
 
 fn target_ino(e: &Engine, cred: &Cred, t: &Target) -> Option<u64> {
-    match t {
-        Target::Ino(i) => Some(*i),
-        Target::Path(p) => e.resolve(cred, p, true).ok(),
-        Target::PathNoFollow(p) => e.resolve(cred, p, false).ok(),
-    }
+    crate::exec::ino(e, cred, t).ok()
 }
 
 /// What a successful change touched.
