@@ -107,6 +107,7 @@ pub struct FileConfig {
     max_unauthenticated: Option<usize>,
     auth_timeout_secs: Option<f64>,
     watch_cap: Option<usize>,
+    spin_us: Option<u64>,
 }
 
 /// Parses a config file.
@@ -146,6 +147,7 @@ impl FileConfig {
             self.auth_timeout_secs.map(|x| x.to_string()),
         );
         put("watch_cap", self.watch_cap.map(|x| x.to_string()));
+        put("spin_us", self.spin_us.map(|x| x.to_string()));
         v
     }
 }
@@ -155,7 +157,7 @@ struct Settings {
     cfg: Config,
 }
 
-const KEYS: [&str; 11] = [
+const KEYS: [&str; 12] = [
     "data",
     "listen",
     "workers",
@@ -167,6 +169,7 @@ const KEYS: [&str; 11] = [
     "max_unauthenticated",
     "auth_timeout_secs",
     "watch_cap",
+    "spin_us",
 ];
 
 fn apply(s: &mut Settings, key: &str, v: &str) -> Result<()> {
@@ -204,6 +207,13 @@ fn apply(s: &mut Settings, key: &str, v: &str) -> Result<()> {
             }
             s.cfg.watch_cap = n
         }
+        "spin_us" => {
+            let n: u64 = v.parse().context("spin_us is a number")?;
+            if n > 100_000 {
+                bail!("spin_us is 0..=100000");
+            }
+            s.cfg.spin = Duration::from_micros(n)
+        }
         _ => bail!("unknown setting {key:?} (known: {})", KEYS.join(", ")),
     }
     Ok(())
@@ -223,7 +233,7 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
                 flags.push((k, p.value()?.parse()?));
             }
             Long("help") | Short('h') => {
-                println!("solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--root-squash]\n             [--idle-timeout-secs S] [--max-connections N] [--config FILE]\n             [--max-unauthenticated N] [--auth-timeout-secs S] [--free-grace-ms MS]\n             [--watch-cap N]\n  --watch-cap N  inodes watched per connection for its caches (default 262144; docs/data.md)\nEnvironment: SOLOFS_DATA, SOLOFS_LISTEN, SOLOFS_WORKERS, SOLOFS_METRICS, SOLOFS_ROOT_SQUASH, ...");
+                println!("solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--root-squash]\n             [--idle-timeout-secs S] [--max-connections N] [--config FILE]\n             [--max-unauthenticated N] [--auth-timeout-secs S] [--free-grace-ms MS]\n             [--watch-cap N] [--spin-us N]\n  --watch-cap N  inodes watched per connection for its caches (default 262144; docs/data.md)\n  --spin-us N    most µs a worker polls without sleeping after activity, adaptive below (default 50; 0: never)\nEnvironment: SOLOFS_DATA, SOLOFS_LISTEN, SOLOFS_WORKERS, SOLOFS_METRICS, SOLOFS_ROOT_SQUASH, ...");
                 return Ok(());
             }
             _ => return Err(a.unexpected().into()),

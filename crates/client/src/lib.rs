@@ -3,8 +3,9 @@
 //! A [`Client`] is cheap to clone and safe to use from many threads: all
 //! callers share one connection, their requests are coalesced into shared
 //! frames (whoever finds the connection idle writes everything queued), and a
-//! reader thread hands each reply to the caller waiting for its id. So many
-//! threads pipeline naturally; [`Client::submit`] sends a whole batch in one
+//! caller waiting for a reply reads the socket itself when nobody else does,
+//! handing the replies it finds for others to them (no reader thread in the
+//! path of a reply; see `conn.rs`). So many threads pipeline naturally; [`Client::submit`] sends a whole batch in one
 //! frame for deep pipelines from one thread.
 //!
 //! [`Client::in_process`] talks to a server in the same process (`solofs
@@ -21,20 +22,19 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-use solofs_proto::{
-    auth_mac, decode_notices, decode_replies, put_frame, split_frame, Body, FrameType, OpenFlags,
-    Reader, Reply, Request, Writer, MAGIC, MAX_FRAME, NONCE_LEN, PROTOCOL_VERSION,
-};
+mod conn;
+
+use conn::{handshake, tell, Conn, Notices, Waited};
+
+use solofs_proto::{Body, OpenFlags, Request};
 pub use solofs_proto::{
     Closed, InProcess, Loc, Notice, NoticeSink, Op, ReleaseFlags, Target, MAX_RELEASES,
 };
 use solofs_types::{errno, Access, Attr, Cred, DirEntry, SetAttr, StatFs};
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};
-use std::sync::{Arc, Mutex, RwLock};
+use std::io::{self, Read};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Errors of client calls.
@@ -118,31 +118,6 @@ impl Default for Options {
     }
 }
 
-type Pending = Mutex<HashMap<u64, SyncSender<Reply>>>;
-
-struct Conn {
-    out: Mutex<Out>,
-    pending: Arc<Pending>,
-    dead: Arc<AtomicBool>,
-}
-
-impl Drop for Conn {
-    /// The reader thread holds a clone of the socket: shut it down so the
-    /// server sees the client go (and the reader thread ends).
-    fn drop(&mut self) {
-        if let Ok(o) = self.out.lock() {
-            let _ = o.stream.shutdown(std::net::Shutdown::Both);
-        }
-    }
-}
-
-struct Out {
-    stream: TcpStream,
-    queued: Vec<u8>,
-    count: u32,
-    writing: bool,
-}
-
 struct Inner {
     addr: String,
     secret: Vec<u8>,
@@ -159,14 +134,6 @@ struct Inner {
     id: [u8; 16],
     /// Where the server's notices go (`Client::on_notices`).
     notices: Notices,
-}
-
-type Notices = Arc<RwLock<Option<NoticeSink>>>;
-
-fn tell(sink: &Notices, list: &[Notice]) {
-    if let Some(f) = &*sink.read().unwrap_or_else(|e| e.into_inner()) {
-        f(list);
-    }
 }
 
 /// What the server says about its volume when a client connects: id, root
@@ -241,7 +208,7 @@ impl Client {
     fn conn(&self) -> Result<Arc<Conn>> {
         let mut g = self.inner.conn.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = &*g {
-            if !c.dead.load(Ordering::SeqCst) {
+            if !c.dead() {
                 return Ok(c.clone());
             }
         }
@@ -445,7 +412,7 @@ impl Client {
             return Ok(Ticket {
                 client: self.clone(),
                 conn: None,
-                rxs: Vec::new(),
+                ids: Vec::new(),
                 ops: Vec::new(),
                 lost: false,
                 deadline: std::time::Instant::now(),
@@ -474,33 +441,25 @@ impl Client {
         deadline: std::time::Instant,
     ) -> Result<Ticket> {
         let conn = self.conn_until(deadline)?;
-        let mut rxs = Vec::with_capacity(ops.len());
         let mut buf = Vec::new();
-        {
-            let mut p = conn.pending.lock().unwrap_or_else(|e| e.into_inner());
-            for ((cred, op), &id) in ops.iter().zip(&ids) {
-                let (tx, rx) = sync_channel(1);
-                p.insert(id, tx);
-                rxs.push((id, rx));
-                Request {
-                    id: if again { id | solofs_proto::RETRY } else { id },
-                    cred: cred.clone(),
-                    op: op.clone(),
-                }
-                .encode(&mut buf);
+        for ((cred, op), &id) in ops.iter().zip(&ids) {
+            Request {
+                id: if again { id | solofs_proto::RETRY } else { id },
+                cred: cred.clone(),
+                op: op.clone(),
             }
+            .encode(&mut buf);
         }
-        // The reader marks the connection dead before it drops the
-        // waiters; requests registered after that would never hear back.
-        let sent = if conn.dead.load(Ordering::SeqCst) {
-            Err(ClientError::ConnectionLost)
+        // A connection known to be gone would never answer.
+        let sent = if conn.expect(&ids) {
+            conn.send(buf, ops.len() as u32)
         } else {
-            send(&conn, buf, ops.len() as u32)
+            Err(ClientError::ConnectionLost)
         };
         Ok(Ticket {
             client: self.clone(),
             conn: Some(conn),
-            rxs,
+            ids,
             ops: ops.to_vec(),
             lost: sent.is_err(),
             deadline,
@@ -721,7 +680,7 @@ pub struct Ticket {
     client: Client,
     /// `None` for an in-process server.
     conn: Option<Arc<Conn>>,
-    rxs: Vec<(u64, std::sync::mpsc::Receiver<Reply>)>,
+    ids: Vec<u64>,
     ops: Vec<(Cred, Op)>,
     lost: bool,
     /// Retries end here.
@@ -739,29 +698,28 @@ impl Ticket {
         if let Some(r) = self.ready.take() {
             return Ok(r);
         }
-        let mut out = Vec::with_capacity(self.rxs.len());
-        for (_, rx) in &self.rxs {
-            if self.lost {
-                break;
-            }
-            match rx.recv_timeout(self.client.inner.opts.timeout) {
-                Ok(rep) => out.push(rep.result.map_err(ClientError::Errno)),
-                Err(RecvTimeoutError::Timeout) => {
-                    self.forget();
-                    return Err(ClientError::Timeout);
+        let mut out = Vec::with_capacity(self.ids.len());
+        if let (Some(c), false) = (&self.conn, self.lost) {
+            for &id in &self.ids {
+                let until = std::time::Instant::now() + self.client.inner.opts.timeout;
+                match c.wait(id, until) {
+                    Waited::Reply(rep) => out.push(rep.result.map_err(ClientError::Errno)),
+                    Waited::Timeout => return Err(ClientError::Timeout),
+                    Waited::Lost => {
+                        self.lost = true;
+                        break;
+                    }
                 }
-                Err(RecvTimeoutError::Disconnected) => self.lost = true,
             }
         }
         if !self.lost {
             return Ok(out);
         }
         if let Some(c) = &self.conn {
-            c.dead.store(true, Ordering::SeqCst);
+            c.kill();
         }
-        self.forget();
         if std::time::Instant::now() < self.deadline {
-            let ids: Vec<u64> = self.rxs.iter().map(|(id, _)| *id).collect();
+            let ids = std::mem::take(&mut self.ids);
             let again = self
                 .client
                 .send_ops(&self.ops, ids, true, self.deadline)
@@ -776,12 +734,13 @@ impl Ticket {
         }
         Err(ClientError::ConnectionLost)
     }
+}
 
-    fn forget(&self) {
-        let Some(c) = &self.conn else { return };
-        let mut p = c.pending.lock().unwrap_or_else(|e| e.into_inner());
-        for (id, _) in &self.rxs {
-            p.remove(id);
+impl Drop for Ticket {
+    /// Replies nobody will take are not kept.
+    fn drop(&mut self) {
+        if let Some(c) = &self.conn {
+            c.forget(&self.ids);
         }
     }
 }
@@ -835,198 +794,4 @@ pub fn path(p: &str) -> Loc {
 
 fn unexpected(b: Body) -> ClientError {
     ClientError::Protocol(format!("unexpected reply body {b:?}"))
-}
-
-/// Queues encoded requests; the caller that finds no write in progress
-/// writes everything queued (its own and others') as one frame.
-fn send(conn: &Conn, buf: Vec<u8>, count: u32) -> Result<()> {
-    let mut o = conn.out.lock().unwrap_or_else(|e| e.into_inner());
-    o.queued.extend_from_slice(&buf);
-    o.count += count;
-    if o.writing {
-        return Ok(());
-    }
-    o.writing = true;
-    loop {
-        let body = std::mem::take(&mut o.queued);
-        let n = std::mem::take(&mut o.count);
-        let mut frame = Vec::with_capacity(body.len() + 9);
-        put_frame(&mut frame, FrameType::Requests, |b| {
-            b.extend_from_slice(&n.to_le_bytes());
-            b.extend_from_slice(&body);
-        });
-        let mut stream = o.stream.try_clone()?;
-        drop(o);
-        let r = stream.write_all(&frame);
-        o = conn.out.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(e) = r {
-            o.writing = false;
-            conn.dead.store(true, Ordering::SeqCst);
-            // Wake the reader (and through it every waiter).
-            let _ = stream.shutdown(std::net::Shutdown::Both);
-            return Err(e.into());
-        }
-        if o.queued.is_empty() {
-            o.writing = false;
-            return Ok(());
-        }
-    }
-}
-
-fn read_frame(s: &mut TcpStream, buf: &mut Vec<u8>) -> Result<(FrameType, Vec<u8>)> {
-    let mut tmp = [0u8; 64 * 1024];
-    loop {
-        if let Some((ty, payload, n)) =
-            split_frame(buf, MAX_FRAME).map_err(|e| ClientError::Protocol(e.to_string()))?
-        {
-            let p = payload.to_vec();
-            buf.drain(..n);
-            return Ok((ty, p));
-        }
-        let n = s.read(&mut tmp)?;
-        if n == 0 {
-            return Err(ClientError::Io(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "server closed the connection",
-            )));
-        }
-        buf.extend_from_slice(&tmp[..n]);
-    }
-}
-
-fn server_error(payload: &[u8]) -> ClientError {
-    let mut r = Reader::new(payload);
-    let _errno = r.u32();
-    let msg = r
-        .bytes(4096)
-        .map(|b| String::from_utf8_lossy(b).into_owned())
-        .unwrap_or_default();
-    ClientError::Refused(msg)
-}
-
-fn handshake(inner: &Inner) -> Result<(Conn, Volume)> {
-    let addr = inner.addr.to_socket_addrs()?.next().ok_or_else(|| {
-        ClientError::Io(io::Error::new(
-            io::ErrorKind::NotFound,
-            "address resolves to nothing",
-        ))
-    })?;
-    let mut s = TcpStream::connect_timeout(&addr, inner.opts.connect_timeout)?;
-    s.set_nodelay(true)?;
-    s.set_read_timeout(Some(inner.opts.connect_timeout))?;
-    let mut out = Vec::new();
-    put_frame(&mut out, FrameType::Hello, |b| {
-        let mut w = Writer(b);
-        w.u32(MAGIC);
-        w.u16(PROTOCOL_VERSION);
-    });
-    s.write_all(&out)?;
-    let mut buf = Vec::new();
-    let not_solofs = |why: String| {
-        ClientError::Protocol(format!(
-            "{} does not answer as a SoloFS server ({why}); is it the right address and port?",
-            inner.addr
-        ))
-    };
-    let (ty, p) = match read_frame(&mut s, &mut buf) {
-        Ok(f) => f,
-        Err(ClientError::Protocol(why)) => return Err(not_solofs(why)),
-        Err(ClientError::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
-            return Err(not_solofs("it closed the connection".into()))
-        }
-        Err(ClientError::Io(e))
-            if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ) =>
-        {
-            return Err(not_solofs("no reply to the greeting in time".into()))
-        }
-        Err(e) => return Err(e),
-    };
-    if ty == FrameType::Error {
-        return Err(server_error(&p));
-    }
-    if ty != FrameType::Challenge {
-        return Err(not_solofs(format!("its first frame is {ty:?}")));
-    }
-    let mut r = Reader::new(&p);
-    let bad = |_| ClientError::Protocol("bad CHALLENGE".into());
-    let version = r.u16().map_err(bad)?;
-    if version != PROTOCOL_VERSION {
-        return Err(ClientError::Protocol(format!(
-            "server speaks protocol {version}"
-        )));
-    }
-    let nonce = r.take(NONCE_LEN).map_err(bad)?.to_vec();
-    let volume = r.take(16).map_err(bad)?.to_vec();
-    let mut vol = Volume::default();
-    vol.id.copy_from_slice(&volume);
-    let mac = auth_mac(&inner.secret, &nonce, &volume);
-    out.clear();
-    put_frame(&mut out, FrameType::Auth, |b| {
-        b.extend_from_slice(&mac);
-        b.extend_from_slice(&inner.id);
-    });
-    s.write_all(&out)?;
-    let (ty, p) = read_frame(&mut s, &mut buf)?;
-    match ty {
-        FrameType::Welcome => {
-            let mut r = Reader::new(&p);
-            let bad = |_| ClientError::Protocol("bad WELCOME".into());
-            let _max_frame = r.u32().map_err(bad)?;
-            let _max_batch = r.u32().map_err(bad)?;
-            vol.root = r.u64().map_err(bad)?;
-            vol.block_size = r.u64().map_err(bad)?;
-            vol.storage = String::from_utf8_lossy(r.bytes(4096).map_err(bad)?).into_owned();
-        }
-        FrameType::Error => return Err(server_error(&p)),
-        _ => return Err(ClientError::Protocol("expected WELCOME".into())),
-    }
-    s.set_read_timeout(None)?;
-    let pending: Arc<Pending> = Arc::new(Mutex::new(HashMap::new()));
-    let dead = Arc::new(AtomicBool::new(false));
-    let mut rs = s.try_clone()?;
-    let (p2, d2, n2) = (pending.clone(), dead.clone(), inner.notices.clone());
-    std::thread::Builder::new()
-        .name("solofs-client-reader".into())
-        .spawn(move || {
-            while let Ok((ty, payload)) = read_frame(&mut rs, &mut buf) {
-                if ty == FrameType::Notices {
-                    let Ok(list) = decode_notices(&payload) else {
-                        break;
-                    };
-                    tell(&n2, &list);
-                    continue;
-                }
-                if ty != FrameType::Replies {
-                    break; // ERROR or nonsense: the connection is over
-                }
-                let Ok(replies) = decode_replies(&payload) else {
-                    break;
-                };
-                let mut p = p2.lock().unwrap_or_else(|e| e.into_inner());
-                for rep in replies {
-                    if let Some(tx) = p.remove(&rep.id) {
-                        let _ = tx.try_send(rep);
-                    }
-                }
-            }
-            d2.store(true, Ordering::SeqCst);
-            // Waking every waiter: their senders are dropped here.
-            p2.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        })?;
-    Ok((
-        Conn {
-            out: Mutex::new(Out {
-                stream: s,
-                queued: Vec::new(),
-                count: 0,
-                writing: false,
-            }),
-            pending,
-            dead,
-        },
-        vol,
-    ))
 }

@@ -20,8 +20,63 @@ const WAKE: Token = Token(usize::MAX);
 /// written (backpressure: a client that does not read cannot make the
 /// server buffer without bound).
 const OUT_HIGH: usize = 8 << 20;
-/// How long a worker keeps polling without sleeping after an event.
-const SPIN: Duration = Duration::from_micros(50);
+/// After activity a worker polls for a while without sleeping (waking a
+/// sleeping thread costs several µs each way on small VMs), yielding the
+/// core between polls so clients on the same machine are not starved. How
+/// long adapts, as KVM's halt-polling does: when the next event came
+/// shortly after the worker went to sleep (within the most it may spin),
+/// spinning would have caught it and the window doubles; when it came
+/// later than that, spinning only burned the core and the window halves
+/// (down to none).
+struct Spin {
+    cur: Duration,
+    max: Duration,
+    /// Polling without sleeping until then.
+    until: Instant,
+    /// When the worker last went to sleep (`None`: it spins or works).
+    slept: Option<Instant>,
+}
+
+impl Spin {
+    fn new(max: Duration) -> Spin {
+        Spin {
+            cur: max / 2,
+            max,
+            until: Instant::now(),
+            slept: None,
+        }
+    }
+
+    /// How long the next poll may sleep.
+    fn timeout(&mut self) -> Duration {
+        let now = Instant::now();
+        if now < self.until {
+            std::thread::yield_now();
+            return Duration::ZERO;
+        }
+        self.slept.get_or_insert(now);
+        Duration::from_millis(1000)
+    }
+
+    /// The poll returned; `active`: with events.
+    fn polled(&mut self, active: bool) {
+        if !active {
+            return;
+        }
+        let now = Instant::now();
+        if let Some(t) = self.slept.take() {
+            if now - t <= self.max {
+                self.cur = (self.cur * 2).clamp(Duration::from_micros(5), self.max);
+            } else {
+                self.cur /= 2;
+                if self.cur < Duration::from_micros(2) {
+                    self.cur = Duration::ZERO;
+                }
+            }
+        }
+        self.until = now + self.cur;
+    }
+}
 
 #[derive(PartialEq)]
 enum State {
@@ -95,15 +150,9 @@ pub fn worker(
     let mut events = Events::with_capacity(256);
     let mut replies = Vec::new();
     let mut last_sweep = Instant::now();
-    let mut busy_until = Instant::now();
+    let mut spin = Spin::new(shared.cfg.spin);
     loop {
-        // Poll without sleeping for a moment after activity: waking a
-        // sleeping thread costs several µs each way on small VMs.
-        let timeout = if Instant::now() < busy_until {
-            Duration::ZERO
-        } else {
-            Duration::from_millis(1000)
-        };
+        let timeout = spin.timeout();
         if let Err(e) = poll.poll(&mut events, Some(timeout)) {
             if e.kind() != io::ErrorKind::Interrupted {
                 break;
@@ -112,9 +161,7 @@ pub fn worker(
         if shared.stop.load(Ordering::SeqCst) {
             break;
         }
-        if !events.is_empty() {
-            busy_until = Instant::now() + SPIN;
-        }
+        spin.polled(!events.is_empty());
         for ev in events.iter() {
             if ev.token() == WAKE {
                 while let Ok(mut s) = rx.try_recv() {

@@ -80,6 +80,9 @@ pub struct Config {
     /// cache; docs/data.md); a connection at the limit is told to cache
     /// briefly. All connections together: 16 times this.
     pub watch_cap: usize,
+    /// Most a worker polls without sleeping after activity; below this it
+    /// adapts to how soon the next request comes (zero: never spins).
+    pub spin: Duration,
 }
 
 impl Default for Config {
@@ -97,6 +100,7 @@ impl Default for Config {
             blocks: None,
             free_grace: Duration::from_secs(90),
             watch_cap: DEFAULT_WATCH_CAP,
+            spin: DEFAULT_SPIN,
         }
     }
 }
@@ -104,6 +108,9 @@ impl Default for Config {
 /// Inodes watched per connection unless configured otherwise (about 15
 /// MiB of server memory for a connection at the limit).
 pub const DEFAULT_WATCH_CAP: usize = 256 * 1024;
+
+/// Most a worker spins unless configured otherwise.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 
 /// State shared by the acceptor, the workers and shutdown handles.
 pub(crate) struct Shared {

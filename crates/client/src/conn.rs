@@ -1,0 +1,602 @@
+//! One connection to the server.
+//!
+//! Out: requests are coalesced into shared frames (whoever finds no write
+//! in progress writes everything queued, its own and others').
+//!
+//! Back (leader/follower): a caller waiting for a reply reads the socket
+//! itself when nobody else does (the *leader*); it hands the replies it
+//! finds for others to them (waking each owner once) and keeps reading
+//! until its own reply is there. Leaving, it wakes one waiting caller
+//! (a *follower*) whose reply has not come to lead in its place. The usual
+//! round trip so costs the caller one wake-up (the socket's), not two (a
+//! reader thread's, then the caller's).
+//!
+//! A background thread is the reader of last resort: only when no request
+//! has been in flight for [`QUIET`] does it wait for the socket (without
+//! reading), and then reads what is there without blocking. So an idle
+//! connection still hears the server's notices and its closing at once,
+//! and a busy one is read only by the callers waiting on it.
+//!
+//! Every rule lives under one lock ([`St`]): a reply goes into its slot
+//! and the slot's parked waiter is woken under it; a follower parks only
+//! after recording itself under it while a leader exists; a leader steps
+//! down under it and wakes a recorded follower. Nothing is decided outside
+//! the lock, so no wake-up can be lost (`park`'s token covers an unpark
+//! that comes before the park).
+
+use crate::{ClientError, Inner, Result, Volume};
+use solofs_proto::{
+    auth_mac, decode_notices, decode_replies, put_frame, split_frame, FrameType, Notice,
+    NoticeSink, Reader, Reply, Writer, MAGIC, MAX_FRAME, NONCE_LEN, PROTOCOL_VERSION,
+};
+use std::collections::{HashMap, HashSet};
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+/// How long no request must have been in flight before the background
+/// thread waits on the socket (while requests are in flight their callers
+/// read; a notice arriving just after them waits at most about this long).
+const QUIET: Duration = Duration::from_millis(10);
+
+/// A leader blocked in a read looks at its deadline this often.
+const TICK: Duration = Duration::from_secs(1);
+
+/// Where the server's notices go.
+pub(crate) type Notices = Arc<RwLock<Option<NoticeSink>>>;
+
+pub(crate) fn tell(sink: &Notices, list: &[Notice]) {
+    if let Some(f) = &*sink.read().unwrap_or_else(|e| e.into_inner()) {
+        f(list);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A connection: the writing half and the [`Link`] its replies come back
+/// on.
+pub(crate) struct Conn {
+    out: Mutex<Out>,
+    link: Arc<Link>,
+}
+
+impl Drop for Conn {
+    /// The background thread holds the socket too: shut it down so the
+    /// server sees the client go (and that thread ends).
+    fn drop(&mut self) {
+        let _ = lock(&self.out).stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+struct Out {
+    stream: TcpStream,
+    queued: Vec<u8>,
+    count: u32,
+    writing: bool,
+}
+
+/// The reading half, shared by the callers and the background thread.
+struct Link {
+    st: Mutex<St>,
+    /// The background thread waits here for the connection to go quiet.
+    quiet: Condvar,
+    /// The socket and the bytes of a frame not yet complete: only the
+    /// leader touches them.
+    rd: Mutex<Rd>,
+    /// For waiting on without reading, and for shutting down.
+    sock: TcpStream,
+    /// `St::dead`, readable without the lock.
+    dead: AtomicBool,
+    notices: Notices,
+}
+
+struct Rd {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+struct St {
+    /// Requests sent and not yet taken by their caller.
+    want: HashMap<u64, Slot>,
+    /// Requests whose caller is parked following (their slot has a
+    /// waiter and no reply).
+    parked: HashSet<u64>,
+    /// Someone reads the socket.
+    leader: bool,
+    dead: bool,
+    /// When a leader last stepped down.
+    last: Instant,
+}
+
+#[derive(Default)]
+struct Slot {
+    reply: Option<Reply>,
+    waiter: Option<Thread>,
+}
+
+/// How waiting for one reply ended.
+pub(crate) enum Waited {
+    Reply(Reply),
+    /// The connection is gone.
+    Lost,
+    Timeout,
+}
+
+/// What a leader's read brought.
+enum Frame {
+    Replies(Vec<Reply>),
+    Notices(Vec<Notice>),
+    /// Nothing within a [`TICK`].
+    Nothing,
+    /// The connection is over (closed, an error frame, nonsense).
+    Over,
+}
+
+impl St {
+    /// Puts replies in their slots and wakes their waiters.
+    fn deliver(&mut self, replies: Vec<Reply>) {
+        for rep in replies {
+            let id = rep.id;
+            if let Some(s) = self.want.get_mut(&id) {
+                s.reply = Some(rep);
+                if let Some(t) = s.waiter.take() {
+                    self.parked.remove(&id);
+                    t.unpark();
+                }
+            }
+        }
+    }
+
+    /// The leader leaves: a parked follower (whose reply has not come)
+    /// leads next. With none, the next caller to wait leads (or the
+    /// background thread once all is quiet).
+    fn step_down(&mut self) {
+        self.leader = false;
+        self.last = Instant::now();
+        if let Some(&id) = self.parked.iter().next() {
+            self.parked.remove(&id);
+            if let Some(t) = self.want.get_mut(&id).and_then(|s| s.waiter.take()) {
+                t.unpark();
+            }
+        }
+    }
+}
+
+impl Conn {
+    /// Is the connection known to be gone?
+    pub fn dead(&self) -> bool {
+        self.link.dead.load(Ordering::SeqCst)
+    }
+
+    /// Gives the connection up: every waiter hears it is lost.
+    pub fn kill(&self) {
+        self.link.kill();
+    }
+
+    /// Records that replies with these ids are awaited; false if the
+    /// connection is already gone (they would never come).
+    pub fn expect(&self, ids: &[u64]) -> bool {
+        let mut st = lock(&self.link.st);
+        if st.dead {
+            return false;
+        }
+        for &id in ids {
+            st.want.insert(id, Slot::default());
+        }
+        true
+    }
+
+    /// No longer waits for these replies.
+    pub fn forget(&self, ids: &[u64]) {
+        let mut st = lock(&self.link.st);
+        for id in ids {
+            st.want.remove(id);
+            st.parked.remove(id);
+        }
+    }
+
+    /// Waits until `deadline` for the reply to `id` (which must have been
+    /// [`Conn::expect`]ed), leading or following.
+    pub fn wait(&self, id: u64, deadline: Instant) -> Waited {
+        let link = &*self.link;
+        let mut st = lock(&link.st);
+        loop {
+            match st.want.get_mut(&id) {
+                None => return Waited::Lost,
+                Some(s) => {
+                    if let Some(r) = s.reply.take() {
+                        st.want.remove(&id);
+                        return Waited::Reply(r);
+                    }
+                }
+            }
+            if st.dead {
+                st.want.remove(&id);
+                return Waited::Lost;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                st.want.remove(&id);
+                st.parked.remove(&id);
+                return Waited::Timeout;
+            }
+            if !st.leader {
+                st.leader = true;
+                st = link.lead(st, id, deadline);
+                continue;
+            }
+            if let Some(s) = st.want.get_mut(&id) {
+                s.waiter = Some(std::thread::current());
+            }
+            st.parked.insert(id);
+            drop(st);
+            std::thread::park_timeout(deadline - now);
+            st = lock(&link.st);
+            if let Some(s) = st.want.get_mut(&id) {
+                if s.waiter.take().is_some() {
+                    st.parked.remove(&id);
+                }
+            }
+        }
+    }
+}
+
+impl Link {
+    /// Marks the connection gone and wakes everyone waiting on it.
+    fn kill(&self) {
+        let mut st = lock(&self.st);
+        self.kill_locked(&mut st);
+    }
+
+    fn kill_locked(&self, st: &mut St) {
+        st.dead = true;
+        self.dead.store(true, Ordering::SeqCst);
+        for (_, s) in st.want.drain() {
+            if let Some(t) = s.waiter {
+                t.unpark();
+            }
+        }
+        st.parked.clear();
+        self.quiet.notify_all();
+        let _ = self.sock.shutdown(std::net::Shutdown::Both);
+    }
+
+    /// As the leader (`st.leader` set by the caller): reads until the reply
+    /// to `id` is there, the deadline passes or the connection ends; then
+    /// steps down. Returns the lock.
+    fn lead<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, St>,
+        id: u64,
+        deadline: Instant,
+    ) -> MutexGuard<'a, St> {
+        loop {
+            drop(st);
+            let f = self.read_frame();
+            if let Frame::Notices(list) = &f {
+                // In order: before any reply that follows them.
+                tell(&self.notices, list);
+            }
+            st = lock(&self.st);
+            match f {
+                Frame::Replies(r) => st.deliver(r),
+                Frame::Over => {
+                    self.kill_locked(&mut st);
+                    st.leader = false;
+                    return st;
+                }
+                Frame::Notices(_) | Frame::Nothing => {}
+            }
+            let done = st.want.get(&id).is_none_or(|s| s.reply.is_some());
+            if done || st.dead || Instant::now() >= deadline {
+                st.step_down();
+                return st;
+            }
+        }
+    }
+
+    /// Reads one frame (blocking, at most about a [`TICK`] when nothing
+    /// comes).
+    fn read_frame(&self) -> Frame {
+        let mut rd = lock(&self.rd);
+        let rd = &mut *rd;
+        match read_frame(&mut rd.stream, &mut rd.buf) {
+            Ok((ty, payload)) => frame(ty, &payload),
+            // The bytes read so far stay in the buffer: the next read
+            // goes on where this one stopped.
+            Err(ClientError::Io(e))
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                Frame::Nothing
+            }
+            Err(_) => Frame::Over,
+        }
+    }
+
+    /// As the leader: handles every frame already received, without
+    /// waiting for more. False: the connection is over.
+    fn drain(&self) -> bool {
+        let mut rd = lock(&self.rd);
+        let mut tmp = [0u8; 64 * 1024];
+        loop {
+            loop {
+                let f = match split_frame(&rd.buf, MAX_FRAME) {
+                    Ok(Some((ty, payload, n))) => {
+                        let f = frame(ty, payload);
+                        rd.buf.drain(..n);
+                        f
+                    }
+                    Ok(None) => break,
+                    Err(_) => Frame::Over,
+                };
+                match f {
+                    Frame::Notices(list) => tell(&self.notices, &list),
+                    Frame::Replies(r) => lock(&self.st).deliver(r),
+                    Frame::Nothing => {}
+                    Frame::Over => return false,
+                }
+            }
+            use rustix::net::{recv, RecvFlags};
+            match recv(&self.sock, &mut tmp[..], RecvFlags::DONTWAIT) {
+                Ok((0, _)) => return false,
+                Ok((n, _)) => rd.buf.extend_from_slice(&tmp[..n]),
+                Err(rustix::io::Errno::AGAIN) => return true,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// The reader of last resort: when no request has been in flight for
+    /// a while, waits for the socket to have something and reads it.
+    fn background(&self) {
+        use rustix::event::{poll, PollFd, PollFlags};
+        loop {
+            {
+                let mut st = lock(&self.st);
+                loop {
+                    if st.dead {
+                        return;
+                    }
+                    if !st.leader && st.want.is_empty() && st.last.elapsed() >= QUIET {
+                        break;
+                    }
+                    st = self
+                        .quiet
+                        .wait_timeout(st, QUIET)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+            }
+            // Wait without reading: a caller that starts meanwhile reads
+            // its own reply.
+            let mut fds = [PollFd::new(&self.sock, PollFlags::IN)];
+            match poll(&mut fds, None) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return self.kill(),
+            }
+            let mut st = lock(&self.st);
+            if st.dead {
+                return;
+            }
+            if st.leader || !st.want.is_empty() {
+                continue; // callers read
+            }
+            st.leader = true;
+            drop(st);
+            let alive = self.drain();
+            let mut st = lock(&self.st);
+            if !alive {
+                self.kill_locked(&mut st);
+                st.leader = false;
+                return;
+            }
+            st.step_down();
+        }
+    }
+}
+
+/// Decodes a frame from the server.
+fn frame(ty: FrameType, payload: &[u8]) -> Frame {
+    match ty {
+        FrameType::Replies => decode_replies(payload).map_or(Frame::Over, Frame::Replies),
+        FrameType::Notices => decode_notices(payload).map_or(Frame::Over, Frame::Notices),
+        // ERROR or nonsense: the connection is over.
+        _ => Frame::Over,
+    }
+}
+
+impl Conn {
+    /// Queues encoded requests; the caller that finds no write in progress
+    /// writes everything queued (its own and others') as one frame.
+    pub fn send(&self, buf: Vec<u8>, count: u32) -> Result<()> {
+        let mut o = lock(&self.out);
+        o.queued.extend_from_slice(&buf);
+        o.count += count;
+        if o.writing {
+            return Ok(());
+        }
+        o.writing = true;
+        loop {
+            let body = std::mem::take(&mut o.queued);
+            let n = std::mem::take(&mut o.count);
+            let mut frame = Vec::with_capacity(body.len() + 9);
+            put_frame(&mut frame, FrameType::Requests, |b| {
+                b.extend_from_slice(&n.to_le_bytes());
+                b.extend_from_slice(&body);
+            });
+            let mut stream = o.stream.try_clone()?;
+            drop(o);
+            let r = stream.write_all(&frame);
+            o = lock(&self.out);
+            if let Err(e) = r {
+                o.writing = false;
+                drop(o);
+                self.kill();
+                return Err(e.into());
+            }
+            if o.queued.is_empty() {
+                o.writing = false;
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn read_frame(s: &mut TcpStream, buf: &mut Vec<u8>) -> Result<(FrameType, Vec<u8>)> {
+    let mut tmp = [0u8; 64 * 1024];
+    loop {
+        if let Some((ty, payload, n)) =
+            split_frame(buf, MAX_FRAME).map_err(|e| ClientError::Protocol(e.to_string()))?
+        {
+            let p = payload.to_vec();
+            buf.drain(..n);
+            return Ok((ty, p));
+        }
+        let n = s.read(&mut tmp)?;
+        if n == 0 {
+            return Err(ClientError::Io(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "server closed the connection",
+            )));
+        }
+        buf.extend_from_slice(&tmp[..n]);
+    }
+}
+
+fn server_error(payload: &[u8]) -> ClientError {
+    let mut r = Reader::new(payload);
+    let _errno = r.u32();
+    let msg = r
+        .bytes(4096)
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .unwrap_or_default();
+    ClientError::Refused(msg)
+}
+
+/// Connects, authenticates and starts the connection's background thread.
+pub(crate) fn handshake(inner: &Inner) -> Result<(Conn, Volume)> {
+    let addr = inner.addr.to_socket_addrs()?.next().ok_or_else(|| {
+        ClientError::Io(io::Error::new(
+            io::ErrorKind::NotFound,
+            "address resolves to nothing",
+        ))
+    })?;
+    let mut s = TcpStream::connect_timeout(&addr, inner.opts.connect_timeout)?;
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(inner.opts.connect_timeout))?;
+    let mut out = Vec::new();
+    put_frame(&mut out, FrameType::Hello, |b| {
+        let mut w = Writer(b);
+        w.u32(MAGIC);
+        w.u16(PROTOCOL_VERSION);
+    });
+    s.write_all(&out)?;
+    let mut buf = Vec::new();
+    let not_solofs = |why: String| {
+        ClientError::Protocol(format!(
+            "{} does not answer as a SoloFS server ({why}); is it the right address and port?",
+            inner.addr
+        ))
+    };
+    let (ty, p) = match read_frame(&mut s, &mut buf) {
+        Ok(f) => f,
+        Err(ClientError::Protocol(why)) => return Err(not_solofs(why)),
+        Err(ClientError::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
+            return Err(not_solofs("it closed the connection".into()))
+        }
+        Err(ClientError::Io(e))
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            return Err(not_solofs("no reply to the greeting in time".into()))
+        }
+        Err(e) => return Err(e),
+    };
+    if ty == FrameType::Error {
+        return Err(server_error(&p));
+    }
+    if ty != FrameType::Challenge {
+        return Err(not_solofs(format!("its first frame is {ty:?}")));
+    }
+    let mut r = Reader::new(&p);
+    let bad = |_| ClientError::Protocol("bad CHALLENGE".into());
+    let version = r.u16().map_err(bad)?;
+    if version != PROTOCOL_VERSION {
+        return Err(ClientError::Protocol(format!(
+            "server speaks protocol {version}"
+        )));
+    }
+    let nonce = r.take(NONCE_LEN).map_err(bad)?.to_vec();
+    let volume = r.take(16).map_err(bad)?.to_vec();
+    let mut vol = Volume::default();
+    vol.id.copy_from_slice(&volume);
+    let mac = auth_mac(&inner.secret, &nonce, &volume);
+    out.clear();
+    put_frame(&mut out, FrameType::Auth, |b| {
+        b.extend_from_slice(&mac);
+        b.extend_from_slice(&inner.id);
+    });
+    s.write_all(&out)?;
+    let (ty, p) = read_frame(&mut s, &mut buf)?;
+    match ty {
+        FrameType::Welcome => {
+            let mut r = Reader::new(&p);
+            let bad = |_| ClientError::Protocol("bad WELCOME".into());
+            let _max_frame = r.u32().map_err(bad)?;
+            let _max_batch = r.u32().map_err(bad)?;
+            vol.root = r.u64().map_err(bad)?;
+            vol.block_size = r.u64().map_err(bad)?;
+            vol.storage = String::from_utf8_lossy(r.bytes(4096).map_err(bad)?).into_owned();
+        }
+        FrameType::Error => return Err(server_error(&p)),
+        _ => return Err(ClientError::Protocol("expected WELCOME".into())),
+    }
+    // A leader blocked in a read looks at its deadline this often.
+    s.set_read_timeout(Some(TICK))?;
+    let link = Arc::new(Link {
+        st: Mutex::new(St {
+            want: HashMap::new(),
+            parked: HashSet::new(),
+            leader: false,
+            dead: false,
+            last: Instant::now(),
+        }),
+        quiet: Condvar::new(),
+        rd: Mutex::new(Rd {
+            stream: s.try_clone()?,
+            buf,
+        }),
+        sock: s.try_clone()?,
+        dead: AtomicBool::new(false),
+        notices: inner.notices.clone(),
+    });
+    let l2 = link.clone();
+    std::thread::Builder::new()
+        .name("solofs-client-reader".into())
+        .spawn(move || l2.background())?;
+    Ok((
+        Conn {
+            out: Mutex::new(Out {
+                stream: s,
+                queued: Vec::new(),
+                count: 0,
+                writing: false,
+            }),
+            link,
+        },
+        vol,
+    ))
+}
