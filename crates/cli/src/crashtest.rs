@@ -161,6 +161,8 @@ enum W {
     /// Store `size` bytes (pattern `seed`) and commit the size.
     Data(&'static str, u64, u8),
     Truncate(&'static str, u64),
+    /// Keep `size` bytes (pattern `seed`) inline in the pool.
+    Inline(&'static str, u64, u8),
 }
 
 /// Block size of crash-test volumes (small: many blocks, fast).
@@ -214,6 +216,14 @@ fn check_data(
             .with_context(|| format!("data file {p}"))?;
         if a.size != size {
             bail!("{p}: size {} after the crash, {size} acknowledged", a.size);
+        }
+        let (_, inline) = c.open_data(&r, a.ino, solofs_meta::Access::Read)?;
+        c.release(&r, a.ino, solofs_meta::Access::Read)?;
+        if let Some(d) = inline {
+            if (d.len() as u64) > size || (0..d.len()).any(|i| d[i] != pattern(seed, i as u64)) {
+                bail!("{p}: inline bytes are wrong");
+            }
+            continue;
         }
         for b in 0..size.div_ceil(bs) {
             let d = store
@@ -298,6 +308,13 @@ fn workload() -> Vec<W> {
         Rename("/b/d3", "/b/d4", 0),
         Create("/a/d5"),
         Data("/a/d5", 500_000, 5),
+        Create("/a/i1"),
+        Inline("/a/i1", 3000, 6),
+        Inline("/a/i1", 700, 7),
+        Truncate("/a/i1", 100),
+        Create("/b/i2"),
+        Inline("/b/i2", 4000, 8),
+        Rename("/b/i2", "/a/i1", 0),
         Mkdir("/c"),
         Bulk("/c", 20_000),
     ]
@@ -322,7 +339,8 @@ fn apply(t: &mut Tree, w: &W) {
         W::Symlink(p) => {
             t.insert(p.to_string(), FileType::Symlink);
         }
-        W::Chmod(_) | W::Xattr(_) | W::Bulk(..) | W::Data(..) | W::Truncate(..) => {}
+        W::Chmod(_) | W::Xattr(_) | W::Bulk(..) | W::Data(..) | W::Inline(..) | W::Truncate(..) => {
+        }
         W::Link(a, b) => {
             if let Some(k) = kind_of(t, a) {
                 t.insert(b.to_string(), k);
@@ -362,7 +380,7 @@ fn apply(t: &mut Tree, w: &W) {
 /// Applies one acknowledged step to the data model.
 fn apply_data(m: &mut DataModel, w: &W) {
     match w {
-        W::Data(p, size, seed) => {
+        W::Data(p, size, seed) | W::Inline(p, size, seed) => {
             m.insert(p.to_string(), (*size, *seed));
         }
         W::Truncate(p, size) => {
@@ -395,7 +413,9 @@ fn apply_data(m: &mut DataModel, w: &W) {
 /// Paths whose data a step touches.
 fn data_paths(w: &W) -> Vec<String> {
     match w {
-        W::Data(p, ..) | W::Truncate(p, _) | W::Unlink(p) => vec![p.to_string()],
+        W::Data(p, ..) | W::Inline(p, ..) | W::Truncate(p, _) | W::Unlink(p) => {
+            vec![p.to_string()]
+        }
         W::Rename(a, b, _) => vec![a.to_string(), b.to_string()],
         _ => Vec::new(),
     }
@@ -446,7 +466,7 @@ fn op_of(w: &W) -> Op {
             to: p(b),
             flags: *f,
         },
-        W::Bulk(..) | W::Data(..) => Op::Noop,
+        W::Bulk(..) | W::Data(..) | W::Inline(..) => Op::Noop,
         W::Truncate(s, size) => Op::Setattr {
             target: tp(s),
             set: SetAttr {
@@ -556,6 +576,11 @@ fn one_point(bin: &Path, dir: &Path, point: &str) -> Result<String> {
         }
         let res = match w {
             W::Data(p, size, seed) => write_data(&c, &store, p, size, seed).map(|_| ()),
+            W::Inline(p, size, seed) => c.lookup(&r, path(p)).and_then(|a| {
+                let d = (0..size).map(|i| pattern(seed, i)).collect();
+                c.write_inline(&r, a.ino, d, 1, SetAttr::default())
+                    .map(|_| ())
+            }),
             _ => c.call(&r, op_of(&w)).map(|_| ()),
         };
         match res {

@@ -15,7 +15,7 @@ solofs — a file system whose whole namespace lives on one metadata server
 USAGE:
     solofs up MOUNTPOINT [--data DIR]     format if needed, serve and mount (Ctrl-C stops)
     solofs mount --server ADDR --secret-file FILE MOUNTPOINT
-    solofs mkfs (--data DIR | POOL) [--storage URL] [--block-size BYTES] [--shards N]
+    solofs mkfs (--data DIR | POOL) [--storage URL] [--block-size BYTES] [--shards N] [--inline-max BYTES]
                 [--durability process|pmem]
     solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--config FILE]
     solofs stats METRICS_ADDR [--interval SECS] [--count N]
@@ -111,13 +111,21 @@ fn mkfs(args: Vec<std::ffi::OsString>) -> Result<()> {
             Long("shards") => cfg.shards = p.value()?.parse()?,
             Long("storage") => cfg.storage = p.value()?.parse()?,
             Long("block-size") => cfg.block_size = p.value()?.parse()?,
+            Long("inline-max") => {
+                cfg.inline_max = p.value()?.parse()?;
+                if cfg.inline_max >= cfg.block_size.min(32769) {
+                    anyhow::bail!(
+                        "--inline-max is 0 (none) up to 32768 bytes, below the block size"
+                    );
+                }
+            }
             Long("durability") => {
                 let v: String = p.value()?.parse()?;
                 cfg.durability = Durability::parse(&v).context("durability is process or pmem")?;
             }
             Long("data") => data = Some(p.value()?.into()),
             Long("help") | Short('h') => {
-                println!("solofs mkfs (--data DIR | POOL) [--storage URL] [--block-size BYTES] [--shards N] [--durability process|pmem]");
+                println!("solofs mkfs (--data DIR | POOL) [--storage URL] [--block-size BYTES] [--shards N] [--durability process|pmem] [--inline-max BYTES]\n  --inline-max BYTES  files up to this size keep their bytes in the metadata pool, not the object store (default 4096; 0: never)");
                 return Ok(());
             }
             Value(v) if path.is_none() => path = Some(v.into()),

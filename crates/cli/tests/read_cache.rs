@@ -48,6 +48,9 @@ fn rereads_come_from_the_cache_and_never_wrong() {
     let out = Command::new(BIN)
         .args([
             "mkfs",
+            // Blocks, not inline files: this test is about the cache.
+            "--inline-max",
+            "0",
             "--block-size",
             "1048576",
             "--storage",

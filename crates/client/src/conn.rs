@@ -560,6 +560,7 @@ pub(crate) fn handshake(inner: &Inner) -> Result<(Conn, Volume)> {
             vol.root = r.u64().map_err(bad)?;
             vol.block_size = r.u64().map_err(bad)?;
             vol.storage = String::from_utf8_lossy(r.bytes(4096).map_err(bad)?).into_owned();
+            vol.inline_max = r.u64().map_err(bad)?;
         }
         FrameType::Error => return Err(server_error(&p)),
         _ => return Err(ClientError::Protocol("expected WELCOME".into())),

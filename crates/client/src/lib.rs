@@ -282,13 +282,28 @@ impl Client {
     /// alive on the server until [`Client::release`], even if it is
     /// unlinked.
     pub fn open(&self, cred: &Cred, ino: u64, access: Access) -> Result<Attr> {
+        self.open_data(cred, ino, access).map(|(a, _)| a)
+    }
+
+    /// [`Client::open`], with the file's bytes if it is kept in the
+    /// metadata pool (a small file, docs/format.md §5.3b).
+    pub fn open_data(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        access: Access,
+    ) -> Result<(Attr, Option<Vec<u8>>)> {
         let flags = OpenFlags {
             access,
             again: false,
         };
-        let a = self.attr(cred, Op::Open { ino, flags })?;
+        let r = match self.call(cred, Op::Open { ino, flags })? {
+            Body::Attr(a) => (a, None),
+            Body::Inline(a, d) => (a, Some(d)),
+            b => return Err(unexpected(b)),
+        };
         self.note_open(cred, ino, access);
-        Ok(a)
+        Ok(r)
     }
 
     /// Creates a regular file (exclusively) and opens it like
@@ -372,6 +387,29 @@ impl Client {
             Op::WriteCommit {
                 ino,
                 size,
+                mtime,
+                set,
+            },
+        )
+    }
+
+    /// A writer's flush of a whole small file kept in the metadata pool:
+    /// `data` is its content, mtime `mtime`, then `set` (held-back
+    /// attribute changes). `Errno(EFBIG)`: not possible for this file (too
+    /// large, or its data is in blocks); store blocks instead.
+    pub fn write_inline(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        data: Vec<u8>,
+        mtime: i64,
+        set: SetAttr,
+    ) -> Result<Attr> {
+        self.attr(
+            cred,
+            Op::WriteInline {
+                ino,
+                data,
                 mtime,
                 set,
             },
@@ -475,7 +513,7 @@ impl Client {
 
     fn made(&self, cred: &Cred, op: Op) -> Result<Made> {
         match self.call(cred, op)? {
-            Body::Attr(attr) => Ok(Made { attr, parent: None }),
+            Body::Attr(attr) | Body::Inline(attr, _) => Ok(Made { attr, parent: None }),
             Body::Created(attr, p) => Ok(Made {
                 attr,
                 parent: Some(p),

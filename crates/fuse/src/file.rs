@@ -162,6 +162,14 @@ pub(crate) struct OpenFile {
     /// through it since: it has none (the kernel's `security.capability`
     /// probe before a chown is answered without the server).
     pub no_xattrs: bool,
+    /// The volume's inline threshold (0: files are never kept inline).
+    pub inline_max: u64,
+    /// The file's bytes as the server keeps them in its pool (a small
+    /// file), when it does.
+    inline: Option<Bytes>,
+    /// The server would keep this file inline: it is inline or empty
+    /// there, and this mount stored no block of it since.
+    inlinable: bool,
 }
 
 /// How `pending` changes a time.
@@ -197,6 +205,9 @@ impl OpenFile {
             pending_cred: None,
             cache: None,
             no_xattrs: false,
+            inline_max: 0,
+            inline: None,
+            inlinable: size == 0,
         }
     }
 
@@ -276,6 +287,16 @@ impl OpenFile {
     /// or uncommitted): the server's attributes describe it.
     fn settled(&self) -> bool {
         !self.is_dirty() && self.dirty.is_empty() && self.inflight.is_empty()
+    }
+
+    /// Takes what an open learned: the size, and the bytes if the server
+    /// keeps the file inline (when nothing local is pending).
+    pub fn refresh_with(&mut self, size: u64, inline: Option<Vec<u8>>) {
+        if self.settled() {
+            self.inlinable = inline.is_some() || size == 0;
+            self.inline = inline.map(Bytes::from);
+        }
+        self.refresh(size);
     }
 
     pub fn refresh(&mut self, size: u64) {
@@ -359,6 +380,10 @@ impl OpenFile {
     fn load(&mut self, store: &BlockStore, b: u64) -> Result<Bytes> {
         if let Some(d) = self.clean.get(&b) {
             return Ok(d.clone());
+        }
+        if let Some(d) = &self.inline {
+            // Kept in the pool: no block exists.
+            return Ok(if b == 0 { d.clone() } else { Bytes::new() });
         }
         self.settle(b);
         if let Some(d) = self.dirty.get(&b).filter(|d| d.based) {
@@ -460,6 +485,7 @@ impl OpenFile {
             self.settle_oldest();
         }
         let data = Bytes::from(d.buf);
+        self.inlinable = false;
         self.uncache(b);
         self.stored = self.stored.max(b * self.bs + data.len() as u64);
         self.remember(b, data.clone());
@@ -468,11 +494,59 @@ impl OpenFile {
         Ok(())
     }
 
+    /// A whole small file to keep inline, if this flush can be one: the
+    /// file was inline or empty on the server, no block of it was stored
+    /// since, and it fits the threshold. Returns its bytes and mtime; the
+    /// caller commits them (`write_inline`), then calls
+    /// [`OpenFile::committed_inline`] (or, refused, [`OpenFile::no_inline`]
+    /// and a normal flush).
+    pub fn take_inline(&mut self, store: &BlockStore) -> Result<Option<(Vec<u8>, i64)>> {
+        let Some(mtime) = self.dirty_mtime else {
+            return Ok(None);
+        };
+        if !self.inlinable
+            || self.size > self.inline_max
+            || !self.inflight.is_empty()
+            || self.dirty.keys().any(|&b| b != 0)
+        {
+            return Ok(None);
+        }
+        let mut data = if self.dirty.contains_key(&0) {
+            self.base(store, 0)?;
+            self.dirty[&0].buf.clone()
+        } else {
+            self.load(store, 0)?.to_vec()
+        };
+        data.resize(self.size as usize, 0);
+        Ok(Some((data, mtime)))
+    }
+
+    /// The server keeps `data` as the file's content now.
+    pub fn committed_inline(&mut self, data: Vec<u8>) {
+        self.dirty.clear();
+        self.clean.clear();
+        self.clean_order.clear();
+        let n = data.len() as u64;
+        self.inline = Some(Bytes::from(data));
+        self.stored = n;
+        self.committed(n);
+    }
+
+    /// The server will not keep this file inline: store blocks.
+    pub fn no_inline(&mut self) {
+        self.inlinable = false;
+    }
+
     /// Sends every dirty block and waits until all are stored. Returns the
     /// (size, mtime) to commit, if anything was written. If a put failed,
     /// its block stays dirty (the next flush tries again) and nothing may
     /// be committed.
     pub fn flush(&mut self, store: &BlockStore) -> Result<Option<(u64, i64)>> {
+        if let (Some(d), Some(_)) = (&self.inline, self.dirty_mtime) {
+            // Out of the pool: the commit drops the inline bytes, so block
+            // 0 must hold them.
+            self.dirty.entry(0).or_insert_with(|| Dirty::unsent(d));
+        }
         let blocks: Vec<u64> = self.dirty.keys().copied().collect();
         for b in blocks {
             self.send(store, b)?;
@@ -488,6 +562,10 @@ impl OpenFile {
 
     /// The commit of a flush (of `size` bytes) reached the server.
     pub fn committed(&mut self, size: u64) {
+        if !self.inlinable {
+            // A commit of blocks: the server dropped the inline bytes.
+            self.inline = None;
+        }
         self.pending = SetAttr::default();
         self.pending_cred = None;
         self.dirty_mtime = None;
@@ -579,13 +657,25 @@ impl OpenFile {
     /// holding the new end keeps only its first bytes: the tail is zeroed
     /// in the store, so a later extension reads zeros.
     pub fn truncate(&mut self, store: &BlockStore, size: u64) -> Result<()> {
+        if let Some(d) = &self.inline {
+            // The server cut its copy too; no block to touch.
+            let d = d.slice(..(size as usize).min(d.len()));
+            self.inline = Some(d);
+            self.dirty.retain(|&b, _| b * self.bs < size.max(1));
+            if let Some(x) = self.dirty.get_mut(&0) {
+                x.cut(x.buf.len().min(size as usize));
+            }
+            self.size = size;
+            self.stored = self.stored.min(size);
+            return Ok(());
+        }
         if size < self.size && size % self.bs != 0 {
             let b = size / self.bs;
             let keep = (size % self.bs) as usize;
             if self.dirty.contains_key(&b) {
                 self.base(store, b)?;
                 self.dirty.get_mut(&b).expect("dirty").cut(keep);
-            } else if size < self.stored {
+            } else if size < self.stored && self.inline.is_none() {
                 let mut d = self.load(store, b)?.to_vec();
                 if d.len() > keep {
                     d.truncate(keep);

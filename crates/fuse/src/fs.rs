@@ -40,6 +40,8 @@ pub struct SoloFs {
     pub(crate) new_dirs: Arc<NewDirs>,
     pub(crate) coh: Arc<Coherence>,
     pub(crate) blocks: Option<Arc<BlockCache>>,
+    /// Files up to this size are kept in the server's pool (WELCOME).
+    pub(crate) inline_max: u64,
     pub(crate) releases: Releases,
 }
 
@@ -78,6 +80,7 @@ impl SoloFs {
             attrs,
             new_dirs,
             blocks,
+            inline_max: client.volume().inline_max,
             opts,
             creds: Creds::default(),
             files: Mutex::new(HashMap::new()),
@@ -131,12 +134,13 @@ impl SoloFs {
         if let Some(f) = self.file(ino) {
             self.send_held(&mut f.lock())?;
         }
-        let a = self.fresh(self.client.open(cred, ino, access))?;
-        Ok((self.opened(ino, access, &a), a))
+        let (a, data) = self.client.open_data(cred, ino, access).map_err(errno)?;
+        self.keep(&a);
+        Ok((self.opened(ino, access, &a, data), a))
     }
 
     /// Notes an open the server agreed to; returns the file handle.
-    fn opened(&self, ino: u64, access: Access, a: &Attr) -> u64 {
+    fn opened(&self, ino: u64, access: Access, a: &Attr, inline: Option<Vec<u8>>) -> u64 {
         loop {
             let f = self
                 .files
@@ -163,7 +167,8 @@ impl SoloFs {
             }
             g.handles += 1;
             g.writers += access.writes() as u32;
-            g.refresh(a.size);
+            g.inline_max = self.inline_max;
+            g.refresh_with(a.size, inline);
             g.use_cache(self.blocks.as_ref(), a);
             g.attr.mode = a.mode;
             break;
@@ -846,7 +851,7 @@ impl Filesystem for SoloFs {
             Ok(m) => {
                 self.note_made(parent.0, &m);
                 let a = m.attr;
-                let fh = self.opened(a.ino, acc, &a);
+                let fh = self.opened(a.ino, acc, &a, None);
                 if let Some(f) = self.file(a.ino) {
                     // New: no extended attributes (until this mount sets
                     // one; another mount's would be seen after the close).

@@ -107,6 +107,32 @@ impl SoloFs {
 
     /// Flushes `f` and commits its size and mtime.
     pub(crate) fn flush_file(&self, cred: &Cred, f: &mut OpenFile) -> Res<()> {
+        if let Some((data, mtime)) = f.take_inline(&self.store).map_err(data_errno)? {
+            // A small file: its bytes go with the commit, into the pool.
+            let set = f.pending.clone();
+            let who = f.pending_cred.clone().unwrap_or_else(|| cred.clone());
+            match self
+                .client
+                .write_inline(&who, f.ino, data.clone(), mtime, set)
+            {
+                Ok(a) => {
+                    self.keep(&a);
+                    f.committed_inline(data);
+                    return Ok(());
+                }
+                Err(e) if e.errno() == libc::EFBIG => f.no_inline(),
+                Err(e) if e.errno() == libc::ENOENT => {
+                    f.committed_inline(data);
+                    return Ok(());
+                }
+                Err(e) => {
+                    f.pending = SetAttr::default();
+                    f.pending_cred = None;
+                    self.attrs.forget(f.ino);
+                    return Err(errno(e));
+                }
+            }
+        }
         let pending = f.flush(&self.store).map_err(data_errno)?;
         if let Some((size, mtime)) = pending {
             self.commit(cred, f, size, mtime)?;

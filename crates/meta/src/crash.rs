@@ -68,7 +68,7 @@ pub const CREATE_STEPS: [&str; 5] = [
     "after_parent",
 ];
 /// Journaled operations (their steps: [`JOURNAL_STEPS`]).
-pub const JOURNAL_OPS: [&str; 10] = [
+pub const JOURNAL_OPS: [&str; 11] = [
     "rename_local",
     "rename_move",
     "rename_replace",
@@ -79,6 +79,7 @@ pub const JOURNAL_OPS: [&str; 10] = [
     "unlink_detach",
     "setattr",
     "xattr",
+    "inline",
 ];
 /// Steps of a journaled operation.
 pub const JOURNAL_STEPS: [&str; 2] = ["after_commit", "after_apply"];
@@ -158,6 +159,6 @@ mod tests {
         dedup.sort();
         dedup.dedup();
         assert_eq!(dedup.len(), all.len(), "duplicate crash point names");
-        assert_eq!(all.len(), 15 + 4 * 5 + 10 * 2);
+        assert_eq!(all.len(), 15 + 4 * 5 + 11 * 2);
     }
 }

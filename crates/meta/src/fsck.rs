@@ -56,6 +56,9 @@ pub enum Problem {
     /// A regular file's size beyond [`crate::MAX_FILE_SIZE`] (a damaged
     /// object). `fsck --data` sets it from the blocks in the store.
     BadSize { ino: u64, size: u64 },
+    /// Inline bytes (docs/format.md §5.3b) on a file that is not regular,
+    /// longer than the pool's inline threshold or than the file's size.
+    BadInline { ino: u64, len: u64 },
 }
 
 /// Result of a check.
@@ -379,10 +382,17 @@ impl Engine {
         inos.sort_unstable();
         for (&ino, &o) in inos {
             let mode = pool.ld(o + F_MODE)? as u32 & solofs_types::S_IFMT;
-            if st_kind(pool.ld(o)?) == K_FILE && mode == solofs_types::S_IFREG {
-                let size = pool.ld(o + F_SIZE)?;
-                if size > solofs_types::MAX_FILE_SIZE {
-                    r.problems.push(Problem::BadSize { ino, size });
+            if st_kind(pool.ld(o)?) != K_FILE {
+                continue;
+            }
+            let size = pool.ld(o + F_SIZE)?;
+            if mode == solofs_types::S_IFREG && size > solofs_types::MAX_FILE_SIZE {
+                r.problems.push(Problem::BadSize { ino, size });
+            }
+            if let Some(d) = self.inline_of(o)? {
+                let len = d.len() as u64;
+                if mode != solofs_types::S_IFREG || len > self.inline_max || len > size {
+                    r.problems.push(Problem::BadInline { ino, len });
                 }
             }
         }

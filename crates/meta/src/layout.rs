@@ -24,10 +24,17 @@ pub const H_SEG_SIZE: u64 = 96;
 pub const H_CHECKSUM: u64 = 104;
 pub const H_ROOT_ACCESS: u64 = 112;
 pub const H_RUNS: u64 = 120; // opens of this pool (to-free entries name their run)
+/// Largest file kept inline in the pool, in bytes (0: none).
+pub const H_INLINE_MAX: u64 = 2040;
 /// Data block size in bytes (power of two).
 pub const H_BLOCK_SIZE: u64 = 2048;
 /// Storage URL: u64 length, then the bytes.
 pub const H_STORAGE: u64 = 2056;
+/// Largest inline threshold a pool may have.
+pub const INLINE_LIMIT: u64 = 32768;
+/// The name under which a file's inline bytes sit in its attribute blob
+/// (a namespace no client may name).
+pub const INLINE_NAME: &[u8] = b"system.data";
 /// Longest storage URL.
 pub const STORAGE_MAX: usize = 1024;
 /// Per shard: name-index root, ino-index root (16 bytes each shard).

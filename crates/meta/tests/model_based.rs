@@ -21,6 +21,8 @@ struct Node {
     rdev: u64,
     target: Vec<u8>,
     xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// Bytes kept in the pool (empty: none).
+    inline: Vec<u8>,
     children: BTreeMap<Vec<u8>, u64>,
     parent: u64,
 }
@@ -118,6 +120,7 @@ impl Model {
             rdev: 0,
             target: Vec::new(),
             xattrs: BTreeMap::new(),
+            inline: Vec::new(),
             children: BTreeMap::new(),
             parent,
         }
@@ -594,6 +597,7 @@ impl World {
                             return Err(libc::EACCES);
                         }
                         new.size = s;
+                        new.inline.truncate(s as usize);
                     }
                     Ok(new)
                 })();
@@ -608,7 +612,49 @@ impl World {
                     self.check_attr(&got.unwrap(), ino, "setattr");
                 }
             }
-            78..=83 => {
+            82..=83 => {
+                // A writer's commit of a whole small file kept in the pool.
+                let ino = self.any_ino();
+                let len = *self.rng.pick(&[0, 1, 100, 4095, 4096, 4097, 6000]);
+                let data: Vec<u8> = (0..len).map(|k| (k as u64 * 7 + i as u64) as u8).collect();
+                let via_open = self.rng.chance(50);
+                let max = self.e().inline_max() as usize;
+                let want = (|| {
+                    if len > max {
+                        return Err(libc::EFBIG);
+                    }
+                    let n = self.m.node(ino)?;
+                    match n.mode & S_IFMT {
+                        S_IFREG => {}
+                        S_IFDIR => return Err(libc::EISDIR),
+                        _ => return Err(libc::EINVAL),
+                    }
+                    if !via_open && !allowed(&c, n, 2) {
+                        return Err(libc::EACCES);
+                    }
+                    if n.inline.is_empty() && n.size != 0 {
+                        return Err(libc::EFBIG);
+                    }
+                    let mut new = n.clone();
+                    new.size = len as u64;
+                    new.inline = data.clone();
+                    Ok(new)
+                })();
+                let got = self
+                    .e()
+                    .write_inline(&c, ino, &data, 1_000_000 + i as i64, via_open)
+                    .map_err(|e| e.errno());
+                assert_eq!(
+                    got.as_ref().map(|_| ()).map_err(|e| *e),
+                    want.as_ref().map(|_| ()).map_err(|e| *e),
+                    "#{i} write_inline {ino} of {len} bytes as {c:?}"
+                );
+                if let Ok(new) = want {
+                    self.m.nodes.insert(ino, new);
+                    self.check_attr(&got.unwrap(), ino, "write_inline");
+                }
+            }
+            78..=81 => {
                 let ino = self.any_ino();
                 let name = self
                     .rng
@@ -782,6 +828,11 @@ impl World {
                 for (k, v) in &n.xattrs {
                     assert_eq!(&e.getxattr(&root, c, k).unwrap(), v);
                 }
+                assert_eq!(
+                    e.inline_data(c).unwrap().unwrap_or_default(),
+                    n.inline,
+                    "{when}: inline bytes of {c}"
+                );
                 if n.is_dir() {
                     stack.push(c);
                 }
@@ -811,6 +862,7 @@ fn run(seed: u64, ops: usize) {
             rdev: 0,
             target: Vec::new(),
             xattrs: BTreeMap::new(),
+            inline: Vec::new(),
             children: BTreeMap::new(),
             parent: ROOT_INO,
         },

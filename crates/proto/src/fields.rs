@@ -10,6 +10,8 @@ pub const MAX_GROUPS: usize = 64;
 pub(crate) const NAME: usize = solofs_types::NAME_MAX;
 pub(crate) const PATH: usize = solofs_types::PATH_MAX;
 pub(crate) const VALUE: usize = solofs_types::XATTR_SIZE_MAX;
+/// The most bytes a file kept inline may have (any pool's threshold).
+pub(crate) const INLINE: usize = 32768;
 
 /// `Op::Open` flag on the wire: the open is re-registered after a reconnect.
 pub const OPEN_AGAIN: u32 = 0x100;

@@ -39,6 +39,9 @@ pub struct Welcome {
     pub block_size: u64,
     /// Where data blocks live (`file:///DIR`, `s3://…`; empty: nowhere).
     pub storage: String,
+    /// Files up to this many bytes are kept in the metadata pool
+    /// (`WriteInline`); 0: none.
+    pub inline_max: u64,
 }
 
 /// A server in the same process as its client (`solofs up`): requests are

@@ -2,7 +2,7 @@
 
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::fields::{
-    get_attr, get_entry, put_attr, put_entry, Field, BAD_ACCESS, NAME, PATH, VALUE,
+    get_attr, get_entry, put_attr, put_entry, Field, BAD_ACCESS, INLINE, NAME, PATH, VALUE,
 };
 use crate::ops::Op;
 use solofs_types::{Attr, Cred, DirEntry, StatFs};
@@ -42,6 +42,9 @@ pub enum Body {
     StatFs(StatFs),
     /// A new entry's attributes, and its directory's right after.
     Created(Attr, Attr),
+    /// An opened file's attributes and its bytes, kept in the metadata
+    /// pool (docs/format.md §5.3b).
+    Inline(Attr, Vec<u8>),
 }
 
 /// One reply: the request's id and its result (an errno on failure).
@@ -143,6 +146,11 @@ impl Reply {
                         put_attr(&mut w, a);
                         put_attr(&mut w, p);
                     }
+                    Body::Inline(a, d) => {
+                        w.u8(8);
+                        put_attr(&mut w, a);
+                        w.bytes(d);
+                    }
                     Body::StatFs(s) => {
                         w.u8(6);
                         w.u64(s.pool_bytes);
@@ -205,6 +213,7 @@ impl Reply {
                 name_max: r.u32()?,
             }),
             7 => Body::Created(get_attr(r)?, get_attr(r)?),
+            8 => Body::Inline(get_attr(r)?, r.bytes(INLINE)?.to_vec()),
             _ => return Err(DecodeError("bad reply body tag")),
         };
         Ok(Reply {
@@ -382,6 +391,12 @@ mod tests {
             },
             Op::Statfs,
             Op::Rewatch,
+            Op::WriteInline {
+                ino: 9,
+                data: b"small".to_vec(),
+                mtime: 3,
+                set: SetAttr::default(),
+            },
             Op::Getxattr {
                 target: t.clone(),
                 name: b"user.a".to_vec(),

@@ -5,7 +5,9 @@
 //! which the compiler then asks for).
 
 use crate::codec::{DecodeError, Reader, Writer};
-use crate::fields::{Closed, Field, Loc, OpenFlags, ReleaseFlags, Target, NAME, PATH, VALUE};
+use crate::fields::{
+    Closed, Field, Loc, OpenFlags, ReleaseFlags, Target, INLINE, NAME, PATH, VALUE,
+};
 use solofs_types::{Access, SetAttr};
 
 /// Declares the operations. Each line: wire code, variant, handler name
@@ -184,6 +186,13 @@ ops! {
     /// starts watching again (after a `Full` notice, once the client's
     /// caches of that time have expired). Read-only: it changes no file.
     26 Rewatch rewatch read;
+    /// A writer's flush of a whole small file, kept in the metadata pool
+    /// instead of the object store: `data` is the file's content (its size
+    /// is `data`'s length), mtime is set, then `set` as `WriteCommit`
+    /// does. Only for a regular file that is kept inline already or empty,
+    /// and `data` no longer than the volume's inline threshold (WELCOME);
+    /// else `EFBIG`, and the writer stores blocks instead.
+    27 WriteInline write_inline write { ino: u64, data: Vec<u8> = INLINE, mtime: i64, set: SetAttr };
 }
 
 impl Op {

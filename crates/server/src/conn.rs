@@ -435,6 +435,7 @@ fn frame(
                 w.u64(welcome.root);
                 w.u64(welcome.block_size);
                 w.bytes(welcome.storage.as_bytes());
+                w.u64(welcome.inline_max);
             });
             c.state = State::Ready;
         }

@@ -205,7 +205,11 @@ impl Serve for Exec<'_> {
         if !again {
             e.access(c, *ino, flags.access.mask())?;
         }
-        Ok(Body::Attr(a))
+        // A small file kept in the pool comes with its bytes.
+        match e.inline_data(*ino)? {
+            Some(d) => Ok(Body::Inline(a, d)),
+            None => Ok(Body::Attr(a)),
+        }
     }
     fn release(&self, _ino: &u64, _flags: &ReleaseFlags) -> Result<Body> {
         // The registration is the connection's business (conn.rs).
@@ -214,6 +218,14 @@ impl Serve for Exec<'_> {
     fn write_commit(&self, ino: &u64, size: &u64, mtime: &i64, set: &SetAttr) -> Result<Body> {
         let writing = (self.writing)(*ino);
         let a = self.e.write_commit(self.c, *ino, *size, *mtime, writing)?;
+        if *set == SetAttr::default() {
+            return Ok(Body::Attr(a));
+        }
+        self.setattr(&Target::Ino(*ino), set)
+    }
+    fn write_inline(&self, ino: &u64, data: &Vec<u8>, mtime: &i64, set: &SetAttr) -> Result<Body> {
+        let writing = (self.writing)(*ino);
+        let a = self.e.write_inline(self.c, *ino, data, *mtime, writing)?;
         if *set == SetAttr::default() {
             return Ok(Body::Attr(a));
         }

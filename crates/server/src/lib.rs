@@ -381,6 +381,7 @@ impl Shared {
             root: solofs_meta::ROOT_INO,
             block_size: self.engine.block_size(),
             storage: self.engine.storage_url().to_string(),
+            inline_max: self.engine.inline_max(),
         }
     }
 

@@ -363,7 +363,7 @@ impl Engine {
 
     /// Changes attributes of `ino` (chmod, chown, truncate, utimens).
     pub fn setattr(&self, cred: &Cred, ino: u64, sa: &SetAttr) -> Result<Attr> {
-        self.setattr_as(cred, ino, sa, false)
+        self.setattr_as(cred, ino, sa, Write::No)
     }
 
     /// Records what a writer did to a regular file: the size grows to
@@ -383,12 +383,38 @@ impl Engine {
             via_open,
             ..Default::default()
         };
-        self.setattr_as(cred, ino, &sa, true)
+        self.setattr_as(cred, ino, &sa, Write::Blocks)
     }
 
-    /// `setattr`; with `grow` the size only grows and an explicit mtime
-    /// needs write permission instead of ownership.
-    fn setattr_as(&self, cred: &Cred, ino: u64, sa: &SetAttr, grow: bool) -> Result<Attr> {
+    /// A writer's flush of a whole small file kept in the pool: `data`
+    /// becomes its content (size = its length), mtime is `mtime`. Allowed
+    /// for a regular file that is inline already or empty, with `data` no
+    /// longer than the pool's inline threshold (else `FileTooBig`: the
+    /// writer stores blocks instead).
+    pub fn write_inline(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        data: &[u8],
+        mtime: i64,
+        via_open: bool,
+    ) -> Result<Attr> {
+        if data.len() as u64 > self.inline_max {
+            return Err(Error::FileTooBig);
+        }
+        let sa = SetAttr {
+            size: Some(data.len() as u64),
+            mtime: TimeSet::At(mtime),
+            via_open,
+            ..Default::default()
+        };
+        self.setattr_as(cred, ino, &sa, Write::Inline(data))
+    }
+
+    /// `setattr`; as a writer's commit (`how`), an explicit mtime needs
+    /// write permission instead of ownership.
+    fn setattr_as(&self, cred: &Cred, ino: u64, sa: &SetAttr, how: Write) -> Result<Attr> {
+        let grow = how != Write::No;
         self.check_writable()?;
         if sa.size.is_some_and(|s| s > solofs_types::MAX_FILE_SIZE) {
             return Err(Error::FileTooBig);
@@ -480,16 +506,23 @@ impl Engine {
             if sa.size.is_some() && sa.mtime == TimeSet::Omit {
                 mtime = t;
             }
-            let j = self.journal(ctx);
+            let mut j = self.journal(ctx);
             let mut ops = Vec::new();
             match obj {
                 Obj::File(f) => {
+                    if let Some(size) = sa.size {
+                        self.inline_follows(ctx, &mut j, &mut ops, f, ino, size, cur.size, how)?;
+                    }
                     let mw = self.pool.ld(f + F_MODE)?;
                     let set = |field, val| Op::Set { obj: f, field, val };
                     ops.push(set(F_MODE, (mw & !0xFFFF) | mode as u64));
                     ops.push(set(F_OWNER, uid as u64 | (gid as u64) << 32));
                     if let Some(sz) = sa.size {
-                        let sz = if grow { sz.max(cur.size) } else { sz };
+                        let sz = if how == Write::Blocks {
+                            sz.max(cur.size)
+                        } else {
+                            sz
+                        };
                         if self.blocks_of(sz) < self.blocks_of(cur.size) {
                             self.queue_free(ctx, ino)?;
                         }
@@ -531,10 +564,27 @@ impl Engine {
                     return Err(Error::Corrupt("ino index points at a link entry".into()))
                 }
             }
-            self.j_commit(ctx, j, ops, "setattr")?;
+            let name = if matches!(how, Write::Inline(_)) {
+                "inline"
+            } else {
+                "setattr"
+            };
+            self.j_commit(ctx, j, ops, name)?;
             self.attr_of(obj)
         })
     }
+}
+
+/// What kind of change a `setattr_as` is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Write<'a> {
+    /// A plain setattr.
+    No,
+    /// A writer's commit of blocks it stored: the size only grows, and
+    /// the file's data is in blocks from now on.
+    Blocks,
+    /// A writer's commit of a whole small file kept in the pool.
+    Inline(&'a [u8]),
 }
 
 /// Bytes a name occupies, padded to 8.

@@ -3,6 +3,7 @@
 
 mod attr;
 mod ctx;
+mod inline;
 mod journal;
 mod mutate;
 mod path;
@@ -44,6 +45,10 @@ pub struct Config {
     /// Where data blocks live (`file:///DIR`, `s3://BUCKET/PREFIX`);
     /// recorded so that clients learn it when they connect.
     pub storage: String,
+    /// Files up to this many bytes keep their data in the pool instead
+    /// of the object store (0: none; at most 32 KiB; at most half the
+    /// block size).
+    pub inline_max: u64,
 }
 
 impl Default for Config {
@@ -54,9 +59,13 @@ impl Default for Config {
             reserve: 1 << 40,
             block_size: 4 << 20,
             storage: String::new(),
+            inline_max: DEFAULT_INLINE_MAX,
         }
     }
 }
+
+/// Inline threshold of new pools unless configured otherwise.
+pub const DEFAULT_INLINE_MAX: u64 = 4096;
 
 /// One shard: its part of the name index and of the ino index.
 pub(crate) struct Shard {
@@ -92,6 +101,7 @@ pub struct Engine {
     pub(crate) run: u64,
     pub(crate) block_size: u64,
     pub(crate) storage: String,
+    pub(crate) inline_max: u64,
     pub(crate) free_queue: Mutex<tofree::FreeQueue>,
 }
 
@@ -128,6 +138,9 @@ impl Engine {
                 "block size must be a power of two from 4 KiB to 64 MiB",
             ));
         }
+        if cfg.inline_max > INLINE_LIMIT {
+            return Err(Error::Invalid("inline threshold must be at most 32 KiB"));
+        }
         if cfg.storage.len() > STORAGE_MAX {
             return Err(Error::Invalid("storage URL longer than 1024 bytes"));
         }
@@ -148,6 +161,8 @@ impl Engine {
         pool.st(H_SEG_SIZE, SEG_SIZE)?;
         pool.st(H_RUNS, 0)?;
         pool.st(H_BLOCK_SIZE, cfg.block_size)?;
+        // Below the block size (a small block size lowers the default).
+        pool.st(H_INLINE_MAX, cfg.inline_max.min(cfg.block_size / 2))?;
         pool.st(H_STORAGE, cfg.storage.len() as u64)?;
         pool.write_bytes(H_STORAGE + 8, cfg.storage.as_bytes())?;
         pool.st(H_CHECKSUM, header_checksum(&pool)?)?;
@@ -292,6 +307,10 @@ impl Engine {
         if !block_size.is_power_of_two() || slen > STORAGE_MAX {
             return Err(Error::Corrupt("data block size or storage URL".into()));
         }
+        let inline_max = pool.ld(H_INLINE_MAX)?;
+        if inline_max > INLINE_LIMIT || inline_max >= block_size {
+            return Err(Error::Corrupt(format!("inline threshold {inline_max}")));
+        }
         let mut storage = vec![0u8; slen];
         pool.read_bytes(H_STORAGE + 8, &mut storage)?;
         let storage = String::from_utf8(storage)
@@ -331,6 +350,7 @@ impl Engine {
             run,
             block_size,
             storage,
+            inline_max,
             free_queue: Mutex::new(Default::default()),
         };
         e.recover_at_open()?;
@@ -852,15 +872,20 @@ fn volume_id() -> [u8; 16] {
 
 fn header_checksum(pool: &Pool) -> Result<u64> {
     // magic, version, header size, volume id (bytes 0..32), root, config.
-    // Then the data block size and the storage URL.
+    // Then the data block size and the storage URL; then the inline
+    // threshold if there is one (pools from before it have none).
     let slen = (pool.ld(H_STORAGE)? as usize).min(STORAGE_MAX);
     let mut b = vec![0u8; 64 + slen];
+    let inline = pool.ld(H_INLINE_MAX)?;
+    if inline != 0 {
+        b.extend_from_slice(&inline.to_le_bytes());
+    }
     pool.read_bytes(H_MAGIC, &mut b[..32])?;
     b[32..40].copy_from_slice(&pool.ld(H_ROOT)?.to_le_bytes());
     b[40..48].copy_from_slice(&pool.ld(H_CONFIG)?.to_le_bytes());
     b[48..56].copy_from_slice(&pool.ld(H_BLOCK_SIZE)?.to_le_bytes());
     b[56..64].copy_from_slice(&pool.ld(H_STORAGE)?.to_le_bytes());
-    pool.read_bytes(H_STORAGE + 8, &mut b[64..])?;
+    pool.read_bytes(H_STORAGE + 8, &mut b[64..64 + slen])?;
     Ok(hash::name_key(pool.ld(H_SEG_SIZE)?, &b))
 }
 

@@ -12,7 +12,15 @@ use crate::locks::Mode;
 use crate::perm::{self, Owner, R, W};
 use solofs_types::*;
 
-type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+pub(crate) type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// The largest attribute blob (the largest object class).
+pub(crate) const BLOB_MAX: usize = 65536;
+
+/// Bytes `pairs` take in a blob.
+pub(crate) fn blob_len(pairs: &Pairs) -> usize {
+    pairs.iter().map(|(n, v)| 6 + n.len() + v.len()).sum()
+}
 
 #[derive(PartialEq)]
 enum Ns {
@@ -53,13 +61,13 @@ impl Engine {
         }
     }
 
-    fn read_pairs(&self, blob: u64) -> Result<Pairs> {
+    pub(crate) fn read_pairs(&self, blob: u64) -> Result<Pairs> {
         if blob == 0 {
             return Ok(Vec::new());
         }
         let lw = self.pool.ld(blob + X_LEN)?;
         let (len, count) = (lw as u32 as usize, (lw >> 32) as usize);
-        if len > XATTR_TOTAL_MAX + 6 * 1024 {
+        if X_DATA as usize + len > BLOB_MAX {
             return Err(Error::Corrupt(format!("xattr blob of {len} bytes")));
         }
         let mut b = vec![0u8; len];
@@ -132,7 +140,7 @@ impl Engine {
         Ok(pairs
             .into_iter()
             .map(|(n, _)| n)
-            .filter(|n| cred.is_root() || !n.starts_with(b"trusted."))
+            .filter(|n| n != INLINE_NAME && (cred.is_root() || !n.starts_with(b"trusted.")))
             .collect())
     }
 
@@ -182,6 +190,42 @@ impl Engine {
         })
     }
 
+    /// Writes a new attribute blob for `ino` holding `pairs` (0 if there
+    /// are none), recorded in journal `j` (freed if it aborts).
+    pub(crate) fn new_blob(
+        &self,
+        ctx: &mut super::ctx::Ctx,
+        j: &mut super::journal::Journal,
+        ino: u64,
+        pairs: &Pairs,
+    ) -> Result<u64> {
+        if pairs.is_empty() {
+            return Ok(0);
+        }
+        let mut data = Vec::new();
+        for (n, v) in pairs {
+            data.extend_from_slice(&(n.len() as u16).to_le_bytes());
+            data.extend_from_slice(&(v.len() as u32).to_le_bytes());
+            data.extend_from_slice(n);
+            data.extend_from_slice(v);
+        }
+        let b = self.alloc.alloc(
+            &self.pool,
+            &mut ctx.cache,
+            self.shard_of(ino),
+            (X_DATA + data.len() as u64) as u32,
+        )?;
+        let st = state(K_XATTR, S_NORMAL, self.epoch);
+        self.j_new(j, b, st)?;
+        self.pool.st(b + X_OWNER, ino)?;
+        self.pool
+            .st(b + X_LEN, data.len() as u64 | (pairs.len() as u64) << 32)?;
+        self.pool.write_bytes(b + X_DATA, &data)?;
+        self.pool.st(b, st)?;
+        self.pool.persist(b, X_DATA + data.len() as u64);
+        Ok(b)
+    }
+
     fn change_xattrs(
         &self,
         cred: &Cred,
@@ -199,37 +243,17 @@ impl Engine {
             let old = self.pool.ld(obj + field)?;
             let mut pairs = self.read_pairs(old)?;
             f(&mut pairs)?;
-            let mut data = Vec::new();
-            for (n, v) in &pairs {
-                data.extend_from_slice(&(n.len() as u16).to_le_bytes());
-                data.extend_from_slice(&(v.len() as u32).to_le_bytes());
-                data.extend_from_slice(n);
-                data.extend_from_slice(v);
-            }
-            if data.len() > XATTR_TOTAL_MAX {
+            let users: usize = pairs
+                .iter()
+                .filter(|(n, _)| n != INLINE_NAME)
+                .map(|(n, v)| 6 + n.len() + v.len())
+                .sum();
+            if users > XATTR_TOTAL_MAX || X_DATA as usize + blob_len(&pairs) > BLOB_MAX {
                 return Err(Error::NoSpace);
             }
             let t = self.clock.now(&self.pool);
             let mut j = self.journal(ctx);
-            let new = if pairs.is_empty() {
-                0
-            } else {
-                let b = self.alloc.alloc(
-                    &self.pool,
-                    &mut ctx.cache,
-                    self.shard_of(ino),
-                    (X_DATA + data.len() as u64) as u32,
-                )?;
-                let st = state(K_XATTR, S_NORMAL, self.epoch);
-                self.j_new(&mut j, b, st)?;
-                self.pool.st(b + X_OWNER, ino)?;
-                self.pool
-                    .st(b + X_LEN, data.len() as u64 | (pairs.len() as u64) << 32)?;
-                self.pool.write_bytes(b + X_DATA, &data)?;
-                self.pool.st(b, st)?;
-                self.pool.persist(b, X_DATA + data.len() as u64);
-                b
-            };
+            let new = self.new_blob(ctx, &mut j, ino, &pairs)?;
             let mut ops = vec![Op::Set {
                 obj,
                 field,
