@@ -105,33 +105,14 @@ impl SoloFs {
         }
     }
 
-    /// Flushes `f` and commits its size and mtime.
+    /// Flushes `f` and commits its size and mtime (a small file: its
+    /// whole content, kept in the server's pool).
     pub(crate) fn flush_file(&self, cred: &Cred, f: &mut OpenFile) -> Res<()> {
         if let Some((data, mtime)) = f.take_inline(&self.store).map_err(data_errno)? {
-            // A small file: its bytes go with the commit, into the pool.
-            let set = f.pending.clone();
-            let who = f.pending_cred.clone().unwrap_or_else(|| cred.clone());
-            match self
-                .client
-                .write_inline(&who, f.ino, data.clone(), mtime, set)
-            {
-                Ok(a) => {
-                    self.keep(&a);
-                    f.committed_inline(data);
-                    return Ok(());
-                }
-                Err(e) if e.errno() == libc::EFBIG => f.no_inline(),
-                Err(e) if e.errno() == libc::ENOENT => {
-                    f.committed_inline(data);
-                    return Ok(());
-                }
-                Err(e) => {
-                    f.pending = SetAttr::default();
-                    f.pending_cred = None;
-                    self.attrs.forget(f.ino);
-                    return Err(errno(e));
-                }
+            if self.commit_as(cred, f, Flushed::Inline(data), mtime)? {
+                return Ok(());
             }
+            f.no_inline(); // refused: store blocks
         }
         let pending = f.flush(&self.store).map_err(data_errno)?;
         if let Some((size, mtime)) = pending {
@@ -158,16 +139,30 @@ impl SoloFs {
     /// (The attribute changes held back travel with it; if they fail, the
     /// flush or close reports it, and they are not tried again.)
     pub(crate) fn commit(&self, cred: &Cred, f: &mut OpenFile, size: u64, mtime: i64) -> Res<()> {
+        self.commit_as(cred, f, Flushed::Blocks(size), mtime)
+            .map(|_| ())
+    }
+
+    /// [`Self::commit`] of stored blocks or of a small file's content.
+    /// False: the server will not keep this file inline (`EFBIG`), nothing
+    /// changed.
+    fn commit_as(&self, cred: &Cred, f: &mut OpenFile, what: Flushed, mtime: i64) -> Res<bool> {
         let set = f.pending.clone();
         // Held-back changes are checked as their maker's (the commit
         // itself rides on this connection's open).
         let cred = f.pending_cred.clone().unwrap_or_else(|| cred.clone());
-        match self.client.commit_with(&cred, f.ino, size, mtime, set) {
-            Ok(a) => {
-                self.keep(&a);
-                f.committed(size);
+        let r = match &what {
+            Flushed::Blocks(size) => self.client.commit_with(&cred, f.ino, *size, mtime, set),
+            Flushed::Inline(d) => self
+                .client
+                .write_inline(&cred, f.ino, d.clone(), mtime, set),
+        };
+        match r {
+            Ok(a) => self.keep(&a),
+            Err(e) if e.errno() == libc::EFBIG && matches!(what, Flushed::Inline(_)) => {
+                return Ok(false)
             }
-            Err(e) if e.errno() == libc::ENOENT => f.committed(size),
+            Err(e) if e.errno() == libc::ENOENT => {}
             Err(e) => {
                 f.pending = SetAttr::default();
                 f.pending_cred = None;
@@ -175,7 +170,11 @@ impl SoloFs {
                 return Err(errno(e));
             }
         }
-        Ok(())
+        match what {
+            Flushed::Blocks(size) => f.committed(size),
+            Flushed::Inline(d) => f.committed_inline(d),
+        }
+        Ok(true)
     }
 
     /// Holds back a chmod, chown or utimens of a file this mount is
@@ -221,4 +220,12 @@ impl SoloFs {
         g.hold(cred, &sa, now);
         Some(g.overlay(base))
     }
+}
+
+/// What a flush commits.
+enum Flushed {
+    /// Blocks are stored up to this size.
+    Blocks(u64),
+    /// A small file's whole content, for the server's pool.
+    Inline(Vec<u8>),
 }
