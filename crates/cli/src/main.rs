@@ -168,15 +168,10 @@ fn check_blocks(e: &Engine, repair: bool) -> Result<u64> {
         return Ok(0);
     };
     let queued: std::collections::HashSet<u64> = e.queued_frees()?.into_iter().collect();
-    let bs = e.block_size();
     let (mut blocks, mut orphans, mut pending) = (0u64, 0u64, 0u64);
     for (ino, list) in store.all_blocks().context("listing the block store")? {
         blocks += list.len() as u64;
-        let first_uncovered = match e.getattr(ino) {
-            Ok(a) if a.mode & solofs_meta::S_IFMT == solofs_meta::S_IFREG => a.size.div_ceil(bs),
-            Ok(_) | Err(solofs_meta::Error::NotFound) => 0,
-            Err(err) => return Err(err.into()),
-        };
+        let first_uncovered = e.first_uncovered_block(ino)?;
         let extra: Vec<u64> = list.into_iter().filter(|&b| b >= first_uncovered).collect();
         if extra.is_empty() {
             continue;

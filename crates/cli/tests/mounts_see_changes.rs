@@ -3,7 +3,8 @@
 //! create and write+close on one mount are seen on another within a
 //! bounded wait, because the server tells the other mount; and the long
 //! timeouts are really in force (a repeated stat of an unchanged file
-//! costs the server nothing). Remote mount to remote mount, `solofs up`
+//! costs the server nothing). Small files move between the pool and the
+//! object store as they grow and shrink, and are seen right. Remote mount to remote mount, `solofs up`
 //! to a remote mount and back, and a server that watches too little for a
 //! mount (it falls back to short timeouts, then watches again).
 
@@ -84,6 +85,24 @@ fn changes_seen(a: &Path, b: &Path, tag: &str, bound: Duration) -> Duration {
         "write+close",
         within("write+close", bound, || {
             std::fs::read_to_string(db.join("f3")).ok().as_deref() == Some("a longer new text")
+        }),
+    );
+    // Past the inline threshold (default 4 KiB: the bytes move from the
+    // pool to a block) and back (O_TRUNC, then a small write: inline
+    // again, the old block is the deleter's).
+    let big = "b".repeat(10_000);
+    std::fs::write(da.join("f3"), &big).unwrap();
+    took(
+        "growth past the inline size",
+        within("growth past the inline size", bound, || {
+            std::fs::read_to_string(db.join("f3")).ok().as_deref() == Some(big.as_str())
+        }),
+    );
+    std::fs::write(da.join("f3"), "small again").unwrap();
+    took(
+        "back to inline",
+        within("back to inline", bound, || {
+            std::fs::read_to_string(db.join("f3")).ok().as_deref() == Some("small again")
         }),
     );
     std::fs::write(da.join("new"), "x").unwrap();

@@ -829,7 +829,7 @@ impl World {
                     assert_eq!(&e.getxattr(&root, c, k).unwrap(), v);
                 }
                 assert_eq!(
-                    e.inline_data(c).unwrap().unwrap_or_default(),
+                    e.inline_data(c).unwrap().1.unwrap_or_default(),
                     n.inline,
                     "{when}: inline bytes of {c}"
                 );

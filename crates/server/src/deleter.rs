@@ -5,7 +5,7 @@
 
 use crate::opens::Opens;
 use solofs_data::BlockStore;
-use solofs_meta::{Engine, Error, FreeJob, S_IFMT, S_IFREG};
+use solofs_meta::{Engine, FreeJob};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -83,11 +83,8 @@ pub(crate) fn run(
 
 /// Deletes the blocks of `ino` that its current size does not cover.
 fn delete_uncovered(engine: &Engine, store: &BlockStore, ino: u64) -> Result<u64, String> {
-    let first = match engine.getattr(ino) {
-        Ok(a) if a.mode & S_IFMT == S_IFREG => a.size.div_ceil(store.block_size()),
-        Ok(_) => 0,
-        Err(Error::NotFound) => 0,
-        Err(e) => return Err(e.to_string()),
-    };
+    let first = engine
+        .first_uncovered_block(ino)
+        .map_err(|e| e.to_string())?;
     store.delete_from(ino, first).map_err(|e| e.to_string())
 }

@@ -195,7 +195,9 @@ impl Serve for Exec<'_> {
     }
     fn open(&self, ino: &u64, flags: &OpenFlags) -> Result<Body> {
         let (e, c) = (self.e, self.c);
-        let a = e.getattr(*ino)?;
+        // A small file kept in the pool comes with its bytes, read with
+        // its attributes under one lock.
+        let (a, inline) = e.inline_data(*ino)?;
         if a.mode & S_IFMT == S_IFDIR {
             return Err(Error::IsDir);
         }
@@ -205,8 +207,7 @@ impl Serve for Exec<'_> {
         if !again {
             e.access(c, *ino, flags.access.mask())?;
         }
-        // A small file kept in the pool comes with its bytes.
-        match e.inline_data(*ino)? {
+        match inline {
             Some(d) => Ok(Body::Inline(a, d)),
             None => Ok(Body::Attr(a)),
         }

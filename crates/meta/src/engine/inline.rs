@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::hash;
 use crate::layout::*;
 use crate::locks::Mode;
+use crate::{Attr, S_IFMT, S_IFREG};
 
 impl Engine {
     /// The largest file this pool keeps inline (0: none).
@@ -22,13 +23,28 @@ impl Engine {
         self.inline_max
     }
 
-    /// The inline bytes of file `ino`, if its data is in the pool.
-    pub fn inline_data(&self, ino: u64) -> Result<Option<Vec<u8>>> {
+    /// The attributes of `ino` and, if its data is in the pool, its inline
+    /// bytes, read under one lock (so they belong to the same version).
+    pub fn inline_data(&self, ino: u64) -> Result<(Attr, Option<Vec<u8>>)> {
         let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Read)]);
-        let Obj::File(f) = self.inode(ino)? else {
-            return Ok(None);
+        let o = self.inode(ino)?;
+        let a = self.attr_of(o)?;
+        let Obj::File(f) = o else {
+            return Ok((a, None));
         };
-        self.inline_of(f)
+        Ok((a, self.inline_of(f)?))
+    }
+
+    /// The first block number of `ino` that its data does not cover: its
+    /// blocks from there on are garbage (to delete, or orphans). All of
+    /// them when `ino` is gone, is not a regular file, or keeps its bytes
+    /// inline; those past its size otherwise.
+    pub fn first_uncovered_block(&self, ino: u64) -> Result<u64> {
+        match self.inline_data(ino) {
+            Ok((a, None)) if a.mode & S_IFMT == S_IFREG => Ok(self.blocks_of(a.size)),
+            Ok(_) | Err(Error::NotFound) => Ok(0),
+            Err(e) => Err(e),
+        }
     }
 
     /// The inline bytes held by file object `f`.
