@@ -108,6 +108,7 @@ pub struct FileConfig {
     auth_timeout_secs: Option<f64>,
     watch_cap: Option<usize>,
     spin_us: Option<u64>,
+    lock_grace_ms: Option<u64>,
 }
 
 /// Parses a config file.
@@ -148,6 +149,7 @@ impl FileConfig {
         );
         put("watch_cap", self.watch_cap.map(|x| x.to_string()));
         put("spin_us", self.spin_us.map(|x| x.to_string()));
+        put("lock_grace_ms", self.lock_grace_ms.map(|x| x.to_string()));
         v
     }
 }
@@ -157,7 +159,7 @@ struct Settings {
     cfg: Config,
 }
 
-const KEYS: [&str; 12] = [
+const KEYS: [&str; 13] = [
     "data",
     "listen",
     "workers",
@@ -170,6 +172,7 @@ const KEYS: [&str; 12] = [
     "auth_timeout_secs",
     "watch_cap",
     "spin_us",
+    "lock_grace_ms",
 ];
 
 fn apply(s: &mut Settings, key: &str, v: &str) -> Result<()> {
@@ -214,6 +217,13 @@ fn apply(s: &mut Settings, key: &str, v: &str) -> Result<()> {
             }
             s.cfg.spin = Duration::from_micros(n)
         }
+        "lock_grace_ms" => {
+            let n: u64 = v.parse().context("lock_grace_ms is a number")?;
+            if !(1..=3_600_000).contains(&n) {
+                bail!("lock_grace_ms is 1..=3600000");
+            }
+            s.cfg.lock_grace = Duration::from_millis(n)
+        }
         _ => bail!("unknown setting {key:?} (known: {})", KEYS.join(", ")),
     }
     Ok(())
@@ -233,7 +243,7 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
                 flags.push((k, p.value()?.parse()?));
             }
             Long("help") | Short('h') => {
-                println!("solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--root-squash]\n             [--idle-timeout-secs S] [--max-connections N] [--config FILE]\n             [--max-unauthenticated N] [--auth-timeout-secs S] [--free-grace-ms MS]\n             [--watch-cap N] [--spin-us N]\n  --watch-cap N  inodes watched per connection for its caches (default 262144; docs/data.md)\n  --spin-us N    most µs a worker polls without sleeping after activity, adaptive below (default 50; 0: never)\nEnvironment: SOLOFS_DATA, SOLOFS_LISTEN, SOLOFS_WORKERS, SOLOFS_METRICS, SOLOFS_ROOT_SQUASH, ...");
+                println!("solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--root-squash]\n             [--idle-timeout-secs S] [--max-connections N] [--config FILE]\n             [--max-unauthenticated N] [--auth-timeout-secs S] [--free-grace-ms MS]\n             [--watch-cap N] [--spin-us N] [--lock-grace-ms MS]\n  --watch-cap N  inodes watched per connection for its caches (default 262144; docs/data.md)\n  --spin-us N    most µs a worker polls without sleeping after activity, adaptive below (default 50; 0: never)\n  --lock-grace-ms MS  a lost client's file locks are kept this long; after a start only\n                 claims of earlier locks are granted this long (default 10000)\nEnvironment: SOLOFS_DATA, SOLOFS_LISTEN, SOLOFS_WORKERS, SOLOFS_METRICS, SOLOFS_ROOT_SQUASH, ...");
                 return Ok(());
             }
             _ => return Err(a.unexpected().into()),

@@ -12,7 +12,6 @@ mod common;
 use common::*;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 const LONG: &[&str] = &["--attr-timeout", "60", "--entry-timeout", "60"];
@@ -143,15 +142,6 @@ fn stats_are_cached(b: &Path, tag: &str, srv_metrics: &str) {
     );
 }
 
-fn mkfs(data: &Path) {
-    let st = Command::new(BIN)
-        .args(["mkfs", "--data"])
-        .arg(data)
-        .output()
-        .unwrap();
-    assert!(st.status.success());
-}
-
 #[test]
 fn two_remote_mounts_see_each_others_changes() {
     if !is_root() {
@@ -160,7 +150,7 @@ fn two_remote_mounts_see_each_others_changes() {
     }
     let s = Scratch::new("coherent");
     let data = s.path.join("data");
-    mkfs(&data);
+    mkfs_volume(&data);
     let srv = ServerProc::start(&data);
     let secret = data.join("secret");
     let a = MountProc::start(&srv.addr, &secret, &s.path.join("a"), LONG);
@@ -183,7 +173,7 @@ fn up_and_a_remote_mount_see_each_others_changes() {
     }
     let s = Scratch::new("coherent-up");
     let data = s.path.join("data");
-    mkfs(&data);
+    mkfs_volume(&data);
     let (u, addr) = MountProc::up(&data, &s.path.join("u"), LONG);
     let r = MountProc::start(&addr, &data.join("secret"), &s.path.join("r"), LONG);
     changes_seen(&r.mnt, &u.mnt, "to-up", BOUND);
@@ -201,7 +191,7 @@ fn a_mount_the_server_cannot_watch_falls_back_to_short_timeouts() {
     }
     let s = Scratch::new("coherent-cap");
     let data = s.path.join("data");
-    mkfs(&data);
+    mkfs_volume(&data);
     let srv = ServerProc::start_with(&data, "127.0.0.1:0", &["--watch-cap", "40"]);
     let secret = data.join("secret");
     // Timeouts of 10 s: the mount watches again 10 s after the fall-back.

@@ -23,8 +23,11 @@
 #![warn(missing_docs)]
 
 mod conn;
+mod locks;
 
 use conn::{handshake, tell, Conn, Notices, Waited};
+pub use locks::{Granted, LockHolder, LockReq, Locked};
+pub use solofs_types::ranges::LockKind;
 
 use solofs_proto::{Body, OpenFlags, Request};
 pub use solofs_proto::{
@@ -132,8 +135,13 @@ struct Inner {
     local: Option<Arc<dyn InProcess>>,
     /// This client's id for the server's reply record (random).
     id: [u8; 16],
-    /// Where the server's notices go (`Client::on_notices`).
+    /// What the connection calls with the server's notices: this
+    /// client's lock grants, then `user`.
     notices: Notices,
+    /// Where the server's notices go (`Client::on_notices`).
+    user: Notices,
+    /// The file locks this client holds and waits for.
+    locks: Arc<locks::LockBook>,
 }
 
 /// What the server says about its volume when a client connects: id, root
@@ -166,6 +174,14 @@ impl Client {
         volume: Volume,
         local: Option<Arc<dyn InProcess>>,
     ) -> Client {
+        let (user, locks): (Notices, Arc<locks::LockBook>) = Default::default();
+        let notices = Arc::new(std::sync::RwLock::new(Some(locks::sink(
+            locks.clone(),
+            user.clone(),
+        ))));
+        if let Some(l) = &local {
+            l.watch(locks::sink(locks.clone(), user.clone()));
+        }
         Client {
             inner: Arc::new(Inner {
                 addr: addr.to_string(),
@@ -177,7 +193,9 @@ impl Client {
                 opens: Mutex::new(HashMap::new()),
                 local,
                 id: random_id(),
-                notices: Arc::default(),
+                notices,
+                user,
+                locks,
             }),
         }
     }
@@ -242,6 +260,7 @@ impl Client {
             // Best effort: a file that went away meanwhile just fails.
             let _ = self.submit(&again);
         }
+        self.claim_locks();
         Ok(c)
     }
 
@@ -251,14 +270,17 @@ impl Client {
     /// before any reply that follows it is. The sink must not wait for a
     /// reply itself.
     pub fn on_notices(&self, sink: NoticeSink) {
-        *self
-            .inner
-            .notices
-            .write()
-            .unwrap_or_else(|e| e.into_inner()) = Some(sink.clone());
-        if let Some(local) = &self.inner.local {
-            local.watch(sink);
-        }
+        *self.inner.user.write().unwrap_or_else(|e| e.into_inner()) = Some(sink);
+    }
+
+    /// Is the connection known to be gone (none yet counts as gone)?
+    fn is_dead(&self) -> bool {
+        self.inner
+            .conn
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_none_or(|c| c.dead())
     }
 
     /// Asks the server to forget what it watched for this client and to
@@ -830,6 +852,6 @@ pub fn path(p: &str) -> Loc {
     Loc::Path(p.as_bytes().to_vec())
 }
 
-fn unexpected(b: Body) -> ClientError {
+pub(crate) fn unexpected(b: Body) -> ClientError {
     ClientError::Protocol(format!("unexpected reply body {b:?}"))
 }

@@ -162,7 +162,7 @@ impl Coherence {
                         self.attrs.forget(*ino);
                         kernel.push(n.clone());
                     }
-                    Notice::Stale => {}
+                    Notice::Stale | Notice::Granted { .. } => {}
                     Notice::Full | Notice::Lost => untracked = true,
                     Notice::Watching => {
                         untracked = false;
@@ -180,6 +180,14 @@ impl Coherence {
         }
         if untracked && !self.rewatching.swap(true, Ordering::AcqRel) {
             let _ = self.jobs.send(Job::Rewatch);
+        }
+    }
+
+    /// Has the kernel drop its cached pages and attributes of `ino` now
+    /// (a lock was granted: the caller must not read the old ones).
+    pub fn drop_pages(&self, ino: u64) {
+        if let Some(n) = self.notifier.get() {
+            let _ = n.inval_inode(fuser::INodeNo(ino), 0, 0);
         }
     }
 

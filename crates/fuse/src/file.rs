@@ -170,6 +170,18 @@ pub(crate) struct OpenFile {
     /// The server would keep this file inline: it is inline or empty
     /// there, and this mount stored no block of it since.
     inlinable: bool,
+    /// The server's version of the file this mount last took in (an open,
+    /// a lock): a lock granted later finds out whether it changed.
+    seen: Option<Version>,
+}
+
+/// The version of a file that attributes `a` describe.
+fn version(a: &Attr) -> Version {
+    Version {
+        size: a.size,
+        mtime: a.mtime,
+        ctime: a.ctime,
+    }
 }
 
 /// How `pending` changes a time.
@@ -208,6 +220,7 @@ impl OpenFile {
             inline_max: 0,
             inline: None,
             inlinable: size == 0,
+            seen: None,
         }
     }
 
@@ -218,14 +231,29 @@ impl OpenFile {
         if !self.settled() {
             return;
         }
-        self.cache = cache.map(|c| {
-            let v = Version {
-                size: a.size,
-                mtime: a.mtime,
-                ctime: a.ctime,
-            };
-            (c.clone(), v)
-        });
+        let v = version(a);
+        self.seen = Some(v);
+        self.cache = cache.map(|c| (c.clone(), v));
+    }
+
+    /// A lock was granted and the server's attributes are `a` now: has
+    /// another mount changed the file since this one last took it in?
+    /// (Never while this mount has changes of its own pending: they win.)
+    pub fn changed(&self, a: &Attr) -> bool {
+        self.settled() && self.seen != Some(version(a))
+    }
+
+    /// Takes in the file as the server has it now (`a`, and its bytes if
+    /// it keeps them inline): every block this mount kept goes.
+    pub fn reload(&mut self, a: &Attr, inline: Option<Vec<u8>>, cache: Option<&Arc<BlockCache>>) {
+        if !self.settled() {
+            return;
+        }
+        self.clean.clear();
+        self.clean_order.clear();
+        self.ahead.clear();
+        self.refresh_with(a.size, inline);
+        self.use_cache(cache, a);
     }
 
     /// Server attributes `a` as this mount sees them: with its unflushed

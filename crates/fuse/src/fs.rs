@@ -6,17 +6,18 @@ use crate::cache::{AttrCache, NewDirs};
 use crate::coherence::{Coherence, Ttl};
 use crate::convert::*;
 use crate::file::OpenFile;
+use crate::locking::Locking;
 use crate::releases::Releases;
 use crate::{creds::Creds, MountOptions};
 use fuser::{
     AccessFlags, Errno, FileHandle, FileType as FType, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 use solofs_client::Target;
-use solofs_client::{at, Client, Closed, ReleaseFlags};
+use solofs_client::{at, Client, Closed, LockKind, LockReq, ReleaseFlags};
 use solofs_data::BlockStore;
 use solofs_types::{Access, Attr, Cred, SetAttr, TimeSet};
 use std::collections::HashMap;
@@ -33,7 +34,7 @@ pub struct SoloFs {
     pub(crate) store: BlockStore,
     pub(crate) opts: MountOptions,
     pub(crate) creds: Creds,
-    pub(crate) files: Mutex<HashMap<u64, Arc<Mutex<OpenFile>>>>,
+    pub(crate) files: crate::locking::Files,
     pub(crate) handles: Mutex<HashMap<u64, (u64, Access)>>,
     pub(crate) next_fh: AtomicU64,
     pub(crate) attrs: Arc<AttrCache>,
@@ -43,6 +44,8 @@ pub struct SoloFs {
     /// Files up to this size are kept in the server's pool (WELCOME).
     pub(crate) inline_max: u64,
     pub(crate) releases: Releases,
+    /// `fcntl` and `flock` locks (held by the server).
+    pub(crate) locking: Arc<Locking>,
 }
 
 pub(crate) type Res<T> = Result<T, Errno>;
@@ -73,8 +76,12 @@ impl SoloFs {
             entry: opts.entry_timeout,
             attr: opts.attr_timeout,
         };
+        let coh = Coherence::start(&client, long, attrs.clone(), new_dirs.clone());
+        let files: crate::locking::Files = Arc::default();
+        let locking = Locking::start(client.clone(), files.clone(), coh.clone(), blocks.clone());
         SoloFs {
-            coh: Coherence::start(&client, long, attrs.clone(), new_dirs.clone()),
+            coh,
+            locking,
             client: client.clone(),
             store,
             attrs,
@@ -83,7 +90,7 @@ impl SoloFs {
             inline_max: client.volume().inline_max,
             opts,
             creds: Creds::default(),
-            files: Mutex::new(HashMap::new()),
+            files,
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             releases: Releases::start(client.clone()),
@@ -223,6 +230,24 @@ impl Drop for SoloFs {
     }
 }
 
+/// A lock request of the kernel's, or `None` for an unknown type.
+fn lock_req(ino: u64, owner: u64, start: u64, end: u64, typ: i32, pid: u32) -> Option<LockReq> {
+    let kind = match typ {
+        libc::F_RDLCK => LockKind::Read,
+        libc::F_WRLCK => LockKind::Write,
+        libc::F_UNLCK => LockKind::Unlock,
+        _ => return None,
+    };
+    Some(LockReq {
+        ino,
+        owner,
+        kind,
+        start,
+        end,
+        pid,
+    })
+}
+
 fn reply_empty(reply: ReplyEmpty, r: Res<()>) {
     match r {
         Ok(()) => reply.ok(),
@@ -242,6 +267,9 @@ impl Filesystem for SoloFs {
     fn destroy(&mut self) {
         // Closes still queued reach the server before the mount ends.
         self.releases.stop();
+        if let Err(e) = self.client.drop_locks() {
+            eprintln!("solofs: releasing this mount's locks: {e}");
+        }
         self.coh.stop();
     }
 
@@ -252,6 +280,8 @@ impl Filesystem for SoloFs {
                 | InitFlags::FUSE_PARALLEL_DIROPS,
         );
         let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
+        // Locks are the server's (locking.rs), so they hold across mounts.
+        let _ = config.add_capabilities(InitFlags::FUSE_POSIX_LOCKS | InitFlags::FUSE_FLOCK_LOCKS);
         let _ = config.set_max_write(1 << 20);
         let _ = config.set_max_readahead(1 << 20);
         Ok(())
@@ -551,11 +581,15 @@ impl Filesystem for SoloFs {
         &self,
         req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
+        fh: FileHandle,
+        lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.flush_ino(req, ino.0));
+        let r = self.flush_ino(req, ino.0);
+        // The process's fcntl locks go with any close of the file.
+        self.locking
+            .closed(&self.cred(req), fh.0, ino.0, lock_owner.0);
+        reply_empty(reply, r);
     }
 
     fn release(
@@ -564,11 +598,13 @@ impl Filesystem for SoloFs {
         ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
+        lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
         let cred = self.cred(req);
+        self.locking
+            .released(&cred, fh.0, ino.0, lock_owner.map(|o| o.0));
         let mode = self.handles.lock().remove(&fh.0).map(|h| h.1);
         let mut r = Ok(());
         if let Some(f) = self.file(ino.0) {
@@ -604,6 +640,50 @@ impl Filesystem for SoloFs {
             self.releases.push(Closed { ino: ino.0, flags });
         }
         reply_empty(reply, r);
+    }
+
+    fn getlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        reply: ReplyLock,
+    ) {
+        let Some(lr) = lock_req(ino.0, lock_owner.0, start, end, typ, pid) else {
+            return reply.error(Errno::EINVAL);
+        };
+        match self.locking.get(&self.cred(req), lr) {
+            Ok(Some((s, e, t, p))) => reply.locked(s, e, t, p),
+            Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let Some(lr) = lock_req(ino.0, lock_owner.0, start, end, typ, pid) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let cred = self.cred(req);
+        let flush = || self.flush_ino(req, ino.0);
+        self.locking
+            .set(&cred, fh.0, req.pid(), lr, sleep, reply, flush);
     }
 
     fn fsync(

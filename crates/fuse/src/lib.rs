@@ -20,6 +20,7 @@ mod creds;
 mod file;
 mod fs;
 mod known;
+mod locking;
 pub mod memfs;
 mod releases;
 

@@ -45,6 +45,20 @@ pub enum Body {
     /// An opened file's attributes and its bytes, kept in the metadata
     /// pool (docs/format.md §5.3b).
     Inline(Attr, Vec<u8>),
+    /// A lock that conflicts (`GetLock`): kind (0 shared, 1 exclusive),
+    /// first and last byte, the holder's process id.
+    LockHeld {
+        /// 0 shared, 1 exclusive.
+        kind: u32,
+        /// First byte.
+        start: u64,
+        /// Last byte (inclusive; `u64::MAX`: to the end).
+        end: u64,
+        /// The holder's process id, as its client gave it.
+        pid: u32,
+    },
+    /// A waiting `Lock` request was queued: a `Granted` notice follows.
+    Queued,
 }
 
 /// One reply: the request's id and its result (an errno on failure).
@@ -151,6 +165,19 @@ impl Reply {
                         put_attr(&mut w, a);
                         w.bytes(d);
                     }
+                    Body::LockHeld {
+                        kind,
+                        start,
+                        end,
+                        pid,
+                    } => {
+                        w.u8(9);
+                        w.u32(*kind);
+                        w.u64(*start);
+                        w.u64(*end);
+                        w.u32(*pid);
+                    }
+                    Body::Queued => w.u8(10),
                     Body::StatFs(s) => {
                         w.u8(6);
                         w.u64(s.pool_bytes);
@@ -214,6 +241,13 @@ impl Reply {
             }),
             7 => Body::Created(get_attr(r)?, get_attr(r)?),
             8 => Body::Inline(get_attr(r)?, r.bytes(INLINE)?.to_vec()),
+            9 => Body::LockHeld {
+                kind: r.u32()?,
+                start: r.u64()?,
+                end: r.u64()?,
+                pid: r.u32()?,
+            },
+            10 => Body::Queued,
             _ => return Err(DecodeError("bad reply body tag")),
         };
         Ok(Reply {
@@ -413,6 +447,25 @@ mod tests {
                 name: b"user.a".to_vec(),
             },
             Op::Access { target: t, mask: 4 },
+            Op::Lock {
+                ino: 9,
+                owner: 0xdead_beef,
+                kind: 1,
+                start: 10,
+                end: u64::MAX,
+                pid: 77,
+                flags: 1,
+                token: 5,
+            },
+            Op::GetLock {
+                ino: 9,
+                owner: 1,
+                kind: 0,
+                start: 0,
+                end: 99,
+            },
+            Op::LockCancel { token: 5 },
+            Op::DropLocks,
         ] {
             seen.insert(op.code());
             roundtrip(op);
@@ -449,6 +502,14 @@ mod tests {
             Ok(Body::Names(vec![b"user.a".to_vec()])),
             Ok(Body::Entries(vec![e.clone()])),
             Ok(Body::Created(a.clone(), a.clone())),
+            Ok(Body::Inline(a.clone(), b"tiny".to_vec())),
+            Ok(Body::LockHeld {
+                kind: 1,
+                start: 3,
+                end: u64::MAX,
+                pid: 4242,
+            }),
+            Ok(Body::Queued),
             Ok(Body::EntriesPlus(vec![(e, a)])),
             Ok(Body::StatFs(StatFs {
                 pool_bytes: 1,

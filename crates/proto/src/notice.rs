@@ -37,6 +37,12 @@ pub enum Notice {
     /// Made by the client, never sent: the connection was lost and a new
     /// one starts with nothing watched.
     Lost,
+    /// The waiting lock request `token` of this client is granted (the
+    /// server holds the lock for it now).
+    Granted {
+        /// The request's token.
+        token: u64,
+    },
 }
 
 const ENTRY: u8 = 1;
@@ -45,6 +51,7 @@ const STALE: u8 = 3;
 const FULL: u8 = 4;
 const LOST: u8 = 5;
 const WATCHING: u8 = 6;
+const GRANTED: u8 = 7;
 
 impl Notice {
     /// Appends the encoded notice.
@@ -64,6 +71,10 @@ impl Notice {
             Notice::Full => w.u8(FULL),
             Notice::Lost => w.u8(LOST),
             Notice::Watching => w.u8(WATCHING),
+            Notice::Granted { token } => {
+                w.u8(GRANTED);
+                w.u64(*token);
+            }
         }
     }
 
@@ -79,6 +90,7 @@ impl Notice {
             FULL => Notice::Full,
             LOST => Notice::Lost,
             WATCHING => Notice::Watching,
+            GRANTED => Notice::Granted { token: r.u64()? },
             _ => return Err(DecodeError("bad notice kind")),
         })
     }
@@ -126,6 +138,7 @@ mod tests {
             Notice::Stale,
             Notice::Full,
             Notice::Watching,
+            Notice::Granted { token: 77 },
         ];
         let mut f = Vec::new();
         put_notices(&mut f, &list);

@@ -29,8 +29,9 @@ macro_rules! ops {
 
         /// The server side of the table: one handler per operation, given
         /// the operation's fields. [`Op::serve`] calls the one that matches.
-        // Fields are passed as the enum holds them (`&Vec<u8>`).
-        #[allow(clippy::ptr_arg)]
+        // Fields are passed as the enum holds them (`&Vec<u8>`), all of
+        // them (a lock request has eight).
+        #[allow(clippy::ptr_arg, clippy::too_many_arguments)]
         pub trait Serve {
             /// What a handler returns.
             type Out;
@@ -193,6 +194,36 @@ ops! {
     /// and `data` no longer than the volume's inline threshold (WELCOME);
     /// else `EFBIG`, and the writer stores blocks instead.
     27 WriteInline write_inline write { ino: u64, data: Vec<u8> = INLINE, mtime: i64, set: SetAttr };
+    /// Sets or clears a lock of `owner` (an id of the client's choosing;
+    /// with the client's id it names the holder) on bytes `start..=end` of
+    /// `ino`: `kind` 0 shared, 1 exclusive, 2 unlock (docs/protocol.md §9).
+    /// `flags`: 1 wait (a conflict queues the request, answered `Queued`,
+    /// and a `Granted` notice with `token` follows), 2 reclaim (a lock held
+    /// before a reconnect or a server restart). Granted: `Empty`; a
+    /// conflict without wait: `EAGAIN`; a wait that would deadlock:
+    /// `EDEADLK`. Read-only for resending: setting a lock twice is setting
+    /// it once.
+    28 Lock lock read {
+        ino: u64,
+        owner: u64,
+        kind: u32,
+        start: u64,
+        end: u64,
+        pid: u32,
+        flags: u32,
+        token: u64,
+    };
+    /// The first lock of another owner that a lock of `kind` by `owner`
+    /// over `start..=end` of `ino` would conflict with (`LockHeld`), or
+    /// none (`Empty`).
+    29 GetLock get_lock read { ino: u64, owner: u64, kind: u32, start: u64, end: u64 };
+    /// Withdraws the waiting `Lock` request `token` of this client:
+    /// `Empty` if it was still waiting, `ENOENT` if it was granted (or
+    /// never queued).
+    30 LockCancel lock_cancel read { token: u64 };
+    /// Releases every lock of this client and withdraws its waiting
+    /// requests (a mount going away).
+    31 DropLocks drop_locks read;
 }
 
 impl Op {

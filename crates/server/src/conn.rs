@@ -100,6 +100,9 @@ struct Conn {
     opens: crate::opens::ConnOpens,
     /// The client's slot in the reply record, if it sent its id.
     client: Option<u64>,
+    /// Who holds this connection's file locks: the client's id (the same
+    /// after a reconnect), or a random one if it sent none.
+    session: u128,
     /// What it may cache and must be told about (once authenticated).
     watcher: Option<Arc<crate::watch::Watcher>>,
     /// Its worker's waker (other connections' changes wake it).
@@ -121,6 +124,7 @@ fn close(shared: &Shared, poll: &Poll, conns: &mut HashMap<usize, Conn>, t: usiz
         let _ = poll.registry().deregister(&mut c.stream);
         if let Some(w) = &c.watcher {
             shared.watch.leave(w);
+            shared.locks.detach(c.session, w);
         }
         if c.counted {
             shared.connections.fetch_sub(1, Ordering::SeqCst);
@@ -185,6 +189,7 @@ pub fn worker(
                                 writable: true,
                                 opens: crate::opens::ConnOpens::new(shared.opens.clone()),
                                 client: None,
+                                session: 0,
                                 watcher: None,
                                 waker: waker.clone(),
                             },
@@ -233,7 +238,8 @@ pub fn worker(
             let dead: Vec<usize> = conns
                 .iter()
                 .filter(|(_, c)| {
-                    c.last.elapsed() > idle || (c.authenticating() && c.since.elapsed() > auth)
+                    (c.last.elapsed() > idle && !shared.locks.holds(c.session))
+                        || (c.authenticating() && c.since.elapsed() > auth)
                 })
                 .map(|(&t, _)| t)
                 .collect();
@@ -422,11 +428,15 @@ fn frame(
                 (Some(rep), Some(id)) => rep.slot(id),
                 _ => None,
             };
-            c.watcher = Some(
-                shared
-                    .watch
-                    .join(crate::watch::Sink::Worker(c.waker.clone())),
-            );
+            let w = shared
+                .watch
+                .join(crate::watch::Sink::Worker(c.waker.clone()));
+            c.session = match id {
+                Some(id) => u128::from_le_bytes(id),
+                None => session_of(&shared.nonce()),
+            };
+            shared.locks.attach(c.session, &w);
+            c.watcher = Some(w);
             let welcome = shared.welcome();
             put_frame(&mut c.outbuf, FrameType::Welcome, |b| {
                 let mut w = Writer(b);
@@ -475,7 +485,15 @@ fn requests(shared: &Shared, c: &mut Conn, m: &Metrics, r: &mut Reader, replies:
     let Some(w) = c.watcher.clone() else {
         return fail(c, m, "requests before authentication");
     };
-    let mine = run_batch(shared, &c.opens, &w, m, &mut reqs, replies, c.client);
+    let mine = run_batch(
+        shared,
+        &c.opens,
+        &w,
+        m,
+        &mut reqs,
+        replies,
+        (c.client, c.session),
+    );
     if !mine.is_empty() {
         solofs_proto::put_notices(&mut c.outbuf, &mine);
     }
@@ -512,7 +530,7 @@ pub(crate) fn run_batch(
     m: &Metrics,
     reqs: &mut [Request],
     replies: &mut Vec<Reply>,
-    client: Option<u64>,
+    (client, session): (Option<u64>, u128),
 ) -> Vec<solofs_proto::Notice> {
     let mut retried = false;
     for q in reqs.iter_mut() {
@@ -541,6 +559,13 @@ pub(crate) fn run_batch(
         for (q, rep) in reqs.iter().zip(&replies[first..]) {
             if crate::replies::recorded(&q.op) {
                 r.record(slot, q.id, &rep.result);
+            }
+        }
+    }
+    for (q, rep) in reqs.iter().zip(&mut replies[first..]) {
+        if rep.result.is_ok() {
+            if let Some(r) = lock_op(shared, session, &q.op) {
+                rep.result = r;
             }
         }
     }
@@ -578,6 +603,49 @@ pub(crate) fn run_batch(
         m.record(q.op.code(), per, rep.result.is_err());
     }
     mine
+}
+
+/// The answer to a lock operation of client `session` (exec checked its
+/// fields), `None` for any other operation.
+fn lock_op(shared: &Shared, session: u128, op: &Op) -> Option<Result<solofs_proto::Body, i32>> {
+    let locks = &shared.locks;
+    Some(match *op {
+        Op::Lock { ino, kind, .. } => {
+            let want = crate::filelocks::Want::of(op).expect("a lock op");
+            let r = locks.lock(session, want);
+            // A granted lock comes with the file's attributes: the holder
+            // checks its caches against them without asking again.
+            match r {
+                Ok(solofs_proto::Body::Empty) if kind != 2 => Ok(shared
+                    .engine
+                    .getattr(ino)
+                    .map(solofs_proto::Body::Attr)
+                    .unwrap_or(solofs_proto::Body::Empty)),
+                r => r,
+            }
+        }
+        Op::GetLock {
+            ino,
+            owner,
+            kind,
+            start,
+            end,
+        } => Ok(locks.get(session, ino, owner, kind, start, end)),
+        Op::LockCancel { token } => locks.cancel(session, token),
+        Op::DropLocks => {
+            locks.drop_all(session);
+            Ok(solofs_proto::Body::Empty)
+        }
+        _ => return None,
+    })
+}
+
+/// A lock holder's id made of random bytes (a client that sent no id).
+pub(crate) fn session_of(random: &[u8]) -> u128 {
+    let mut b = [0u8; 16];
+    let n = random.len().min(16);
+    b[..n].copy_from_slice(&random[..n]);
+    u128::from_le_bytes(b)
 }
 
 /// Ends one open of the connection.

@@ -212,6 +212,42 @@ impl Serve for Exec<'_> {
             None => Ok(Body::Attr(a)),
         }
     }
+    #[allow(clippy::too_many_arguments)]
+    fn lock(
+        &self,
+        _ino: &u64,
+        _owner: &u64,
+        kind: &u32,
+        start: &u64,
+        end: &u64,
+        _pid: &u32,
+        flags: &u32,
+        _token: &u64,
+    ) -> Result<Body> {
+        // Checked here; held by the connection's side (filelocks.rs).
+        lock_fields(*kind, *start, *end)?;
+        if *flags & !(crate::filelocks::WAIT | crate::filelocks::RECLAIM) != 0 {
+            return Err(Error::Invalid("unknown lock flags"));
+        }
+        Ok(Body::Empty)
+    }
+    fn get_lock(
+        &self,
+        _ino: &u64,
+        _owner: &u64,
+        kind: &u32,
+        start: &u64,
+        end: &u64,
+    ) -> Result<Body> {
+        lock_fields(*kind, *start, *end)?;
+        Ok(Body::Empty)
+    }
+    fn lock_cancel(&self, _token: &u64) -> Result<Body> {
+        Ok(Body::Empty)
+    }
+    fn drop_locks(&self) -> Result<Body> {
+        Ok(Body::Empty)
+    }
     fn release(&self, _ino: &u64, _flags: &ReleaseFlags) -> Result<Body> {
         // The registration is the connection's business (conn.rs).
         Ok(Body::Empty)
@@ -337,4 +373,15 @@ pub fn execute_batch(
             i += 1;
         }
     }
+}
+
+/// A lock's kind (0 shared, 1 exclusive, 2 unlock) and range are sound.
+fn lock_fields(kind: u32, start: u64, end: u64) -> Result<()> {
+    if kind > 2 {
+        return Err(Error::Invalid("unknown lock kind"));
+    }
+    if start > end {
+        return Err(Error::Invalid("lock range ends before it starts"));
+    }
+    Ok(())
 }

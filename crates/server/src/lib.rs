@@ -17,6 +17,7 @@
 mod conn;
 mod deleter;
 mod exec;
+mod filelocks;
 mod local;
 pub mod metrics;
 mod opens;
@@ -83,6 +84,10 @@ pub struct Config {
     /// Most a worker polls without sleeping after activity; below this it
     /// adapts to how soon the next request comes (zero: never spins).
     pub spin: Duration,
+    /// File locks (docs/protocol.md §9): a client whose connection is lost
+    /// keeps its locks this long (it reconnects and claims them); after a
+    /// start, this long only claims of locks held before are granted.
+    pub lock_grace: Duration,
 }
 
 impl Default for Config {
@@ -101,6 +106,7 @@ impl Default for Config {
             free_grace: Duration::from_secs(90),
             watch_cap: DEFAULT_WATCH_CAP,
             spin: DEFAULT_SPIN,
+            lock_grace: DEFAULT_LOCK_GRACE,
         }
     }
 }
@@ -108,6 +114,10 @@ impl Default for Config {
 /// Inodes watched per connection unless configured otherwise (about 15
 /// MiB of server memory for a connection at the limit).
 pub const DEFAULT_WATCH_CAP: usize = 256 * 1024;
+
+/// How long locks outlive a lost connection, and how long after a start
+/// only claims are granted, unless configured otherwise.
+pub const DEFAULT_LOCK_GRACE: Duration = Duration::from_secs(10);
 
 /// Most a worker spins unless configured otherwise.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
@@ -127,6 +137,8 @@ pub(crate) struct Shared {
     pub deleter: DeleterStats,
     /// What each connection may cache (watch.rs).
     pub watch: watch::Watch,
+    /// File locks of all clients (filelocks.rs).
+    pub locks: filelocks::FileLocks,
 }
 
 /// Stops a running server from another thread (or a signal handler thread).
@@ -231,7 +243,10 @@ impl Server {
             }
         };
         let watch = watch::Watch::new(cfg.watch_cap);
+        let marker = engine.path().with_extension("locks");
+        let locks = filelocks::FileLocks::new(cfg.lock_grace, Some(marker));
         let shared = Arc::new(Shared {
+            locks,
             engine,
             cfg,
             stop: AtomicBool::new(false),
@@ -330,6 +345,7 @@ impl Server {
         let mut events = Events::with_capacity(64);
         let mut next = 0usize;
         while !self.shared.stop.load(Ordering::SeqCst) {
+            self.shared.locks.tick();
             if let Err(e) = self
                 .poll
                 .poll(&mut events, Some(Duration::from_millis(500)))
@@ -364,6 +380,7 @@ impl Server {
         for t in threads {
             let _ = t.join();
         }
+        self.shared.locks.closing();
         Ok(())
     }
 

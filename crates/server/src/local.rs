@@ -16,17 +16,23 @@ pub struct LocalConn {
     opens: ConnOpens,
     m: Arc<Metrics>,
     watcher: Arc<crate::watch::Watcher>,
+    /// Who holds this client's file locks.
+    session: u128,
 }
 
 impl LocalConn {
     pub(crate) fn new(shared: Arc<Shared>, m: Arc<Metrics>) -> LocalConn {
         shared.connections.fetch_add(1, Ordering::SeqCst);
         m.connections.fetch_add(1, Ordering::Relaxed);
+        let watcher = shared
+            .watch
+            .join(crate::watch::Sink::Local(Default::default()));
+        let session = crate::conn::session_of(&shared.nonce());
+        shared.locks.attach(session, &watcher);
         LocalConn {
             opens: ConnOpens::new(shared.opens.clone()),
-            watcher: shared
-                .watch
-                .join(crate::watch::Sink::Local(Default::default())),
+            watcher,
+            session,
             shared,
             m,
         }
@@ -47,7 +53,7 @@ impl InProcess for LocalConn {
             &self.m,
             &mut reqs,
             &mut replies,
-            None,
+            (None, self.session),
         );
         if !mine.is_empty() {
             self.watcher.deliver(mine);
@@ -63,6 +69,9 @@ impl InProcess for LocalConn {
 impl Drop for LocalConn {
     fn drop(&mut self) {
         self.shared.watch.leave(&self.watcher);
+        // Nothing in this process can claim them again.
+        self.shared.locks.drop_all(self.session);
+        self.shared.locks.detach(self.session, &self.watcher);
         self.shared.connections.fetch_sub(1, Ordering::SeqCst);
         self.m.connections.fetch_sub(1, Ordering::Relaxed);
     }

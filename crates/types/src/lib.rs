@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod errno;
+pub mod ranges;
 
 /// Inode number of the root directory.
 pub const ROOT_INO: u64 = 1;

@@ -142,15 +142,22 @@ impl Rng {
 
 /// Runs `solofs fsck --data DIR` and fails the test unless it is clean.
 pub fn assert_fsck_clean(data: &Path) {
+    solofs_on(data, "fsck");
+}
+
+/// Runs `solofs CMD --data DATA`; fails the test (with what it printed)
+/// unless it succeeds.
+fn solofs_on(data: &Path, cmd: &str) {
     let out = Command::new(BIN)
-        .args(["fsck", "--data"])
+        .args([cmd, "--data"])
         .arg(data)
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
+        "solofs {cmd}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 
@@ -423,4 +430,10 @@ pub fn read_frame(s: &mut std::net::TcpStream) -> (solofs_proto::FrameType, Vec<
         assert!(n > 0, "connection closed");
         buf.extend_from_slice(&tmp[..n]);
     }
+}
+
+/// `solofs mkfs --data DATA` with the defaults (a volume whose blocks are
+/// in DATA/blocks).
+pub fn mkfs_volume(data: &Path) {
+    solofs_on(data, "mkfs");
 }

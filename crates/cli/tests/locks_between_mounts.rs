@@ -1,0 +1,377 @@
+//! File locks held by the server (docs/data.md, "Locks"), with a real
+//! server and two real mounts: `fcntl` and `flock` locks exclude each other
+//! across mounts; a blocked wait is woken by the release; F_GETLK names the
+//! holder; locks go when the holder's process is killed, and when its
+//! mount goes away (after the server's grace); a waiting process that is
+//! signalled stops waiting; sqlite with one writer per mount keeps every
+//! row.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A Python process that takes a lock on `file` (`how`: `lockf`, `flock`)
+/// and says `locked` once it has it; it holds it until told `unlock` on
+/// stdin, then says `unlocked` and waits for stdin to close.
+struct Holder {
+    child: Child,
+    stdin: ChildStdin,
+    out: std::io::Lines<BufReader<std::process::ChildStdout>>,
+}
+
+const HOLDER: &str = r#"
+import fcntl, sys
+f = open(sys.argv[1], "r+")
+lk = {"lockf": lambda m: fcntl.lockf(f, m), "flock": lambda m: fcntl.flock(f, m)}[sys.argv[2]]
+lk(fcntl.LOCK_EX)
+print("locked", flush=True)
+for line in sys.stdin:
+    if line.strip() == "unlock":
+        lk(fcntl.LOCK_UN)
+        print("unlocked", flush=True)
+"#;
+
+impl Holder {
+    fn start(file: &Path, how: &str) -> Holder {
+        let mut child = Command::new("python3")
+            .args(["-c", HOLDER])
+            .arg(file)
+            .arg(how)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let out = BufReader::new(child.stdout.take().unwrap()).lines();
+        Holder { child, stdin, out }
+    }
+
+    /// Waits for the next line (the process answers within `bound`, or
+    /// the test fails: a reader thread keeps the wait bounded).
+    fn expect(&mut self, want: &str) {
+        let line = self.out.next().and_then(|l| l.ok()).unwrap_or_default();
+        assert_eq!(line, want);
+    }
+
+    fn tell(&mut self, what: &str) {
+        writeln!(self.stdin, "{what}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `code` (Python) with `args`; returns (exit code, stdout).
+fn py(code: &str, args: &[&str]) -> (i32, String) {
+    let out = Command::new("python3")
+        .args(["-c", code])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// Tries a lock without waiting: exit 0 if taken, 1 if someone holds it.
+const TRY: &str = r#"
+import fcntl, sys
+f = open(sys.argv[1], "r+")
+m = fcntl.LOCK_EX | fcntl.LOCK_NB
+try:
+    (fcntl.lockf if sys.argv[2] == "lockf" else fcntl.flock)(f, m)
+except BlockingIOError:
+    sys.exit(1)
+"#;
+
+fn can_lock(file: &Path, how: &str) -> bool {
+    let (code, out) = py(TRY, &[file.to_str().unwrap(), how]);
+    assert!(code == 0 || code == 1, "lock attempt failed: {out}");
+    code == 0
+}
+
+/// F_GETLK on the whole file: (type, pid) of the conflicting lock.
+const GETLK: &str = r#"
+import fcntl, struct, sys
+f = open(sys.argv[1], "r+")
+r = fcntl.fcntl(f, fcntl.F_GETLK, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 0, 0, 0))
+t, _, _, _, pid = struct.unpack("hhqqi4x", r)
+print(t, pid)
+"#;
+
+fn within(what: &str, bound: Duration, ok: impl Fn() -> bool) -> Duration {
+    let t = Instant::now();
+    while !ok() {
+        assert!(t.elapsed() < bound, "{what}: not within {bound:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    t.elapsed()
+}
+
+/// A process that waits for the lock (blocking) and prints `got` when it
+/// has it.
+fn waiter(file: &Path, how: &str) -> (Child, std::sync::mpsc::Receiver<Instant>) {
+    let code = r#"
+import fcntl, sys, time
+f = open(sys.argv[1], "r+")
+(fcntl.lockf if sys.argv[2] == "lockf" else fcntl.flock)(f, fcntl.LOCK_EX)
+print("got", flush=True)
+time.sleep(0.3)
+"#;
+    let mut child = Command::new("python3")
+        .args(["-c", code])
+        .arg(file)
+        .arg(how)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines() {
+            if l.map(|l| l == "got").unwrap_or(false) {
+                let _ = tx.send(Instant::now());
+            }
+        }
+    });
+    (child, rx)
+}
+
+#[test]
+fn locks_exclude_across_mounts_and_wake_waiters() {
+    if !is_root() {
+        eprintln!("skipped: FUSE mounts need root here");
+        return;
+    }
+    let s = Scratch::new("locks");
+    let data = s.path.join("data");
+    mkfs_volume(&data);
+    let srv = ServerProc::start_with(&data, "127.0.0.1:0", &["--lock-grace-ms", "1500"]);
+    let secret = data.join("secret");
+    let a = MountProc::start(&srv.addr, &secret, &s.path.join("a"), &[]);
+    let b = MountProc::start(&srv.addr, &secret, &s.path.join("b"), &[]);
+    std::fs::write(a.mnt.join("f"), "x").unwrap();
+    let (fa, fb) = (a.mnt.join("f"), b.mnt.join("f"));
+    within("the file on b", Duration::from_secs(2), || fb.exists());
+
+    for how in ["lockf", "flock"] {
+        // Exclusion, both ways round, and a blocked waiter woken by the
+        // release.
+        let mut h = Holder::start(&fa, how);
+        h.expect("locked");
+        assert!(!can_lock(&fb, how), "{how}: b took a lock a holds");
+        let (mut w, got) = waiter(&fb, how);
+        assert!(
+            got.recv_timeout(Duration::from_millis(600)).is_err(),
+            "{how}: the waiter on b got a held lock"
+        );
+        let t = Instant::now();
+        h.tell("unlock");
+        h.expect("unlocked");
+        let at = got
+            .recv_timeout(Duration::from_secs(5))
+            .unwrap_or_else(|_| panic!("{how}: the waiter on b was not woken"));
+        eprintln!(
+            "{how}: waiter on b woken {:.1} ms after the unlock was asked",
+            at.duration_since(t).as_secs_f64() * 1e3
+        );
+        assert!(w.wait().unwrap().success());
+        // b's waiter ended (its close released the lock): a may lock.
+        assert!(can_lock(&fa, how), "{how}: a lock outlived its process");
+        drop(h);
+    }
+
+    // F_GETLK on b names a's holder.
+    let mut h = Holder::start(&fa, "lockf");
+    h.expect("locked");
+    let (code, out) = py(GETLK, &[fb.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        out.trim(),
+        format!("1 {}", h.pid()), // F_WRLCK is 1 on Linux
+        "F_GETLK on b"
+    );
+
+    // A killed holder's locks go with it.
+    h.child.kill().unwrap();
+    h.child.wait().unwrap();
+    within(
+        "lock of a killed process released",
+        Duration::from_secs(3),
+        || can_lock(&fb, "lockf"),
+    );
+
+    // A signalled waiter stops waiting (EINTR, as a local wait would).
+    let mut h = Holder::start(&fa, "flock");
+    h.expect("locked");
+    let (mut w, got) = waiter(&fb, "flock");
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    w.kill().unwrap();
+    w.wait().unwrap();
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "a killed waiter took {:?} to go",
+        t.elapsed()
+    );
+    assert!(got.try_recv().is_err());
+    // Its withdrawn request is not granted later to nobody.
+    h.tell("unlock");
+    h.expect("unlocked");
+    within(
+        "lock free after the waiter left",
+        Duration::from_secs(2),
+        || can_lock(&fb, "flock"),
+    );
+    h.tell("x");
+
+    // The holder's mount goes away (killed): after the grace, b gets it.
+    let mut h = Holder::start(&fa, "lockf");
+    h.expect("locked");
+    let (mut w, got) = waiter(&fb, "lockf");
+    let t = Instant::now();
+    let mut a = a;
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    let at = got
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the waiter on b was not granted after a's mount died");
+    eprintln!(
+        "lock of a dead mount granted after {:.0} ms (grace 1500 ms)",
+        at.duration_since(t).as_secs_f64() * 1e3
+    );
+    assert!(w.wait().unwrap().success());
+    drop(h);
+    let _ = Command::new("umount").arg("-l").arg(&a.mnt).status();
+    std::mem::forget(a);
+    assert!(b.stop().success());
+    assert!(srv.stop().success());
+}
+
+/// sqlite3, one writer per mount, each 2 000 rows in transactions of 20:
+/// every row is there and the database is sound.
+#[test]
+fn sqlite_writers_on_two_mounts_keep_every_row() {
+    if !is_root() {
+        eprintln!("skipped: FUSE mounts need root here");
+        return;
+    }
+    let s = Scratch::new("locks-sqlite");
+    let data = s.path.join("data");
+    mkfs_volume(&data);
+    let srv = ServerProc::start(&data);
+    let secret = data.join("secret");
+    let a = MountProc::start(&srv.addr, &secret, &s.path.join("a"), &[]);
+    let b = MountProc::start(&srv.addr, &secret, &s.path.join("b"), &[]);
+    let setup = r#"
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+c.execute("create table t (who text, n integer)")
+c.commit()
+"#;
+    let (code, out) = py(setup, &[a.mnt.join("db").to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    let writer = r#"
+import sqlite3, sys, time
+c = sqlite3.connect(sys.argv[1], timeout=60)
+for i in range(100):
+    for k in range(20):
+        c.execute("insert into t values (?, ?)", (sys.argv[2], i * 20 + k))
+    c.commit()
+"#;
+    let t = Instant::now();
+    let spawn = |mnt: &Path, who: &str| {
+        Command::new("python3")
+            .args(["-c", writer])
+            .arg(mnt.join("db"))
+            .arg(who)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let wa = spawn(&a.mnt, "a");
+    let wb = spawn(&b.mnt, "b");
+    for (who, w) in [("a", wa), ("b", wb)] {
+        let out = w.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "writer {who}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    eprintln!("two writers, 4000 rows: {:.1} s", t.elapsed().as_secs_f64());
+    let check = r#"
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+print(c.execute("pragma integrity_check").fetchone()[0])
+print(c.execute("select count(*), count(distinct who || n) from t").fetchone())
+"#;
+    for m in [&a.mnt, &b.mnt] {
+        let (code, out) = py(check, &[m.join("db").to_str().unwrap()]);
+        assert_eq!(code, 0, "{out}");
+        assert_eq!(out, "ok\n(4000, 4000)\n", "seen from {m:?}");
+    }
+    assert!(b.stop().success());
+    assert!(a.stop().success());
+    assert!(srv.stop().success());
+    assert_fsck_clean(&data);
+}
+
+/// A server restart keeps the locks: the holder's mount reconnects and
+/// claims its lock in the grace after the start (nobody else is granted
+/// one then), so the other mount still cannot take it after the grace,
+/// until the holder lets go.
+#[test]
+fn locks_survive_a_server_restart() {
+    if !is_root() {
+        eprintln!("skipped: FUSE mounts need root here");
+        return;
+    }
+    let s = Scratch::new("locks-restart");
+    let data = s.path.join("data");
+    mkfs_volume(&data);
+    let grace = ["--lock-grace-ms", "2000"];
+    let srv = ServerProc::start_with(&data, "127.0.0.1:0", &grace);
+    let addr = srv.addr.clone();
+    let secret = data.join("secret");
+    let a = MountProc::start(&addr, &secret, &s.path.join("a"), &[]);
+    let b = MountProc::start(&addr, &secret, &s.path.join("b"), &[]);
+    std::fs::write(a.mnt.join("f"), "x").unwrap();
+    let (fa, fb) = (a.mnt.join("f"), b.mnt.join("f"));
+    within("the file on b", Duration::from_secs(2), || fb.exists());
+    let mut h = Holder::start(&fa, "lockf");
+    h.expect("locked");
+    assert!(!can_lock(&fb, "lockf"));
+
+    srv.kill();
+    let srv = ServerProc::start_with(&data, &addr, &grace);
+    // In the grace, and after it: a's claim holds.
+    assert!(!can_lock(&fb, "lockf"), "b took the lock in the grace");
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(
+        !can_lock(&fb, "lockf"),
+        "b took a's lock after the restart's grace: a did not claim it"
+    );
+    h.tell("unlock");
+    h.expect("unlocked");
+    within("lock free after the unlock", Duration::from_secs(3), || {
+        can_lock(&fb, "lockf")
+    });
+    drop(h);
+    assert!(b.stop().success());
+    assert!(a.stop().success());
+    assert!(srv.stop().success());
+}

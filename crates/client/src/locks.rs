@@ -1,0 +1,384 @@
+//! File locks held by the server (docs/protocol.md §9), as this client
+//! sees them: the locks the server granted it (to claim them again on a
+//! new connection, and to know without asking whether a close has any to
+//! release) and its requests that wait to be granted.
+
+use crate::{Client, ClientError, Result};
+use solofs_proto::{Body, Notice, Op};
+use solofs_types::ranges::{LockKind, RangeLocks};
+use solofs_types::{Attr, Cred};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+/// `Lock` flag: wait for a conflicting lock to go.
+const WAIT: u32 = 1;
+/// `Lock` flag: a claim of a lock held before a reconnect.
+const RECLAIM: u32 = 2;
+
+/// One lock request: `kind` over bytes `start..=end` of `ino` for
+/// `owner` (an id of the caller's choosing: a process, an open file).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LockReq {
+    /// The file.
+    pub ino: u64,
+    /// Who holds it.
+    pub owner: u64,
+    /// Shared, exclusive or unlock.
+    pub kind: LockKind,
+    /// First byte.
+    pub start: u64,
+    /// Last byte (inclusive; `u64::MAX`: to the end of the file).
+    pub end: u64,
+    /// The locking process (what `F_GETLK` shows others).
+    pub pid: u32,
+}
+
+/// A lock another owner holds (`F_GETLK`'s answer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LockHolder {
+    /// Exclusive (else shared).
+    pub write: bool,
+    /// First byte.
+    pub start: u64,
+    /// Last byte (inclusive).
+    pub end: u64,
+    /// The holder's process id, as its client gave it.
+    pub pid: u32,
+}
+
+/// Called once when a waiting request ends: granted (`Ok`) or failed.
+pub type Granted = Box<dyn FnOnce(Result<()>) + Send>;
+
+/// What [`Client::set_lock`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Locked {
+    /// Done now; a granted lock comes with the file's attributes (the
+    /// server's version of it, for the caller's caches) when it exists.
+    Now(Option<Attr>),
+    /// Queued at the server with this token: the `wait` callback runs
+    /// when it is granted.
+    Queued(u64),
+}
+
+struct Wait {
+    req: LockReq,
+    cred: Cred,
+    done: Granted,
+}
+
+#[derive(Default)]
+struct Book {
+    /// The locks this client holds, per file.
+    mine: HashMap<u64, RangeLocks<u64>>,
+    /// Requests queued at the server, by token.
+    waits: HashMap<u64, Wait>,
+    next_token: u64,
+    /// A thread reconnects while anything is held.
+    keeper: bool,
+}
+
+impl Book {
+    fn apply(&mut self, r: &LockReq) {
+        let l = self.mine.entry(r.ino).or_default();
+        l.set(r.owner, r.kind, r.start, r.end, r.pid);
+        if l.is_empty() {
+            self.mine.remove(&r.ino);
+        }
+    }
+}
+
+/// This client's locks and waiting requests.
+#[derive(Default)]
+pub(crate) struct LockBook {
+    st: Mutex<Book>,
+}
+
+impl LockBook {
+    fn st(&self) -> MutexGuard<'_, Book> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes the `Granted` notices out of `list`: each ends its waiting
+    /// request (on the thread reading the connection).
+    pub(crate) fn notices(&self, list: &[Notice]) {
+        for n in list {
+            if let Notice::Granted { token } = n {
+                let w = {
+                    let mut st = self.st();
+                    let w = st.waits.remove(token);
+                    if let Some(w) = &w {
+                        st.apply(&w.req);
+                    }
+                    w
+                };
+                if let Some(w) = w {
+                    (w.done)(Ok(()));
+                }
+            }
+        }
+    }
+}
+
+/// A lock reply that says "done": empty, or the file's attributes.
+fn granted(b: Body) -> Result<Option<Attr>> {
+    match b {
+        Body::Empty => Ok(None),
+        Body::Attr(a) => Ok(Some(a)),
+        b => Err(crate::unexpected(b)),
+    }
+}
+
+fn op(r: &LockReq, flags: u32, token: u64) -> Op {
+    Op::Lock {
+        ino: r.ino,
+        owner: r.owner,
+        kind: r.kind as u32,
+        start: r.start,
+        end: r.end,
+        pid: r.pid,
+        flags,
+        token,
+    }
+}
+
+impl Client {
+    /// Sets or clears a lock (`req.kind`). Without `wait`, a conflicting
+    /// lock of another owner (of any client) fails with `EAGAIN`. With it,
+    /// the request may be queued: then this returns its token (for
+    /// [`Client::cancel_lock`]) and `wait` is called once it is granted,
+    /// from the thread that reads the connection (it must not wait for a
+    /// reply itself). [`Locked::Now`]: done now (`wait` is not called).
+    pub fn set_lock(&self, cred: &Cred, req: LockReq, wait: Option<Granted>) -> Result<Locked> {
+        let book = &self.inner.locks;
+        let Some(done) = wait else {
+            let a = granted(self.call(cred, op(&req, 0, 0))?)?;
+            book.st().apply(&req);
+            self.keep_locks();
+            return Ok(Locked::Now(a));
+        };
+        let token = {
+            let mut st = book.st();
+            st.next_token += 1;
+            let t = st.next_token;
+            st.waits.insert(
+                t,
+                Wait {
+                    req,
+                    cred: cred.clone(),
+                    done,
+                },
+            );
+            t
+        };
+        let r = self.call(cred, op(&req, WAIT, token));
+        let mut st = book.st();
+        match r {
+            Ok(Body::Queued) => {
+                drop(st);
+                self.keep_locks();
+                Ok(Locked::Queued(token))
+            }
+            r => {
+                let r = r.and_then(granted);
+                if st.waits.remove(&token).is_some() && r.is_ok() {
+                    st.apply(&req);
+                }
+                drop(st);
+                self.keep_locks();
+                r.map(Locked::Now)
+            }
+        }
+    }
+
+    /// The lock of another owner that `req` would conflict with, if any.
+    pub fn get_lock(&self, cred: &Cred, req: LockReq) -> Result<Option<LockHolder>> {
+        let o = Op::GetLock {
+            ino: req.ino,
+            owner: req.owner,
+            kind: req.kind as u32,
+            start: req.start,
+            end: req.end,
+        };
+        match self.call(cred, o)? {
+            Body::Empty => Ok(None),
+            Body::LockHeld {
+                kind,
+                start,
+                end,
+                pid,
+            } => Ok(Some(LockHolder {
+                write: kind == 1,
+                start,
+                end,
+                pid,
+            })),
+            b => Err(crate::unexpected(b)),
+        }
+    }
+
+    /// Withdraws waiting request `token`. `Ok(true)`: it was still
+    /// waiting and is gone (its `wait` is dropped uncalled); `Ok(false)`:
+    /// it was granted meanwhile (its `wait` was or will be called).
+    pub fn cancel_lock(&self, cred: &Cred, token: u64) -> Result<bool> {
+        if !self.inner.locks.st().waits.contains_key(&token) {
+            return Ok(false);
+        }
+        match self.call(cred, Op::LockCancel { token }) {
+            Ok(_) => {
+                let w = self.inner.locks.st().waits.remove(&token);
+                Ok(w.is_some())
+            }
+            Err(ClientError::Errno(2)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Does `owner` hold any lock on `ino`? (No server request: a close
+    /// asks this before it releases locks.)
+    pub fn holds_lock(&self, ino: u64, owner: u64) -> bool {
+        self.inner
+            .locks
+            .st()
+            .mine
+            .get(&ino)
+            .is_some_and(|l| l.iter().any(|x| x.owner == owner))
+    }
+
+    /// Releases every lock of this client and withdraws its waiting
+    /// requests (a mount going away).
+    pub fn drop_locks(&self) -> Result<()> {
+        let had = {
+            let mut st = self.inner.locks.st();
+            let had = !st.mine.is_empty() || !st.waits.is_empty();
+            st.mine.clear();
+            st.waits.clear();
+            had
+        };
+        if had {
+            granted(self.call(&Cred::root(), Op::DropLocks)?)?;
+        }
+        Ok(())
+    }
+
+    /// On a new connection: claims the locks held before and queues the
+    /// waiting requests again. A lock someone else took meanwhile is lost
+    /// (said on stderr); a request that fails now ends with its error.
+    pub(crate) fn claim_locks(&self) {
+        let (claims, waits): (Vec<LockReq>, Vec<(u64, LockReq, Cred)>) = {
+            let st = self.inner.locks.st();
+            let claims = st
+                .mine
+                .iter()
+                .flat_map(|(&ino, l)| {
+                    l.iter().map(move |x| LockReq {
+                        ino,
+                        owner: x.owner,
+                        kind: if x.write {
+                            LockKind::Write
+                        } else {
+                            LockKind::Read
+                        },
+                        start: x.start,
+                        end: x.end,
+                        pid: x.pid,
+                    })
+                })
+                .collect();
+            let waits = st
+                .waits
+                .iter()
+                .map(|(&t, w)| (t, w.req, w.cred.clone()))
+                .collect();
+            (claims, waits)
+        };
+        if claims.is_empty() && waits.is_empty() {
+            return;
+        }
+        let mut ops: Vec<(Cred, Op)> = claims
+            .iter()
+            .map(|r| (Cred::root(), op(r, RECLAIM, 0)))
+            .collect();
+        ops.extend(waits.iter().map(|(t, r, c)| (c.clone(), op(r, WAIT, *t))));
+        let Ok(results) = self.submit(&ops) else {
+            return; // the next connection tries again
+        };
+        let mut ended = Vec::new();
+        {
+            let mut st = self.inner.locks.st();
+            for (r, res) in claims.iter().zip(&results) {
+                if res.is_err() {
+                    eprintln!(
+                        "solofs: a lock on ino {} (bytes {}..={}) was lost while disconnected",
+                        r.ino, r.start, r.end
+                    );
+                    st.apply(&LockReq {
+                        kind: LockKind::Unlock,
+                        ..*r
+                    });
+                }
+            }
+            for ((t, r, _), res) in waits.iter().zip(&results[claims.len()..]) {
+                match res {
+                    Ok(Body::Queued) => {}
+                    Ok(_) => {
+                        if let Some(w) = st.waits.remove(t) {
+                            st.apply(r);
+                            ended.push((w.done, Ok(())));
+                        }
+                    }
+                    Err(e) => {
+                        if let Some(w) = st.waits.remove(t) {
+                            ended.push((w.done, Err(ClientError::Errno(e.errno()))));
+                        }
+                    }
+                }
+            }
+        }
+        for (done, r) in ended {
+            done(r);
+        }
+    }
+
+    /// While this client holds or waits for locks, a thread of its own
+    /// reconnects as soon as the connection is lost (the server keeps the
+    /// locks only for its grace period), even if nothing else calls.
+    fn keep_locks(&self) {
+        if self.inner.local.is_some() {
+            return;
+        }
+        {
+            let mut st = self.inner.locks.st();
+            if st.keeper || (st.mine.is_empty() && st.waits.is_empty()) {
+                return;
+            }
+            st.keeper = true;
+        }
+        let weak: Weak<crate::Inner> = Arc::downgrade(&self.inner);
+        let _ = std::thread::Builder::new()
+            .name("solofs-locks".into())
+            .spawn(move || loop {
+                std::thread::sleep(Duration::from_millis(200));
+                let Some(inner) = weak.upgrade() else { return };
+                let c = Client { inner };
+                {
+                    let mut st = c.inner.locks.st();
+                    if st.mine.is_empty() && st.waits.is_empty() {
+                        st.keeper = false;
+                        return;
+                    }
+                }
+                if c.is_dead() {
+                    let _ = c.conn();
+                }
+            });
+    }
+}
+
+/// The notice sink the connection calls: grants first, then the user's.
+pub(crate) fn sink(locks: Arc<LockBook>, user: crate::Notices) -> solofs_proto::NoticeSink {
+    Arc::new(move |list: &[Notice]| {
+        locks.notices(list);
+        crate::conn::tell(&user, list);
+    })
+}
