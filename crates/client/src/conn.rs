@@ -93,6 +93,9 @@ struct Link {
     /// `St::dead`, readable without the lock.
     dead: AtomicBool,
     notices: Notices,
+    /// A notice is awaited (a queued lock request): the background thread
+    /// reads as soon as no caller does, not only after [`QUIET`].
+    eager: Arc<AtomicBool>,
 }
 
 struct Rd {
@@ -295,6 +298,9 @@ impl Link {
             let done = st.want.get(&id).is_none_or(|s| s.reply.is_some());
             if done || st.dead || Instant::now() >= deadline {
                 st.step_down();
+                if st.want.is_empty() && self.eager.load(Ordering::Relaxed) {
+                    self.quiet.notify_all();
+                }
                 return st;
             }
         }
@@ -368,7 +374,8 @@ impl Link {
                     if st.dead {
                         return;
                     }
-                    if !st.leader && st.want.is_empty() && st.last.elapsed() >= QUIET {
+                    let quiet = self.eager.load(Ordering::Relaxed) || st.last.elapsed() >= QUIET;
+                    if !st.leader && st.want.is_empty() && quiet {
                         break;
                     }
                     st = self
@@ -583,6 +590,7 @@ pub(crate) fn handshake(inner: &Inner) -> Result<(Conn, Volume)> {
         sock: s.try_clone()?,
         dead: AtomicBool::new(false),
         notices: inner.notices.clone(),
+        eager: inner.locks.waiting.clone(),
     });
     let l2 = link.clone();
     std::thread::Builder::new()

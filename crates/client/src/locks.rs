@@ -8,6 +8,7 @@ use solofs_proto::{Body, Notice, Op};
 use solofs_types::ranges::{LockKind, RangeLocks};
 use solofs_types::{Attr, Cred};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -92,11 +93,43 @@ impl Book {
 #[derive(Default)]
 pub(crate) struct LockBook {
     st: Mutex<Book>,
+    /// Some request waits for its grant (the connection reads notices
+    /// eagerly then).
+    pub(crate) waiting: Arc<AtomicBool>,
+}
+
+/// The book, locked: on unlocking it says whether anything waits.
+struct BookGuard<'a> {
+    g: MutexGuard<'a, Book>,
+    waiting: &'a AtomicBool,
+}
+
+impl std::ops::Deref for BookGuard<'_> {
+    type Target = Book;
+    fn deref(&self) -> &Book {
+        &self.g
+    }
+}
+
+impl std::ops::DerefMut for BookGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Book {
+        &mut self.g
+    }
+}
+
+impl Drop for BookGuard<'_> {
+    fn drop(&mut self) {
+        self.waiting
+            .store(!self.g.waits.is_empty(), Ordering::Relaxed);
+    }
 }
 
 impl LockBook {
-    fn st(&self) -> MutexGuard<'_, Book> {
-        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    fn st(&self) -> BookGuard<'_> {
+        BookGuard {
+            g: self.st.lock().unwrap_or_else(|e| e.into_inner()),
+            waiting: &self.waiting,
+        }
     }
 
     /// Takes the `Granted` notices out of `list`: each ends its waiting

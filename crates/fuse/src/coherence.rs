@@ -191,6 +191,12 @@ impl Coherence {
         }
     }
 
+    /// Has the kernel drop what it cached of `ino` soon, from the
+    /// invalidation thread (safe inside a request on `ino`).
+    pub fn drop_later(&self, ino: u64) {
+        let _ = self.jobs.send(Job::Kernel(vec![Notice::Inode { ino }]));
+    }
+
     fn kernel(&self, list: &[Notice]) {
         let Some(n) = self.notifier.get() else {
             return; // not mounted yet: the kernel holds nothing

@@ -236,6 +236,13 @@ impl OpenFile {
         self.cache = cache.map(|c| (c.clone(), v));
     }
 
+    /// This mount's own commit made the server's version of the file `a`.
+    pub fn saw(&mut self, a: &Attr) {
+        if self.settled() {
+            self.seen = Some(version(a));
+        }
+    }
+
     /// A lock was granted and the server's attributes are `a` now: has
     /// another mount changed the file since this one last took it in?
     /// (Never while this mount has changes of its own pending: they win.)

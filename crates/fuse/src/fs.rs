@@ -59,7 +59,9 @@ pub(crate) type Res<T> = Result<T, Errno>;
 /// kernel (this kernel does so with or without `FUSE_DIRECT_IO_ALLOW_MMAP`,
 /// which `init` asks for; the mount test checks the behaviour).
 fn fopen_flags(flags: i32) -> FopenFlags {
-    if flags & libc::O_ACCMODE == libc::O_WRONLY {
+    // An appending handle's writes land where the server says, not where
+    // the kernel would put them in its page cache (append.rs).
+    if flags & libc::O_ACCMODE == libc::O_WRONLY || flags & libc::O_APPEND != 0 {
         FopenFlags::FOPEN_DIRECT_IO
     } else {
         FopenFlags::empty()
@@ -539,7 +541,7 @@ impl Filesystem for SoloFs {
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
@@ -569,6 +571,12 @@ impl Filesystem for SoloFs {
                     Err(e) => return reply.error(errno(e)),
                 }
             }
+        }
+        if flags.0 & libc::O_APPEND != 0 {
+            return match self.append(&self.cred(req), &f, data) {
+                Ok(()) => reply.written(data.len() as u32),
+                Err(e) => reply.error(e),
+            };
         }
         let r = f.lock().write(&self.store, offset, data, now_ns());
         match r {

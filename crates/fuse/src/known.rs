@@ -157,22 +157,29 @@ impl SoloFs {
                 .client
                 .write_inline(&cred, f.ino, d.clone(), mtime, set),
         };
-        match r {
-            Ok(a) => self.keep(&a),
+        let after = match r {
+            Ok(a) => {
+                self.keep(&a);
+                Some(a)
+            }
             Err(e) if e.errno() == libc::EFBIG && matches!(what, Flushed::Inline(_)) => {
                 return Ok(false)
             }
-            Err(e) if e.errno() == libc::ENOENT => {}
+            Err(e) if e.errno() == libc::ENOENT => None,
             Err(e) => {
                 f.pending = SetAttr::default();
                 f.pending_cred = None;
                 self.attrs.forget(f.ino);
                 return Err(errno(e));
             }
-        }
+        };
         match what {
             Flushed::Blocks(size) => f.committed(size),
             Flushed::Inline(d) => f.committed_inline(d),
+        }
+        if let Some(a) = after {
+            // What this mount holds of the file is that version now.
+            f.saw(&a);
         }
         Ok(true)
     }

@@ -12,6 +12,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod append;
 mod blockcache;
 mod cache;
 mod coherence;

@@ -159,6 +159,38 @@ impl Locking {
         }
     }
 
+    /// Takes lock `req`, waiting on this thread as long as it takes (for
+    /// the mount's own short critical sections); returns the file's
+    /// attributes at the grant if they came with it.
+    pub fn hold(&self, cred: &Cred, req: LockReq) -> Result<Option<Attr>, Errno> {
+        let (tx, rx) = channel();
+        let granted: solofs_client::Granted = Box::new(move |r| {
+            let _ = tx.send(r);
+        });
+        match self
+            .client
+            .set_lock(cred, req, Some(granted))
+            .map_err(errno)?
+        {
+            Locked::Now(a) => Ok(a),
+            Locked::Queued(_) => match rx.recv() {
+                Ok(r) => r.map(|()| None).map_err(errno),
+                Err(_) => Err(Errno::EIO), // the client went away
+            },
+        }
+    }
+
+    /// Lets go of a lock taken with [`Locking::hold`].
+    pub fn unhold(&self, cred: &Cred, req: LockReq) {
+        let req = LockReq {
+            kind: LockKind::Unlock,
+            ..req
+        };
+        if let Err(e) = self.client.set_lock(cred, req, None) {
+            eprintln!("solofs: releasing the lock of ino {}: {e}", req.ino);
+        }
+    }
+
     /// A close by lock owner `owner` (`flush`): a process's `fcntl` locks
     /// on the file go with any of its descriptors.
     pub fn closed(&self, cred: &Cred, fh: u64, ino: u64, owner: u64) {
@@ -220,19 +252,27 @@ impl Locking {
     /// this one took it in, what this mount and the kernel hold of it goes
     /// (the next read sees the other mount's bytes).
     fn revalidate(&self, cred: &Cred, ino: u64, a: Option<Attr>) {
+        if self.take_in(cred, ino, a) {
+            self.coh.drop_pages(ino);
+        }
+    }
+
+    /// [`Locking::revalidate`] of this mount's own cache: returns whether
+    /// the file changed (the caller has the kernel drop its pages).
+    pub fn take_in(&self, cred: &Cred, ino: u64, a: Option<Attr>) -> bool {
         let Some(f) = self.files.lock().get(&ino).cloned() else {
-            return; // not open here: nothing of it is cached
+            return false; // not open here: nothing of it is cached
         };
         let a = match a {
             Some(a) => a,
             None => match self.client.getattr(cred, Target::Ino(ino)) {
                 Ok(a) => a,
-                Err(_) => return,
+                Err(_) => return false,
             },
         };
         let mut g = f.lock();
         if !g.changed(&a) {
-            return;
+            return false;
         }
         let inline = if a.size > 0 && a.size <= g.inline_max {
             // A small file's bytes may be in the server's pool: an open
@@ -248,8 +288,7 @@ impl Locking {
             None
         };
         g.reload(&a, inline, self.blocks.as_ref());
-        drop(g);
-        self.coh.drop_pages(ino);
+        true
     }
 
     /// Waiting requests whose process has a signal to take: withdrawn,
