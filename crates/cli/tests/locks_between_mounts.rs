@@ -151,22 +151,51 @@ time.sleep(0.3)
     (child, rx)
 }
 
+/// A fresh volume served by a server (with `srv_args`) and mounted twice;
+/// file `name` made on the first mount and seen on the second.
+struct Two {
+    // Dropped in this order: mounts, server, then the scratch directory.
+    a: MountProc,
+    b: MountProc,
+    srv: ServerProc,
+    data: std::path::PathBuf,
+    _s: Scratch,
+}
+
+fn two_mounts(tag: &str, srv_args: &[&str], name: &str) -> Two {
+    let s = Scratch::new(tag);
+    let data = s.path.join("data");
+    mkfs_volume(&data);
+    let srv = ServerProc::start_with(&data, "127.0.0.1:0", srv_args);
+    let secret = data.join("secret");
+    let a = MountProc::start(&srv.addr, &secret, &s.path.join("a"), &[]);
+    let b = MountProc::start(&srv.addr, &secret, &s.path.join("b"), &[]);
+    std::fs::write(a.mnt.join(name), "").unwrap();
+    let fb = b.mnt.join(name);
+    within("the file on b", Duration::from_secs(2), || fb.exists());
+    Two {
+        a,
+        b,
+        srv,
+        data,
+        _s: s,
+    }
+}
+
 #[test]
 fn locks_exclude_across_mounts_and_wake_waiters() {
     if !is_root() {
         eprintln!("skipped: FUSE mounts need root here");
         return;
     }
-    let s = Scratch::new("locks");
-    let data = s.path.join("data");
-    mkfs_volume(&data);
-    let srv = ServerProc::start_with(&data, "127.0.0.1:0", &["--lock-grace-ms", "1500"]);
-    let secret = data.join("secret");
-    let a = MountProc::start(&srv.addr, &secret, &s.path.join("a"), &[]);
-    let b = MountProc::start(&srv.addr, &secret, &s.path.join("b"), &[]);
-    std::fs::write(a.mnt.join("f"), "x").unwrap();
+    let Two {
+        a,
+        b,
+        srv,
+        _s: _keep,
+        ..
+    } = two_mounts("locks", &["--lock-grace-ms", "1500"], "f");
     let (fa, fb) = (a.mnt.join("f"), b.mnt.join("f"));
-    within("the file on b", Duration::from_secs(2), || fb.exists());
 
     for how in ["lockf", "flock"] {
         // Exclusion, both ways round, and a blocked waiter woken by the
@@ -270,13 +299,13 @@ fn sqlite_writers_on_two_mounts_keep_every_row() {
         eprintln!("skipped: FUSE mounts need root here");
         return;
     }
-    let s = Scratch::new("locks-sqlite");
-    let data = s.path.join("data");
-    mkfs_volume(&data);
-    let srv = ServerProc::start(&data);
-    let secret = data.join("secret");
-    let a = MountProc::start(&srv.addr, &secret, &s.path.join("a"), &[]);
-    let b = MountProc::start(&srv.addr, &secret, &s.path.join("b"), &[]);
+    let Two {
+        a,
+        b,
+        srv,
+        data,
+        _s: _keep,
+    } = two_mounts("locks-sqlite", &[], "x");
     let setup = r#"
 import sqlite3, sys
 c = sqlite3.connect(sys.argv[1])
@@ -386,17 +415,13 @@ fn appends_from_two_mounts_keep_every_line() {
         eprintln!("skipped: FUSE mounts need root here");
         return;
     }
-    let s = Scratch::new("append");
-    let data = s.path.join("data");
-    mkfs_volume(&data);
-    let srv = ServerProc::start(&data);
-    let secret = data.join("secret");
-    let a = MountProc::start(&srv.addr, &secret, &s.path.join("a"), &[]);
-    let b = MountProc::start(&srv.addr, &secret, &s.path.join("b"), &[]);
-    std::fs::write(a.mnt.join("log"), "").unwrap();
-    within("the log on b", Duration::from_secs(2), || {
-        b.mnt.join("log").exists()
-    });
+    let Two {
+        a,
+        b,
+        srv,
+        data,
+        _s: _keep,
+    } = two_mounts("append", &[], "log");
     let writer = r#"
 import fcntl, os, sys
 fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)

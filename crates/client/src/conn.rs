@@ -297,6 +297,20 @@ impl Link {
             }
             let done = st.want.get(&id).is_none_or(|s| s.reply.is_some());
             if done || st.dead || Instant::now() >= deadline {
+                if !st.dead {
+                    // Frames that came with this one are handled now: the
+                    // background thread waits for new bytes, not for
+                    // these (a notice left here would wait for the next
+                    // traffic).
+                    drop(st);
+                    let alive = self.buffered(&mut lock(&self.rd));
+                    st = lock(&self.st);
+                    if !alive {
+                        self.kill_locked(&mut st);
+                        st.leader = false;
+                        return st;
+                    }
+                }
                 st.step_down();
                 if st.want.is_empty() && self.eager.load(Ordering::Relaxed) {
                     self.quiet.notify_all();
@@ -329,28 +343,36 @@ impl Link {
         }
     }
 
+    /// As the leader: handles the complete frames in the read buffer (not
+    /// reading the socket). False: the connection is over.
+    fn buffered(&self, rd: &mut Rd) -> bool {
+        loop {
+            let f = match split_frame(&rd.buf, MAX_FRAME) {
+                Ok(Some((ty, payload, n))) => {
+                    let f = frame(ty, payload);
+                    rd.buf.drain(..n);
+                    f
+                }
+                Ok(None) => return true,
+                Err(_) => Frame::Over,
+            };
+            match f {
+                Frame::Notices(list) => tell(&self.notices, &list),
+                Frame::Replies(r) => lock(&self.st).deliver(r),
+                Frame::Nothing => {}
+                Frame::Over => return false,
+            }
+        }
+    }
+
     /// As the leader: handles every frame already received, without
     /// waiting for more. False: the connection is over.
     fn drain(&self) -> bool {
         let mut rd = lock(&self.rd);
         let mut tmp = [0u8; 64 * 1024];
         loop {
-            loop {
-                let f = match split_frame(&rd.buf, MAX_FRAME) {
-                    Ok(Some((ty, payload, n))) => {
-                        let f = frame(ty, payload);
-                        rd.buf.drain(..n);
-                        f
-                    }
-                    Ok(None) => break,
-                    Err(_) => Frame::Over,
-                };
-                match f {
-                    Frame::Notices(list) => tell(&self.notices, &list),
-                    Frame::Replies(r) => lock(&self.st).deliver(r),
-                    Frame::Nothing => {}
-                    Frame::Over => return false,
-                }
+            if !self.buffered(&mut rd) {
+                return false;
             }
             use rustix::net::{recv, RecvFlags};
             match recv(&self.sock, &mut tmp[..], RecvFlags::DONTWAIT) {
