@@ -476,3 +476,74 @@ for i in range(1000):
     assert!(srv.stop().success());
     assert_fsck_clean(&data);
 }
+
+/// Two processes on two mounts, each holding one byte and waiting for the
+/// other's: the wait that would close the cycle fails with `EDEADLK`
+/// (POSIX), and the first wait is granted once its holder lets go.
+#[test]
+fn a_wait_that_closes_a_cycle_is_refused() {
+    if !is_root() {
+        eprintln!("skipped: FUSE mounts need root here");
+        return;
+    }
+    let Two {
+        a,
+        b,
+        srv,
+        _s: _keep,
+        ..
+    } = two_mounts("locks-deadlock", &[], "f");
+    let code = r#"
+import errno, fcntl, signal, sys
+def late(*_):
+    raise TimeoutError
+signal.signal(signal.SIGALRM, late)
+f = open(sys.argv[1], "r+")
+mine, theirs = int(sys.argv[2]), int(sys.argv[3])
+fcntl.lockf(f, fcntl.LOCK_EX, 1, mine)
+print("holding", flush=True)
+sys.stdin.readline()
+# A wait the server never ends is cut by the alarm (the mount turns the
+# signal into EINTR): the test fails instead of hanging.
+signal.alarm(10)
+try:
+    fcntl.lockf(f, fcntl.LOCK_EX, 1, theirs)
+    print("got", flush=True)
+except TimeoutError:
+    print("still waiting after 10 s", flush=True)
+except OSError as e:
+    print("EDEADLK" if e.errno == errno.EDEADLK else "error %d" % e.errno, flush=True)
+signal.alarm(0)
+sys.stdin.readline()
+"#;
+    let start = |file: &Path, mine: &str, theirs: &str| {
+        let mut child = Command::new("python3")
+            .args(["-c", code])
+            .arg(file)
+            .args([mine, theirs])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let out = BufReader::new(child.stdout.take().unwrap()).lines();
+        Holder { child, stdin, out }
+    };
+    let mut p = start(&a.mnt.join("f"), "0", "1");
+    p.expect("holding");
+    let mut q = start(&b.mnt.join("f"), "1", "0");
+    q.expect("holding");
+    // p waits for q's byte; then q asking for p's byte closes the cycle.
+    p.tell("go");
+    std::thread::sleep(Duration::from_millis(300));
+    q.tell("go");
+    q.expect("EDEADLK");
+    // q lets go (its process ends): p's wait is granted.
+    drop(q);
+    p.expect("got");
+    p.tell("end");
+    drop(p);
+    assert!(b.stop().success());
+    assert!(a.stop().success());
+    assert!(srv.stop().success());
+}
