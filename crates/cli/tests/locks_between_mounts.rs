@@ -151,6 +151,31 @@ time.sleep(0.3)
     (child, rx)
 }
 
+/// Runs Python `code` once per (file, args) at the same time; fails the
+/// test (with its stderr) unless every run succeeds.
+fn run_together(code: &str, runs: &[(&Path, &[&str])]) {
+    let children: Vec<Child> = runs
+        .iter()
+        .map(|(file, args)| {
+            Command::new("python3")
+                .args(["-c", code])
+                .arg(file)
+                .args(*args)
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (c, (_, args)) in children.into_iter().zip(runs) {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "writer {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 /// A fresh volume served by a server (with `srv_args`) and mounted twice;
 /// file `name` made on the first mount and seen on the second.
 struct Two {
@@ -323,25 +348,8 @@ for i in range(100):
     c.commit()
 "#;
     let t = Instant::now();
-    let spawn = |mnt: &Path, who: &str| {
-        Command::new("python3")
-            .args(["-c", writer])
-            .arg(mnt.join("db"))
-            .arg(who)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
-    let wa = spawn(&a.mnt, "a");
-    let wb = spawn(&b.mnt, "b");
-    for (who, w) in [("a", wa), ("b", wb)] {
-        let out = w.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "writer {who}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let (da, db) = (a.mnt.join("db"), b.mnt.join("db"));
+    run_together(writer, &[(&da, &["a"]), (&db, &["b"])]);
     eprintln!("two writers, 4000 rows: {:.1} s", t.elapsed().as_secs_f64());
     let check = r#"
 import sqlite3, sys
@@ -431,26 +439,15 @@ for i in range(1000):
     os.write(fd, ("%s %04d %s\n" % (sys.argv[2], i, "x" * (i % 37))).encode())
 "#;
     let t = Instant::now();
-    let spawn = |mnt: &Path, who: &str, how: &str| {
-        Command::new("python3")
-            .args(["-c", writer])
-            .arg(mnt.join("log"))
-            .args([who, how])
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
-    let wa = spawn(&a.mnt, "a", "plain");
-    let wb = spawn(&b.mnt, "b", "plain");
-    let wc = spawn(&b.mnt, "c", "locked");
-    for (who, w) in [("a", wa), ("b", wb), ("c", wc)] {
-        let out = w.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "appender {who}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let (la, lb) = (a.mnt.join("log"), b.mnt.join("log"));
+    run_together(
+        writer,
+        &[
+            (&la, &["a", "plain"]),
+            (&lb, &["b", "plain"]),
+            (&lb, &["c", "locked"]),
+        ],
+    );
     eprintln!(
         "three appenders, 3000 lines: {:.1} s",
         t.elapsed().as_secs_f64()
