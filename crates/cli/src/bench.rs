@@ -257,8 +257,14 @@ impl Target for EngineTarget {
         let a = self.e.create(&self.cred, d, n, 0o644)?;
         self.blocks
             .put(a.ino, 0, solofs_data::Bytes::copy_from_slice(data))?;
-        self.e
-            .write_commit(&self.cred, a.ino, data.len() as u64, now_ns(), false)?;
+        self.e.write_commit(
+            &self.cred,
+            a.ino,
+            data.len() as u64,
+            now_ns(),
+            false,
+            &[(0, data.len() as u64)],
+        )?;
         Ok(())
     }
     fn read_file(&self, d: u64, n: &[u8], buf: &mut [u8]) -> Result<usize> {
@@ -443,6 +449,7 @@ impl Target for ServerTarget {
                     ino: a.ino,
                     size: data.len() as u64,
                     mtime: now_ns(),
+                    stored: std::iter::once((0, data.len() as u64)).collect(),
                     set: Default::default(),
                 },
             ),

@@ -60,7 +60,7 @@ fn mount_flag(a: &Arg, p: &mut lexopt::Parser, o: &mut MountOptions) -> Result<b
 
 /// A byte count: digits, optionally followed by K, M, G or T (powers of
 /// 1024).
-fn parse_size(s: &str) -> Result<u64> {
+pub(crate) fn parse_size(s: &str) -> Result<u64> {
     let t = s.trim();
     let (num, shift) = match t.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => {

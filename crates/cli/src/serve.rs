@@ -109,6 +109,7 @@ pub struct FileConfig {
     watch_cap: Option<usize>,
     spin_us: Option<u64>,
     lock_grace_ms: Option<u64>,
+    capacity: Option<String>,
 }
 
 /// Parses a config file.
@@ -150,6 +151,7 @@ impl FileConfig {
         put("watch_cap", self.watch_cap.map(|x| x.to_string()));
         put("spin_us", self.spin_us.map(|x| x.to_string()));
         put("lock_grace_ms", self.lock_grace_ms.map(|x| x.to_string()));
+        put("capacity", self.capacity.clone());
         v
     }
 }
@@ -157,9 +159,11 @@ impl FileConfig {
 struct Settings {
     data: Option<PathBuf>,
     cfg: Config,
+    /// Data capacity `statfs` reports (bytes; 0: found out).
+    capacity: u64,
 }
 
-const KEYS: [&str; 13] = [
+const KEYS: [&str; 14] = [
     "data",
     "listen",
     "workers",
@@ -173,6 +177,7 @@ const KEYS: [&str; 13] = [
     "watch_cap",
     "spin_us",
     "lock_grace_ms",
+    "capacity",
 ];
 
 fn apply(s: &mut Settings, key: &str, v: &str) -> Result<()> {
@@ -224,6 +229,7 @@ fn apply(s: &mut Settings, key: &str, v: &str) -> Result<()> {
             }
             s.cfg.lock_grace = Duration::from_millis(n)
         }
+        "capacity" => s.capacity = crate::mount::parse_size(v).context("capacity")?,
         _ => bail!("unknown setting {key:?} (known: {})", KEYS.join(", ")),
     }
     Ok(())
@@ -243,7 +249,7 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
                 flags.push((k, p.value()?.parse()?));
             }
             Long("help") | Short('h') => {
-                println!("solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--root-squash]\n             [--idle-timeout-secs S] [--max-connections N] [--config FILE]\n             [--max-unauthenticated N] [--auth-timeout-secs S] [--free-grace-ms MS]\n             [--watch-cap N] [--spin-us N] [--lock-grace-ms MS]\n  --watch-cap N  inodes watched per connection for its caches (default 262144; docs/data.md)\n  --spin-us N    most µs a worker polls without sleeping after activity, adaptive below (default 50; 0: never)\n  --lock-grace-ms MS  a lost client's file locks are kept this long; after a start only\n                 claims of earlier locks are granted this long (default 10000)\nEnvironment: SOLOFS_DATA, SOLOFS_LISTEN, SOLOFS_WORKERS, SOLOFS_METRICS, SOLOFS_ROOT_SQUASH, ...");
+                println!("solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--root-squash]\n             [--idle-timeout-secs S] [--max-connections N] [--config FILE]\n             [--max-unauthenticated N] [--auth-timeout-secs S] [--free-grace-ms MS]\n             [--watch-cap N] [--spin-us N] [--lock-grace-ms MS] [--capacity SIZE]\n  --watch-cap N  inodes watched per connection for its caches (default 262144; docs/data.md)\n  --spin-us N    most µs a worker polls without sleeping after activity, adaptive below (default 50; 0: never)\n  --lock-grace-ms MS  a lost client's file locks are kept this long; after a start only\n                 claims of earlier locks are granted this long (default 10000)\n  --capacity SIZE  data capacity df reports (e.g. 10T; default: the free space under a\n                 file:// store plus the data held; none known for s3://)\nEnvironment: SOLOFS_DATA, SOLOFS_LISTEN, SOLOFS_WORKERS, SOLOFS_METRICS, SOLOFS_ROOT_SQUASH, ...");
                 return Ok(());
             }
             _ => return Err(a.unexpected().into()),
@@ -252,6 +258,7 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
     let mut s = Settings {
         data: None,
         cfg: Config::default(),
+        capacity: 0,
     };
     if let Some(c) = &config {
         let text =
@@ -287,6 +294,7 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
         Engine::open(&pool_path(&data))
             .with_context(|| format!("opening {}", pool_path(&data).display()))?,
     );
+    engine.set_data_capacity(s.capacity);
     let stats = engine.open_stats().clone();
     cfg.blocks = open_blocks_checked(&engine)?;
     let listen = cfg.listen.clone();

@@ -33,6 +33,7 @@ use solofs_proto::{Body, OpenFlags, Request};
 pub use solofs_proto::{
     Closed, InProcess, Loc, Notice, NoticeSink, Op, ReleaseFlags, Target, MAX_RELEASES,
 };
+use solofs_types::extents::Extents;
 use solofs_types::{errno, Access, Attr, Cred, DirEntry, SetAttr, StatFs};
 use std::collections::HashMap;
 use std::io::{self, Read};
@@ -390,18 +391,23 @@ impl Client {
     }
 
     /// Records a writer's flush: size grows to `size`, mtime is `mtime`.
+    /// The file's data map takes all of `0..size` as data (a writer that
+    /// knows which ranges it stored says so with [`Client::commit_with`]).
     pub fn write_commit(&self, cred: &Cred, ino: u64, size: u64, mtime: i64) -> Result<Attr> {
-        self.commit_with(cred, ino, size, mtime, SetAttr::default())
+        let all = std::iter::once((0, size)).collect();
+        self.commit_with(cred, ino, size, mtime, all, SetAttr::default())
     }
 
-    /// [`Client::write_commit`], then `set` (attribute changes held back
-    /// while the file was open) in the same request.
+    /// [`Client::write_commit`] of the byte ranges `stored` since the last
+    /// commit, then `set` (attribute changes held back while the file was
+    /// open) in the same request.
     pub fn commit_with(
         &self,
         cred: &Cred,
         ino: u64,
         size: u64,
         mtime: i64,
+        stored: Extents,
         set: SetAttr,
     ) -> Result<Attr> {
         self.attr(
@@ -410,9 +416,33 @@ impl Client {
                 ino,
                 size,
                 mtime,
+                stored,
                 set,
             },
         )
+    }
+
+    /// `fallocate(2)` of bytes `off..off + len` of `ino` (`mode`: 0,
+    /// `KEEP_SIZE`, `PUNCH_HOLE | KEEP_SIZE`, `ZERO_RANGE`), once the
+    /// caller zeroed or deleted the blocks it stores there.
+    pub fn fallocate(&self, cred: &Cred, ino: u64, mode: u32, off: u64, len: u64) -> Result<Attr> {
+        self.attr(
+            cred,
+            Op::Fallocate {
+                ino,
+                mode,
+                off,
+                len,
+            },
+        )
+    }
+
+    /// The attributes of `ino` and the byte ranges of it that hold data.
+    pub fn data_map(&self, ino: u64) -> Result<(Attr, Extents)> {
+        match self.call(&Cred::root(), Op::DataMap { ino })? {
+            Body::Map(a, m) => Ok((a, m)),
+            b => Err(unexpected(b)),
+        }
     }
 
     /// A writer's flush of a whole small file kept in the metadata pool:

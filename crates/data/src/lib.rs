@@ -447,10 +447,16 @@ impl BlockStore {
     /// Deletes every stored block of `ino` numbered `first` or above;
     /// returns how many went. Missing blocks are not an error.
     pub fn delete_from(&self, ino: u64, first: u64) -> Result<u64> {
+        self.delete_range(ino, first, u64::MAX)
+    }
+
+    /// Deletes every stored block of `ino` numbered from `first` up to
+    /// (not including) `end`; returns how many went (a punched hole).
+    pub fn delete_range(&self, ino: u64, first: u64, end: u64) -> Result<u64> {
         let doomed: Vec<u64> = self
             .blocks(ino)?
             .into_iter()
-            .filter(|&b| b >= first)
+            .filter(|&b| b >= first && b < end)
             .collect();
         let store = self.store.clone();
         let keys: Vec<ObjPath> = doomed.iter().map(|&b| self.key(ino, b)).collect();

@@ -53,7 +53,7 @@ pub(crate) fn to_fuse(a: &Attr) -> FileAttr {
     FileAttr {
         ino: INodeNo(a.ino),
         size: a.size,
-        blocks: a.size.div_ceil(512),
+        blocks: a.blocks,
         atime: time_of(a.atime),
         mtime: time_of(a.mtime),
         ctime: time_of(a.ctime),

@@ -17,12 +17,16 @@
 use crate::blockcache::{BlockCache, Version};
 use bytes::Bytes;
 use solofs_data::{BlockStore, GetTicket, PutTicket, Result};
+use solofs_types::extents::Extents;
 use solofs_types::{Attr, Cred, SetAttr, TimeSet};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 /// Blocks a file may have in flight to the store before a writer waits.
 const MAX_INFLIGHT: usize = 8;
+/// Most ranges of written bytes a commit carries (more are merged, which
+/// only counts some zeros as data).
+const MAX_SENT_RANGES: usize = 256;
 /// Clean blocks kept per open file.
 const CLEAN_BLOCKS: usize = 6;
 /// Dirty blocks a file may hold before the lowest is sent although not
@@ -34,9 +38,8 @@ const MAX_DIRTY: usize = 8;
 /// in (`based`). A block written from end to end is never read back.
 struct Dirty {
     buf: Vec<u8>,
-    /// Sorted, disjoint, non-adjacent ranges written since the buffer was
-    /// made.
-    have: Vec<(usize, usize)>,
+    /// The ranges written since the buffer was made.
+    have: Extents,
     /// `buf` holds the stored content wherever nothing was written.
     based: bool,
 }
@@ -45,7 +48,7 @@ impl Dirty {
     fn new(cap: usize) -> Dirty {
         Dirty {
             buf: Vec::with_capacity(cap),
-            have: Vec::new(),
+            have: Extents::new(),
             based: false,
         }
     }
@@ -54,7 +57,7 @@ impl Dirty {
     fn unsent(data: &[u8]) -> Dirty {
         Dirty {
             buf: data.to_vec(),
-            have: vec![(0, data.len())],
+            have: std::iter::once((0, data.len() as u64)).collect(),
             based: true,
         }
     }
@@ -70,12 +73,12 @@ impl Dirty {
             }
             self.buf[at..end].copy_from_slice(data);
         }
-        add_range(&mut self.have, at, end);
+        self.have.add(at as u64, end as u64);
     }
 
     /// Was every byte of a block of `bs` bytes written?
     fn complete(&self, bs: usize) -> bool {
-        self.have.first() == Some(&(0, bs))
+        self.have.ranges().first() == Some(&(0, bs as u64))
     }
 
     /// Fills the gaps from `stored` (the block's stored bytes).
@@ -84,12 +87,17 @@ impl Dirty {
             self.buf.resize(stored.len(), 0);
         }
         let mut pos = 0;
-        for &(a, b) in self.have.iter().chain(std::iter::once(&(usize::MAX, 0))) {
-            let gap_end = a.min(stored.len());
+        for &(a, b) in self
+            .have
+            .ranges()
+            .iter()
+            .chain(std::iter::once(&(u64::MAX, 0)))
+        {
+            let gap_end = (a as usize).min(stored.len());
             if pos < gap_end {
                 self.buf[pos..gap_end].copy_from_slice(&stored[pos..gap_end]);
             }
-            pos = b;
+            pos = b as usize;
         }
         self.based = true;
     }
@@ -97,25 +105,9 @@ impl Dirty {
     /// Cuts the block to `keep` bytes; what follows reads as zeros.
     fn cut(&mut self, keep: usize) {
         self.buf.truncate(keep);
-        self.have.retain_mut(|r| {
-            r.1 = r.1.min(keep);
-            r.0 < r.1
-        });
+        self.have.clip(keep as u64);
         self.based = true;
     }
-}
-
-/// Adds `[a, b)` to sorted disjoint ranges, merging what touches it.
-fn add_range(v: &mut Vec<(usize, usize)>, a: usize, b: usize) {
-    let i = v.partition_point(|r| r.1 < a);
-    let mut j = i;
-    let (mut lo, mut hi) = (a, b);
-    while j < v.len() && v[j].0 <= b {
-        lo = lo.min(v[j].0);
-        hi = hi.max(v[j].1);
-        j += 1;
-    }
-    v.splice(i..j, std::iter::once((lo, hi)));
 }
 
 /// State of one open inode.
@@ -173,6 +165,9 @@ pub(crate) struct OpenFile {
     /// The server's version of the file this mount last took in (an open,
     /// a lock): a lock granted later finds out whether it changed.
     seen: Option<Version>,
+    /// Byte ranges this mount wrote and sent since its last commit: the
+    /// commit adds them to the server's data map of the file.
+    pub sent: Extents,
 }
 
 /// The version of a file that attributes `a` describe.
@@ -221,6 +216,7 @@ impl OpenFile {
             inline: None,
             inlinable: size == 0,
             seen: None,
+            sent: Extents::new(),
         }
     }
 
@@ -519,6 +515,13 @@ impl OpenFile {
         while self.inflight.len() >= MAX_INFLIGHT {
             self.settle_oldest();
         }
+        let base = b * self.bs;
+        for &(x, y) in d.have.ranges() {
+            self.sent.add(base + x, base + y);
+        }
+        if self.sent.len() > MAX_SENT_RANGES {
+            self.sent.cap(MAX_SENT_RANGES);
+        }
         let data = Bytes::from(d.buf);
         self.inlinable = false;
         self.uncache(b);
@@ -604,6 +607,7 @@ impl OpenFile {
         self.pending = SetAttr::default();
         self.pending_cred = None;
         self.dirty_mtime = None;
+        self.sent = Extents::new();
         self.committed_size = self.committed_size.max(size);
     }
 
@@ -688,6 +692,29 @@ impl OpenFile {
         self.ahead.retain(|&x, _| x + 1 >= b);
     }
 
+    /// Forgets blocks `first..end` (a punched hole: they are about to be
+    /// deleted from the store): their puts finish first, and no clean or
+    /// cached copy answers for them afterwards.
+    pub fn drop_blocks(&mut self, first: u64, end: u64) {
+        let inside = |b: u64| b >= first && b < end;
+        let late: Vec<u64> = self
+            .inflight
+            .iter()
+            .map(|x| x.0)
+            .filter(|&b| inside(b))
+            .collect();
+        for b in late {
+            self.settle(b);
+        }
+        self.dirty.retain(|&b, _| !inside(b));
+        let gone: Vec<u64> = self.clean.keys().copied().filter(|&b| inside(b)).collect();
+        for b in gone {
+            self.forget(b);
+        }
+        self.ahead.retain(|&b, _| !inside(b));
+        self.uncache(first);
+    }
+
     /// Cuts the local view to `size` (after the server agreed). The block
     /// holding the new end keeps only its first bytes: the tail is zeroed
     /// in the store, so a later extension reads zeros.
@@ -764,20 +791,6 @@ impl OpenFile {
 pub(crate) mod tests {
     use super::*;
 
-    #[test]
-    fn ranges_merge() {
-        let mut v = Vec::new();
-        add_range(&mut v, 10, 20);
-        add_range(&mut v, 30, 40);
-        assert_eq!(v, [(10, 20), (30, 40)]);
-        add_range(&mut v, 20, 30);
-        assert_eq!(v, [(10, 40)]);
-        add_range(&mut v, 0, 5);
-        add_range(&mut v, 50, 60);
-        add_range(&mut v, 3, 55);
-        assert_eq!(v, [(0, 60)]);
-    }
-
     pub(crate) fn attr(ino: u64, size: u64) -> solofs_types::Attr {
         solofs_types::Attr {
             ino,
@@ -791,6 +804,7 @@ pub(crate) mod tests {
             mtime: 0,
             ctime: 0,
             btime: 0,
+            blocks: 0,
         }
     }
 

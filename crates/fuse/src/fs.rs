@@ -12,8 +12,8 @@ use crate::{creds::Creds, MountOptions};
 use fuser::{
     AccessFlags, Errno, FileHandle, FileType as FType, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 use solofs_client::Target;
@@ -314,6 +314,7 @@ impl Filesystem for SoloFs {
                     mtime: 0,
                     ctime: 0,
                     btime: 0,
+                    blocks: 0,
                 });
                 self.coh
                     .gated(|t| reply.entry(&t.entry, &none, Generation(0)))
@@ -813,14 +814,22 @@ impl Filesystem for SoloFs {
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         match self.client.statfs() {
             Ok(s) => {
-                // Data capacity is the object store's; report a large
-                // constant. Inodes: those in use plus what the pool holds.
-                let blocks = 1u64 << 36;
+                // Data: what the volume holds, of its capacity (the free
+                // space under a file:// store, or the configured one; a
+                // store of unknown size says 256 TiB). Inodes: those in
+                // use plus what the pool holds.
+                let bsize = 4096;
+                let cap = match s.data_capacity {
+                    0 => 1u64 << 48,
+                    c => c,
+                };
+                let blocks = cap.max(s.data_bytes) / bsize;
+                let free = cap.saturating_sub(s.data_bytes) / bsize;
                 let free_inodes = s.pool_capacity.saturating_sub(s.used_bytes) / 160;
                 reply.statfs(
                     blocks,
-                    blocks,
-                    blocks,
+                    free,
+                    free,
                     s.inodes + free_inodes,
                     free_inodes,
                     4096,
@@ -829,6 +838,37 @@ impl Filesystem for SoloFs {
                 );
             }
             Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        match self.fallocate_file(&self.cred(req), ino.0, offset, length, mode) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn lseek(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        match self.seek_data(&self.cred(req), ino.0, offset, whence) {
+            Ok(at) => reply.offset(at),
+            Err(e) => reply.error(e),
         }
     }
 

@@ -152,7 +152,10 @@ impl SoloFs {
         // itself rides on this connection's open).
         let cred = f.pending_cred.clone().unwrap_or_else(|| cred.clone());
         let r = match &what {
-            Flushed::Blocks(size) => self.client.commit_with(&cred, f.ino, *size, mtime, set),
+            Flushed::Blocks(size) => {
+                self.client
+                    .commit_with(&cred, f.ino, *size, mtime, f.sent.clone(), set)
+            }
             Flushed::Inline(d) => self
                 .client
                 .write_inline(&cred, f.ino, d.clone(), mtime, set),

@@ -24,6 +24,7 @@ mod known;
 mod locking;
 pub mod memfs;
 mod releases;
+mod space;
 
 pub use blockcache::{BlockCache, Version};
 pub use fs::SoloFs;

@@ -60,6 +60,9 @@ pub enum Error {
     /// EOPNOTSUPP
     #[error("operation not supported")]
     NotSupported,
+    /// ENODEV
+    #[error("not a regular file")]
+    NoDevice,
     /// EMLINK
     #[error("too many links")]
     TooManyLinks,
@@ -115,6 +118,7 @@ impl Error {
             Error::Busy | Error::Locked(_) => libc::EBUSY,
             Error::NotSupported => libc::EOPNOTSUPP,
             Error::TooManyLinks => libc::EMLINK,
+            Error::NoDevice => libc::ENODEV,
             Error::Overflow => libc::EOVERFLOW,
             Error::Corrupt(_) | Error::Version { .. } | Error::Io(..) | Error::Poisoned(_) => {
                 libc::EIO

@@ -59,6 +59,9 @@ pub enum Problem {
     /// Inline bytes (docs/format.md §5.3b) on a file that is not regular,
     /// longer than the pool's inline threshold or than the file's size.
     BadInline { ino: u64, len: u64 },
+    /// A data map (docs/format.md §5.3c) that does not decode, on a file
+    /// that is not regular, or with granules past the file's size.
+    BadMap { ino: u64 },
 }
 
 /// Result of a check.
@@ -394,6 +397,9 @@ impl Engine {
                 if mode != solofs_types::S_IFREG || len > self.inline_max || len > size {
                     r.problems.push(Problem::BadInline { ino, len });
                 }
+            }
+            if !self.map_sound(o, mode, size)? {
+                r.problems.push(Problem::BadMap { ino });
             }
         }
         Ok(())

@@ -4,7 +4,7 @@
 /// Magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"SOLOFSP\0";
 /// Format version written by this build.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Size of the header block.
 pub const HEADER_SIZE: u64 = 4096;
 
@@ -35,6 +35,13 @@ pub const INLINE_LIMIT: u64 = 32768;
 /// The name under which a file's inline bytes sit in its attribute blob
 /// (a namespace no client may name).
 pub const INLINE_NAME: &[u8] = b"system.data";
+/// The name under which a regular file's data map sits in its attribute
+/// blob: the 4 KiB granules that hold data (docs/format.md §5.3c).
+pub const MAP_NAME: &[u8] = b"system.map";
+/// Bytes per granule of a data map.
+pub const GRANULE: u64 = 4096;
+/// Most ranges a data map keeps (more are merged, smallest gaps first).
+pub const MAP_RANGES: usize = 64;
 /// Longest storage URL.
 pub const STORAGE_MAX: usize = 1024;
 /// Per shard: name-index root, ino-index root (16 bytes each shard).
@@ -60,6 +67,7 @@ pub const C_INODES: u64 = 16; // inodes created minus removed by this context
 pub const C_INTENT2: u64 = 24; // a mkdir's content object
 pub const C_TOFREE: u64 = 32; // first page of this context's to-free queue
 pub const C_TOFREE_NEW: u64 = 40; // a to-free page being linked
+pub const C_DATA: u64 = 48; // data granules added minus removed by this context
 pub const C_JOURNAL: u64 = 64; // journal state word; ops follow
 pub const C_JOURNAL_OPS: u64 = 128;
 /// Most journal operations in one record (3 words each).

@@ -3,6 +3,7 @@
 //! each through [`Field`].
 
 use crate::codec::{DecodeError, Reader, Writer};
+use solofs_types::extents::Extents;
 use solofs_types::{Access, Attr, Cred, DirEntry, FileType, SetAttr, TimeSet};
 
 /// Most supplementary groups a credential may carry.
@@ -310,6 +311,34 @@ impl Field for Vec<Closed> {
     }
 }
 
+/// Most ranges an `Extents` field carries.
+pub const MAX_EXTENTS: usize = 4096;
+
+impl Field for Extents {
+    fn put(&self, w: &mut Writer) {
+        w.u32(self.len() as u32);
+        for &(a, b) in self.ranges() {
+            w.u64(a);
+            w.u64(b);
+        }
+    }
+    fn get(r: &mut Reader, _: usize) -> Result<Self, DecodeError> {
+        let n = r.u32()? as usize;
+        if n > MAX_EXTENTS || n * 16 > r.remaining() {
+            return Err(DecodeError("too many ranges"));
+        }
+        let mut e = Extents::new();
+        for _ in 0..n {
+            let (a, b) = (r.u64()?, r.u64()?);
+            if a >= b {
+                return Err(DecodeError("an empty or reversed range"));
+            }
+            e.add(a, b);
+        }
+        Ok(e)
+    }
+}
+
 impl Field for Cred {
     fn put(&self, w: &mut Writer) {
         w.u32(self.uid);
@@ -332,7 +361,7 @@ impl Field for Cred {
     }
 }
 
-/// Encodes attributes (72 bytes).
+/// Encodes attributes (80 bytes).
 pub fn put_attr(w: &mut Writer, a: &Attr) {
     w.u64(a.ino);
     w.u32(a.mode);
@@ -345,6 +374,7 @@ pub fn put_attr(w: &mut Writer, a: &Attr) {
     w.i64(a.mtime);
     w.i64(a.ctime);
     w.i64(a.btime);
+    w.u64(a.blocks);
 }
 
 /// Decodes attributes.
@@ -361,6 +391,7 @@ pub fn get_attr(r: &mut Reader) -> Result<Attr, DecodeError> {
         mtime: r.i64()?,
         ctime: r.i64()?,
         btime: r.i64()?,
+        blocks: r.u64()?,
     })
 }
 

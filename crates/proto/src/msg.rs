@@ -5,6 +5,7 @@ use crate::fields::{
     get_attr, get_entry, put_attr, put_entry, Field, BAD_ACCESS, INLINE, NAME, PATH, VALUE,
 };
 use crate::ops::Op;
+use solofs_types::extents::Extents;
 use solofs_types::{Attr, Cred, DirEntry, StatFs};
 
 /// Request-id flag: the request is sent again after its connection was
@@ -59,6 +60,8 @@ pub enum Body {
     },
     /// A waiting `Lock` request was queued: a `Granted` notice follows.
     Queued,
+    /// A file's attributes and the byte ranges of it that hold data.
+    Map(Attr, Extents),
 }
 
 /// One reply: the request's id and its result (an errno on failure).
@@ -178,6 +181,11 @@ impl Reply {
                         w.u32(*pid);
                     }
                     Body::Queued => w.u8(10),
+                    Body::Map(a, m) => {
+                        w.u8(11);
+                        put_attr(&mut w, a);
+                        m.put(&mut w);
+                    }
                     Body::StatFs(s) => {
                         w.u8(6);
                         w.u64(s.pool_bytes);
@@ -185,6 +193,8 @@ impl Reply {
                         w.u64(s.used_bytes);
                         w.u64(s.inodes);
                         w.u32(s.name_max);
+                        w.u64(s.data_bytes);
+                        w.u64(s.data_capacity);
                     }
                 }
             }
@@ -238,6 +248,8 @@ impl Reply {
                 used_bytes: r.u64()?,
                 inodes: r.u64()?,
                 name_max: r.u32()?,
+                data_bytes: r.u64()?,
+                data_capacity: r.u64()?,
             }),
             7 => Body::Created(get_attr(r)?, get_attr(r)?),
             8 => Body::Inline(get_attr(r)?, r.bytes(INLINE)?.to_vec()),
@@ -248,6 +260,7 @@ impl Reply {
                 pid: r.u32()?,
             },
             10 => Body::Queued,
+            11 => Body::Map(get_attr(r)?, Extents::get(r, 0)?),
             _ => return Err(DecodeError("bad reply body tag")),
         };
         Ok(Reply {
@@ -363,6 +376,7 @@ mod tests {
                 ino: 3,
                 size: 10,
                 mtime: -1,
+                stored: [(0, 4), (4096, 9000)].into_iter().collect(),
                 set: SetAttr {
                     uid: Some(4),
                     ..Default::default()
@@ -466,6 +480,13 @@ mod tests {
             },
             Op::LockCancel { token: 5 },
             Op::DropLocks,
+            Op::Fallocate {
+                ino: 9,
+                mode: 0x11,
+                off: 4096,
+                len: 1 << 40,
+            },
+            Op::DataMap { ino: 9 },
         ] {
             seen.insert(op.code());
             roundtrip(op);
@@ -487,6 +508,7 @@ mod tests {
             mtime: 2,
             ctime: 3,
             btime: 0,
+            blocks: 24,
         };
         let e = DirEntry {
             name: b"x".to_vec(),
@@ -510,14 +532,20 @@ mod tests {
                 pid: 4242,
             }),
             Ok(Body::Queued),
-            Ok(Body::EntriesPlus(vec![(e, a)])),
+            Ok(Body::EntriesPlus(vec![(e, a.clone())])),
             Ok(Body::StatFs(StatFs {
                 pool_bytes: 1,
                 pool_capacity: 2,
                 used_bytes: 3,
                 inodes: 4,
                 name_max: 255,
+                data_bytes: 5,
+                data_capacity: 6,
             })),
+            Ok(Body::Map(
+                a.clone(),
+                [(0, 4096), (8192, 9000)].into_iter().collect(),
+            )),
         ] {
             let rep = Reply { id: 9, result };
             let mut b = Vec::new();
@@ -550,6 +578,7 @@ mod tests {
             ino: 1,
             size: 0,
             mtime: 0,
+            stored: Extents::new(),
             set: SetAttr::default(),
         };
         assert_eq!(Op::name(wc.code()), "write_commit");

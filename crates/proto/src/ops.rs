@@ -8,6 +8,7 @@ use crate::codec::{DecodeError, Reader, Writer};
 use crate::fields::{
     Closed, Field, Loc, OpenFlags, ReleaseFlags, Target, INLINE, NAME, PATH, VALUE,
 };
+use solofs_types::extents::Extents;
 use solofs_types::{Access, SetAttr};
 
 /// Declares the operations. Each line: wire code, variant, handler name
@@ -173,8 +174,16 @@ ops! {
     /// no write permission (the open checked it). Then `set`, if it
     /// changes anything, is applied as `Setattr` would (the attribute
     /// changes the mount held back while the file was open: a file's data,
-    /// size, times, mode and owner travel in one request).
-    23 WriteCommit write_commit write { ino: u64, size: u64, mtime: i64, set: SetAttr };
+    /// size, times, mode and owner travel in one request). `stored`: the
+    /// byte ranges the writer stored since its last commit (the file's
+    /// data map grows by them; docs/format.md §5.3c).
+    23 WriteCommit write_commit write {
+        ino: u64,
+        size: u64,
+        mtime: i64,
+        stored: Extents,
+        set: SetAttr,
+    };
     /// `open(O_CREAT|O_EXCL)`: creates a regular file and opens it as
     /// `Open` does, without checking the new file's permission bits
     /// (POSIX: the creating open gets the access it asked for, so a file
@@ -224,6 +233,15 @@ ops! {
     /// Releases every lock of this client and withdraws its waiting
     /// requests (a mount going away).
     31 DropLocks drop_locks read;
+    /// `fallocate(2)` of bytes `off..off + len` (`mode`: 0, `KEEP_SIZE`
+    /// 1, `PUNCH_HOLE` 2 with `KEEP_SIZE`, `ZERO_RANGE` 0x10), after the
+    /// writer zeroed or deleted the blocks it stores there. Through a
+    /// connection that holds the file open for writing it needs no write
+    /// permission. Answers the new attributes.
+    32 Fallocate fallocate write { ino: u64, mode: u32, off: u64, len: u64 };
+    /// The byte ranges of `ino` that hold data, below its size (`Map`):
+    /// `SEEK_DATA` and `SEEK_HOLE`.
+    33 DataMap data_map read { ino: u64 };
 }
 
 impl Op {

@@ -1,5 +1,6 @@
 //! Executes decoded requests on the engine.
 
+use solofs_meta::extents::Extents;
 use solofs_meta::{Access, Attr, Cred, Engine, Error, Result, SetAttr, S_IFDIR, S_IFMT};
 use solofs_proto::{Body, Closed, Loc, Op, OpenFlags, ReleaseFlags, Reply, Request, Serve, Target};
 
@@ -252,13 +253,31 @@ impl Serve for Exec<'_> {
         // The registration is the connection's business (conn.rs).
         Ok(Body::Empty)
     }
-    fn write_commit(&self, ino: &u64, size: &u64, mtime: &i64, set: &SetAttr) -> Result<Body> {
+    fn write_commit(
+        &self,
+        ino: &u64,
+        size: &u64,
+        mtime: &i64,
+        stored: &Extents,
+        set: &SetAttr,
+    ) -> Result<Body> {
         let writing = (self.writing)(*ino);
-        let a = self.e.write_commit(self.c, *ino, *size, *mtime, writing)?;
+        let a = self
+            .e
+            .write_commit(self.c, *ino, *size, *mtime, writing, stored.ranges())?;
         if *set == SetAttr::default() {
             return Ok(Body::Attr(a));
         }
         self.setattr(&Target::Ino(*ino), set)
+    }
+    fn fallocate(&self, ino: &u64, mode: &u32, off: &u64, len: &u64) -> Result<Body> {
+        let writing = (self.writing)(*ino);
+        let a = self.e.fallocate(self.c, *ino, *mode, *off, *len, writing)?;
+        Ok(Body::Attr(a))
+    }
+    fn data_map(&self, ino: &u64) -> Result<Body> {
+        let (a, m) = self.e.data_map(*ino)?;
+        Ok(Body::Map(a, m))
     }
     fn write_inline(&self, ino: &u64, data: &Vec<u8>, mtime: &i64, set: &SetAttr) -> Result<Body> {
         let writing = (self.writing)(*ino);

@@ -8,7 +8,8 @@
 //!
 //! Layout (little-endian words): a header `{magic, version, clients,
 //! ring}`, then `CLIENTS` client slots of `{id low, id high, last use (s),
-//! RING records}`; a record is `{request id, result, 9 attribute words}`.
+//! RING records}`; a record is `{request id, result, 9 attribute words}` (the fifth: a
+//! device's number, or anything else's stored blocks).
 //! `result`: bit 63 error (errno in the low 32 bits), bit 62 an attribute
 //! body follows, else an empty body. Writing a record clears its id first
 //! and sets it last, so a record whose id matches is whole: a store to a
@@ -171,13 +172,19 @@ impl Replies {
     }
 }
 
+fn is_dev(mode: u32) -> bool {
+    use solofs_types::{S_IFBLK, S_IFCHR, S_IFMT};
+    matches!(mode & S_IFMT, S_IFCHR | S_IFBLK)
+}
+
 fn attr_words(a: &Attr) -> [u64; 9] {
     [
         a.ino,
         a.mode as u64 | (a.nlink as u64) << 32,
         a.uid as u64 | (a.gid as u64) << 32,
         a.size,
-        a.rdev,
+        // A device's number, or anything else's stored blocks.
+        if is_dev(a.mode) { a.rdev } else { a.blocks },
         a.atime as u64,
         a.mtime as u64,
         a.ctime as u64,
@@ -193,11 +200,12 @@ fn attr_of(w: &[u64; 9]) -> Attr {
         uid: w[2] as u32,
         gid: (w[2] >> 32) as u32,
         size: w[3],
-        rdev: w[4],
+        rdev: if is_dev(w[1] as u32) { w[4] } else { 0 },
         atime: w[5] as i64,
         mtime: w[6] as i64,
         ctime: w[7] as i64,
         btime: w[8] as i64,
+        blocks: if is_dev(w[1] as u32) { 0 } else { w[4] },
     }
 }
 
@@ -221,6 +229,7 @@ mod tests {
             mtime: 2,
             ctime: 3,
             btime: 4,
+            blocks: 8,
         };
         {
             let r = Replies::open(&p).unwrap();

@@ -401,7 +401,10 @@ fn changed(e: &Engine, cred: &Cred, op: &Op, rep: &Reply, victims: &[u64], out: 
             entry(to, out);
             out.extend(victims.iter().map(|&i| Fact::Gone(i)));
         }
-        Op::Setattr { .. } | Op::WriteCommit { .. } | Op::WriteInline { .. } => {
+        Op::Setattr { .. }
+        | Op::WriteCommit { .. }
+        | Op::WriteInline { .. }
+        | Op::Fallocate { .. } => {
             if let Ok(Body::Attr(a)) = &rep.result {
                 out.push(Fact::Inode(a.ino));
             }

@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod errno;
+pub mod extents;
 pub mod ranges;
 
 /// Inode number of the root directory.
@@ -170,6 +171,9 @@ pub struct Attr {
     pub ctime: i64,
     /// Birth.
     pub btime: i64,
+    /// Data stored, in 512-byte units (`st_blocks`): regular files only
+    /// (4 KiB per granule that holds data; holes count nothing).
+    pub blocks: u64,
 }
 
 impl Attr {
@@ -244,6 +248,13 @@ pub struct StatFs {
     pub inodes: u64,
     /// Longest name.
     pub name_max: u32,
+    /// Bytes of file data stored (whole 4 KiB granules; inline files
+    /// count too).
+    pub data_bytes: u64,
+    /// Bytes of file data the volume may hold: the free space under a
+    /// `file://` store plus `data_bytes`, or the configured capacity
+    /// (0: the server does not know).
+    pub data_capacity: u64,
 }
 
 /// How a file is opened: the access mode of `open(2)`'s `O_ACCMODE`.

@@ -36,13 +36,26 @@ fn file_attr_words(w: &[AtomicU64; FILE_HEAD_WORDS]) -> Attr {
         mtime: at(F_MTIME) as i64,
         ctime: at(F_CTIME) as i64,
         btime: at(E_BDTIME) as i64,
+        blocks: 0,
     }
 }
 
 impl Engine {
     #[inline]
     pub(crate) fn file_attr(&self, f: u64) -> Result<Attr> {
-        self.stable(f, || Ok(file_attr_words(self.pool.words(f)?)))
+        self.stable(f, || Ok(self.file_attr_of(self.pool.words(f)?)))
+    }
+
+    /// A file's attributes from the head of its object, with its stored
+    /// blocks from its attribute blob if it has one (callers validate).
+    #[inline(always)]
+    fn file_attr_of(&self, w: &[AtomicU64; FILE_HEAD_WORDS]) -> Attr {
+        let mut a = file_attr_words(w);
+        let blob = w[(F_XATTR / 8) as usize].load(Ordering::Acquire);
+        if blob != 0 && a.mode & S_IFMT == S_IFREG {
+            a.blocks = self.blob_blocks(blob);
+        }
+        a
     }
 
     pub(crate) fn dir_attr(&self, access: u64, content: u64) -> Result<Attr> {
@@ -62,6 +75,7 @@ impl Engine {
                 mtime: p.ld(content + C_MTIME)? as i64,
                 ctime: c1 as i64,
                 btime: p.ld(content + C_BDTIME)? as i64,
+                blocks: 0,
             };
             if p.ld(content + C_CTIME)? == c1 {
                 return Ok(a);
@@ -190,7 +204,7 @@ impl Engine {
         if (s >> 16) & 1 == 1 {
             return None;
         }
-        let a = file_attr_words(w);
+        let a = self.file_attr_of(w);
         (w[0].load(Ordering::Acquire) == s && self.locks.read_valid(h, v)).then_some(Ok(a))
     }
 
@@ -348,12 +362,15 @@ impl Engine {
         for id in 0..MAX_CTX as usize {
             inodes += self.pool.ld(ctx_area(id) + C_INODES)? as i64;
         }
+        let data_bytes = self.data_bytes()?;
         Ok(StatFs {
             pool_bytes: self.pool.len(),
             pool_capacity: self.alloc_capacity(),
             used_bytes: SEG_BASE + self.alloc.segments(&self.pool) * SEG_SIZE,
             inodes: inodes.max(0) as u64 + 1,
             name_max: NAME_MAX as u32,
+            data_bytes,
+            data_capacity: self.data_capacity(data_bytes),
         })
     }
 
@@ -369,6 +386,8 @@ impl Engine {
     /// Records what a writer did to a regular file: the size grows to
     /// `size` if that is larger (never shrinks), mtime becomes `mtime`,
     /// ctime now. Needs write permission, like a write.
+    /// `stored` are the byte ranges it stored since its last commit (the
+    /// file's data map grows by them).
     pub fn write_commit(
         &self,
         cred: &Cred,
@@ -376,6 +395,7 @@ impl Engine {
         size: u64,
         mtime: i64,
         via_open: bool,
+        stored: &[(u64, u64)],
     ) -> Result<Attr> {
         let sa = SetAttr {
             size: Some(size),
@@ -383,7 +403,65 @@ impl Engine {
             via_open,
             ..Default::default()
         };
-        self.setattr_as(cred, ino, &sa, Write::Blocks)
+        self.setattr_as(cred, ino, &sa, Write::Blocks(stored))
+    }
+
+    /// `fallocate(2)` of bytes `off..off + len` of regular file `ino`,
+    /// after the writer zeroed or deleted what it stores there: mode 0
+    /// grows the size to cover the range and counts it as data (as tmpfs
+    /// and ext4 count reserved space; an object store has none to
+    /// reserve, so nothing is stored), `KEEP_SIZE` alone does the same
+    /// within the size,
+    /// `PUNCH_HOLE` (with `KEEP_SIZE`) and `ZERO_RANGE` make the range
+    /// read as zeros (its whole granules leave the data map, inline bytes
+    /// there are zeroed), `ZERO_RANGE` without `KEEP_SIZE` also grows the
+    /// size. Other modes: `NotSupported`.
+    pub fn fallocate(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        mode: u32,
+        off: u64,
+        len: u64,
+        via_open: bool,
+    ) -> Result<Attr> {
+        const KEEP_SIZE: u32 = 0x01;
+        const PUNCH_HOLE: u32 = 0x02;
+        const ZERO_RANGE: u32 = 0x10;
+        if mode & !(KEEP_SIZE | PUNCH_HOLE | ZERO_RANGE) != 0
+            || mode & (PUNCH_HOLE | ZERO_RANGE) == PUNCH_HOLE | ZERO_RANGE
+            || (mode & PUNCH_HOLE != 0 && mode & KEEP_SIZE == 0)
+        {
+            return Err(Error::NotSupported);
+        }
+        if len == 0 {
+            return Err(Error::Invalid("fallocate of no bytes"));
+        }
+        let end = off.checked_add(len).ok_or(Error::FileTooBig)?;
+        let zero = mode & (PUNCH_HOLE | ZERO_RANGE) != 0;
+        let grow = mode & KEEP_SIZE == 0;
+        let cur = self.getattr(ino)?;
+        match cur.mode & S_IFMT {
+            S_IFREG => {}
+            S_IFDIR => return Err(Error::IsDir),
+            _ => return Err(Error::NoDevice),
+        }
+        let sa = SetAttr {
+            size: Some(if grow { end } else { 0 }),
+            mtime: if zero || (grow && end > cur.size) {
+                TimeSet::Now
+            } else {
+                TimeSet::Omit
+            },
+            via_open,
+            ..Default::default()
+        };
+        let how = if zero {
+            Write::Zero(off, end)
+        } else {
+            Write::Alloc(off, end)
+        };
+        self.setattr_as(cred, ino, &sa, how)
     }
 
     /// A writer's flush of a whole small file kept in the pool: `data`
@@ -414,7 +492,7 @@ impl Engine {
     /// `setattr`; as a writer's commit (`how`), an explicit mtime needs
     /// write permission instead of ownership.
     fn setattr_as(&self, cred: &Cred, ino: u64, sa: &SetAttr, how: Write) -> Result<Attr> {
-        let grow = how != Write::No;
+        let grow = !matches!(how, Write::No);
         self.check_writable()?;
         if sa.size.is_some_and(|s| s > solofs_types::MAX_FILE_SIZE) {
             return Err(Error::FileTooBig);
@@ -508,21 +586,23 @@ impl Engine {
             }
             let mut j = self.journal(ctx);
             let mut ops = Vec::new();
+            let mut data_delta = 0;
             match obj {
                 Obj::File(f) => {
-                    if let Some(size) = sa.size {
-                        self.inline_follows(ctx, &mut j, &mut ops, f, ino, size, cur.size, how)?;
+                    // A writer's commit and fallocate only grow the size.
+                    let size = sa.size.map(|sz| match how {
+                        Write::Blocks(_) | Write::Zero(..) | Write::Alloc(..) => sz.max(cur.size),
+                        Write::No | Write::Inline(_) => sz,
+                    });
+                    if let Some(size) = size {
+                        data_delta =
+                            self.blob_follows(ctx, &mut j, &mut ops, f, ino, size, cur.size, how)?;
                     }
                     let mw = self.pool.ld(f + F_MODE)?;
                     let set = |field, val| Op::Set { obj: f, field, val };
                     ops.push(set(F_MODE, (mw & !0xFFFF) | mode as u64));
                     ops.push(set(F_OWNER, uid as u64 | (gid as u64) << 32));
-                    if let Some(sz) = sa.size {
-                        let sz = if how == Write::Blocks {
-                            sz.max(cur.size)
-                        } else {
-                            sz
-                        };
+                    if let Some(sz) = size {
                         if self.blocks_of(sz) < self.blocks_of(cur.size) {
                             self.queue_free(ctx, ino)?;
                         }
@@ -564,12 +644,13 @@ impl Engine {
                     return Err(Error::Corrupt("ino index points at a link entry".into()))
                 }
             }
-            let name = if matches!(how, Write::Inline(_)) {
-                "inline"
-            } else {
-                "setattr"
+            let name = match how {
+                Write::Inline(_) => "inline",
+                Write::Zero(..) | Write::Alloc(..) => "fallocate",
+                Write::No | Write::Blocks(_) => "setattr",
             };
             self.j_commit(ctx, j, ops, name)?;
+            self.data_delta(ctx, data_delta)?;
             self.attr_of(obj)
         })
     }
@@ -580,9 +661,15 @@ impl Engine {
 pub(crate) enum Write<'a> {
     /// A plain setattr.
     No,
-    /// A writer's commit of blocks it stored: the size only grows, and
-    /// the file's data is in blocks from now on.
-    Blocks,
+    /// A writer's commit of blocks it stored (these byte ranges): the
+    /// size only grows, and the file's data is in blocks from now on.
+    Blocks(&'a [(u64, u64)]),
+    /// `fallocate` that zeroes: the size only grows; bytes `[a, b)` read
+    /// as zeros.
+    Zero(u64, u64),
+    /// `fallocate` that reserves: the size only grows; bytes `[a, b)`
+    /// count as data (and read as they did).
+    Alloc(u64, u64),
     /// A writer's commit of a whole small file kept in the pool.
     Inline(&'a [u8]),
 }

@@ -6,10 +6,6 @@
 //! change together. Bytes past the inline bytes and below the size read as
 //! zeros (a truncate that grows an inline file keeps it inline).
 
-use super::attr::Write;
-use super::ctx::Ctx;
-use super::journal::{kill, Journal, Op};
-use super::xattr::{blob_len, BLOB_MAX};
 use super::{Engine, Obj};
 use crate::error::{Error, Result};
 use crate::hash;
@@ -58,62 +54,5 @@ impl Engine {
             .into_iter()
             .find(|(n, _)| n == INLINE_NAME)
             .map(|(_, v)| v))
-    }
-
-    /// What a change of file object `f`'s size to `size` does to its
-    /// inline bytes, added to journal `j` and its `ops`: a writer's inline
-    /// commit replaces them (allowed if the file is inline or empty, `cur`
-    /// its size now), a commit of blocks drops them (the blocks hold
-    /// everything now), a truncate below their length cuts them.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn inline_follows(
-        &self,
-        ctx: &mut Ctx,
-        j: &mut Journal,
-        ops: &mut Vec<Op>,
-        f: u64,
-        ino: u64,
-        size: u64,
-        cur: u64,
-        how: Write,
-    ) -> Result<()> {
-        let old = self.pool.ld(f + F_XATTR)?;
-        if old == 0 && !matches!(how, Write::Inline(_)) {
-            return Ok(());
-        }
-        let mut pairs = self.read_pairs(old)?;
-        let at = pairs.iter().position(|(n, _)| n == INLINE_NAME);
-        match (how, at) {
-            (Write::Inline(_), None) if cur != 0 => return Err(Error::FileTooBig),
-            (Write::Inline(data), Some(i)) if !data.is_empty() => pairs[i].1 = data.to_vec(),
-            (Write::Inline(data), None) if !data.is_empty() => {
-                pairs.push((INLINE_NAME.to_vec(), data.to_vec()))
-            }
-            (Write::Inline(_), None) => return Ok(()),
-            (Write::Inline(_) | Write::Blocks, Some(i)) => {
-                pairs.remove(i);
-            }
-            (Write::No, Some(i)) if size == 0 => {
-                pairs.remove(i);
-            }
-            (Write::No, Some(i)) if size < pairs[i].1.len() as u64 => {
-                pairs[i].1.truncate(size as usize);
-            }
-            (Write::Blocks | Write::No, _) => return Ok(()),
-        }
-        if X_DATA as usize + blob_len(&pairs) > BLOB_MAX {
-            // Other attributes leave no room: the writer stores blocks.
-            return Err(Error::FileTooBig);
-        }
-        let new = self.new_blob(ctx, j, ino, &pairs)?;
-        ops.push(Op::Set {
-            obj: f,
-            field: F_XATTR,
-            val: new,
-        });
-        if old != 0 {
-            ops.extend(kill(old, K_XATTR, self.epoch));
-        }
-        Ok(())
     }
 }

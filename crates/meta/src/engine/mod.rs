@@ -3,6 +3,7 @@
 
 mod attr;
 mod ctx;
+mod datamap;
 mod inline;
 mod journal;
 mod mutate;
@@ -103,6 +104,8 @@ pub struct Engine {
     pub(crate) storage: String,
     pub(crate) inline_max: u64,
     pub(crate) free_queue: Mutex<tofree::FreeQueue>,
+    /// The configured data capacity in bytes (0: none; see `statfs`).
+    pub(crate) data_capacity: AtomicU64,
 }
 
 /// What opening the pool found and did.
@@ -351,6 +354,7 @@ impl Engine {
             block_size,
             storage,
             inline_max,
+            data_capacity: AtomicU64::new(0),
             free_queue: Mutex::new(Default::default()),
         };
         e.recover_at_open()?;

@@ -65,6 +65,9 @@ impl Engine {
     /// before were queued when it was cut to size 0).
     pub(crate) fn queue_file_data(&self, ctx: &mut Ctx, f: u64) -> Result<()> {
         let mode = self.pool.ld(f + F_MODE)? as u32 & S_IFMT;
+        if mode == S_IFREG {
+            self.data_delta(ctx, -(self.file_granules(f)? as i64))?;
+        }
         if mode == S_IFREG && self.pool.ld(f + F_SIZE)? > 0 && self.inline_of(f)?.is_none() {
             self.queue_free(ctx, self.pool.ld(f + E_INO)?)?;
         }

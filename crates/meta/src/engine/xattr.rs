@@ -22,6 +22,12 @@ pub(crate) fn blob_len(pairs: &Pairs) -> usize {
     pairs.iter().map(|(n, v)| 6 + n.len() + v.len()).sum()
 }
 
+/// A pair the engine keeps for itself (inline bytes, the data map): in
+/// the `system.` namespace, which no client may name.
+fn hidden(name: &[u8]) -> bool {
+    name.starts_with(b"system.")
+}
+
 #[derive(PartialEq)]
 enum Ns {
     User,
@@ -140,7 +146,7 @@ impl Engine {
         Ok(pairs
             .into_iter()
             .map(|(n, _)| n)
-            .filter(|n| n != INLINE_NAME && (cred.is_root() || !n.starts_with(b"trusted.")))
+            .filter(|n| !hidden(n) && (cred.is_root() || !n.starts_with(b"trusted.")))
             .collect())
     }
 
@@ -245,7 +251,7 @@ impl Engine {
             f(&mut pairs)?;
             let users: usize = pairs
                 .iter()
-                .filter(|(n, _)| n != INLINE_NAME)
+                .filter(|(n, _)| !hidden(n))
                 .map(|(n, v)| 6 + n.len() + v.len())
                 .sum();
             if users > XATTR_TOTAL_MAX || X_DATA as usize + blob_len(&pairs) > BLOB_MAX {

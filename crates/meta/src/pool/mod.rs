@@ -717,3 +717,19 @@ fn extend_sparse(file: &File, to: u64) -> Result<()> {
 pub fn round_up(v: u64, to: u64) -> u64 {
     (v + to - 1) & !(to - 1)
 }
+
+/// Bytes an unprivileged writer may still use on the file system holding
+/// `path` (`statvfs`'s `f_bavail`), if it can be asked.
+pub fn free_space(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `c` is a NUL-terminated path; statvfs fills the zeroed
+    // struct we own.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &mut st) != 0 {
+            return None;
+        }
+        Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+    }
+}

@@ -1,0 +1,89 @@
+//! `fallocate` and `lseek`'s `SEEK_DATA`/`SEEK_HOLE`: what is stored
+//! where. The server keeps each file's data map (docs/format.md §5.3c);
+//! this mount does the block work of a punched or zeroed range (whole
+//! blocks deleted from the store, the edges written as zeros) before the
+//! server takes the range out of the map.
+
+use crate::convert::*;
+use crate::fs::{Res, SoloFs};
+use fuser::Errno;
+use solofs_types::Cred;
+
+const KEEP_SIZE: i32 = libc::FALLOC_FL_KEEP_SIZE;
+const PUNCH_HOLE: i32 = libc::FALLOC_FL_PUNCH_HOLE;
+const ZERO_RANGE: i32 = libc::FALLOC_FL_ZERO_RANGE;
+
+impl SoloFs {
+    /// `fallocate(2)` of `len` bytes at `off` of open file `ino`.
+    pub(crate) fn fallocate_file(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        off: u64,
+        len: u64,
+        mode: i32,
+    ) -> Res<()> {
+        if mode & !(KEEP_SIZE | PUNCH_HOLE | ZERO_RANGE) != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let end = off.checked_add(len).ok_or(Errno::EFBIG)?;
+        if end > solofs_types::MAX_FILE_SIZE {
+            return Err(Errno::EFBIG);
+        }
+        let Some(f) = self.file(ino) else {
+            return Err(Errno::EBADF);
+        };
+        let mut g = f.lock();
+        self.flush_file(cred, &mut g)?;
+        if mode & (PUNCH_HOLE | ZERO_RANGE) != 0 && off < g.size {
+            let bs = self.store.block_size();
+            let size = g.size;
+            // The edges in blocks only partly covered: written as zeros
+            // (below the size; past it everything reads as zeros).
+            let first_whole = off.div_ceil(bs);
+            let end_whole = end / bs;
+            let mut edges = vec![(off, end.min(first_whole * bs))];
+            if end_whole >= first_whole {
+                edges.push(((end_whole * bs).max(off), end));
+            }
+            for (a, b) in edges {
+                let b = b.min(size);
+                if a < b {
+                    let zeros = vec![0u8; (b - a) as usize];
+                    g.write(&self.store, a, &zeros, now_ns())
+                        .map_err(data_errno)?;
+                }
+            }
+            if end_whole > first_whole && first_whole * bs < size {
+                g.drop_blocks(first_whole, end_whole);
+                self.store
+                    .delete_range(ino, first_whole, end_whole)
+                    .map_err(data_errno)?;
+            }
+            self.flush_file(cred, &mut g)?;
+        }
+        let a = self.fresh(self.client.fallocate(cred, ino, mode as u32, off, len))?;
+        g.refresh(a.size);
+        g.saw(&a);
+        Ok(())
+    }
+
+    /// `lseek(2)` with `SEEK_DATA` or `SEEK_HOLE` from `off` in `ino`.
+    pub(crate) fn seek_data(&self, cred: &Cred, ino: u64, off: i64, whence: i32) -> Res<i64> {
+        if let Some(f) = self.file(ino) {
+            // What this mount wrote counts: the server learns it now.
+            self.flush_file(cred, &mut f.lock())?;
+        }
+        let (a, map) = self.client.data_map(ino).map_err(errno)?;
+        let off = u64::try_from(off).map_err(|_| Errno::EINVAL)?;
+        if off >= a.size {
+            return Err(Errno::ENXIO);
+        }
+        let at = match whence {
+            libc::SEEK_DATA => map.next_data(off).ok_or(Errno::ENXIO)?,
+            libc::SEEK_HOLE => map.next_hole(off).min(a.size),
+            _ => return Err(Errno::EINVAL),
+        };
+        Ok(at as i64)
+    }
+}
