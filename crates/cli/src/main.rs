@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 mod bench;
 mod crashtest;
+mod keys;
 mod mount;
 mod plot;
 mod serve;
@@ -20,6 +21,8 @@ USAGE:
     solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--config FILE]
     solofs stats METRICS_ADDR [--interval SECS] [--count N]
     solofs fsck (--data DIR | POOL) [--repair]
+    solofs key add NAME --data DIR [--read-only] [--subdir PATH] [--root-squash] [--uid-map C:S,…]
+    solofs key list|revoke … --data DIR   (client keys; see `solofs key --help`)
     solofs bench [OPTIONS]        (see `solofs bench --help`)
     solofs crash-test [--all-points | --point NAME]... [--rounds N]
 ";
@@ -88,6 +91,7 @@ fn run() -> Result<()> {
         Some("mount") => mount::mount(rest),
         Some("memfs") => mount::memfs(rest),
         Some("fsck") => fsck(rest),
+        Some("key") => keys::main(rest),
         Some("bench") => bench::main(rest),
         Some("serve") => serve::serve(rest),
         Some("stats") => serve::stats(rest),

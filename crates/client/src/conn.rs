@@ -572,11 +572,16 @@ pub(crate) fn handshake(inner: &Inner) -> Result<(Conn, Volume)> {
     let volume = r.take(16).map_err(bad)?.to_vec();
     let mut vol = Volume::default();
     vol.id.copy_from_slice(&volume);
-    let mac = auth_mac(&inner.secret, &nonce, &volume);
+    // A client key names itself after the client id (docs/protocol.md §2).
+    let (key, secret) = solofs_proto::split_key(&inner.secret);
+    let mac = auth_mac(secret, &nonce, &volume);
     out.clear();
     put_frame(&mut out, FrameType::Auth, |b| {
         b.extend_from_slice(&mac);
         b.extend_from_slice(&inner.id);
+        if let Some(k) = key {
+            Writer(b).bytes(k);
+        }
     });
     s.write_all(&out)?;
     let (ty, p) = read_frame(&mut s, &mut buf)?;

@@ -16,7 +16,7 @@ mod msg;
 mod notice;
 mod ops;
 
-pub use auth::{auth_mac, verify_mac, NONCE_LEN};
+pub use auth::{auth_mac, key_name_ok, split_key, verify_mac, KEY_NAME_MAX, KEY_PREFIX, NONCE_LEN};
 pub use codec::{DecodeError, Reader, Writer};
 pub use fields::{
     get_attr, put_attr, Closed, Field, Loc, OpenFlags, ReleaseFlags, Target, MAX_GROUPS,

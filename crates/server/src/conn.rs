@@ -107,6 +107,8 @@ struct Conn {
     watcher: Option<Arc<crate::watch::Watcher>>,
     /// Its worker's waker (other connections' changes wake it).
     waker: Arc<mio::Waker>,
+    /// What its key allows (`None`: the volume secret, everything).
+    caps: Option<crate::keys::Caps>,
 }
 
 /// EBUSY, for a refusal because of the connection limit.
@@ -192,6 +194,7 @@ pub fn worker(
                                 session: 0,
                                 watcher: None,
                                 waker: waker.clone(),
+                                caps: None,
                             },
                         );
                         m.connections.fetch_add(1, Ordering::Relaxed);
@@ -235,11 +238,19 @@ pub fn worker(
         if last_sweep.elapsed() > sweep_every {
             last_sweep = Instant::now();
             let (idle, auth) = (shared.cfg.idle_timeout, shared.cfg.auth_timeout);
+            // A revoked (or changed) key closes its connections.
+            shared.keys.refresh();
+            let revoked = |c: &Conn| {
+                c.caps
+                    .as_ref()
+                    .is_some_and(|k| k.key.revoked.load(Ordering::SeqCst))
+            };
             let dead: Vec<usize> = conns
                 .iter()
                 .filter(|(_, c)| {
                     (c.last.elapsed() > idle && !shared.locks.holds(c.session))
                         || (c.authenticating() && c.since.elapsed() > auth)
+                        || revoked(c)
                 })
                 .map(|(&t, _)| t)
                 .collect();
@@ -397,18 +408,47 @@ fn frame(
             } else {
                 None
             };
+            // Optional: the name of the client key it authenticates with.
+            let named = if id.is_some() && r.end().is_err() {
+                Some(r.bytes(solofs_proto::KEY_NAME_MAX).unwrap_or_default())
+            } else {
+                None
+            };
+            let key = named.map(|n| (n, shared.keys.find(n)));
+            let secret = match &key {
+                None => Some(&shared.cfg.secret[..]),
+                Some((_, k)) => k.as_ref().map(|k| &k.secret[..]),
+            };
             let ok = mac
-                .is_some_and(|mac| verify_mac(&shared.cfg.secret, nonce, &shared.volume, mac))
+                .zip(secret)
+                .is_some_and(|(mac, secret)| verify_mac(secret, nonce, &shared.volume, mac))
                 && r.end().is_ok();
             if !ok {
                 m.auth_failures.fetch_add(1, Ordering::Relaxed);
-                error_frame(
-                    &mut c.outbuf,
-                    13,
-                    "authentication failed: wrong volume secret",
-                ); // EACCES
+                let why = match &key {
+                    None => "authentication failed: wrong volume secret".to_string(),
+                    Some((n, None)) => format!(
+                        "authentication failed: no key named {:?} (revoked?)",
+                        String::from_utf8_lossy(n)
+                    ),
+                    Some((n, Some(_))) => format!(
+                        "authentication failed: wrong secret for key {:?}",
+                        String::from_utf8_lossy(n)
+                    ),
+                };
+                error_frame(&mut c.outbuf, 13, &why); // EACCES
                 c.state = State::Closing;
                 return;
+            }
+            if let Some((_, Some(k))) = key {
+                match crate::keys::Caps::of(&shared.engine, k) {
+                    Ok(caps) => c.caps = Some(caps),
+                    Err(why) => {
+                        error_frame(&mut c.outbuf, 2, &why); // ENOENT
+                        c.state = State::Closing;
+                        return;
+                    }
+                }
             }
             if shared.connections.fetch_add(1, Ordering::SeqCst) >= shared.cfg.max_connections {
                 shared.connections.fetch_sub(1, Ordering::SeqCst);
@@ -485,6 +525,19 @@ fn requests(shared: &Shared, c: &mut Conn, m: &Metrics, r: &mut Reader, replies:
     let Some(w) = c.watcher.clone() else {
         return fail(c, m, "requests before authentication");
     };
+    if let Some(caps) = &c.caps {
+        // What the key does not allow is answered here and never runs.
+        reqs.retain_mut(|q| match caps.admit(&shared.engine, q) {
+            Ok(()) => true,
+            Err(errno) => {
+                invalid.push(Reply {
+                    id: q.id & !solofs_proto::RETRY,
+                    result: Err(errno),
+                });
+                false
+            }
+        });
+    }
     let mine = run_batch(
         shared,
         &c.opens,
@@ -494,6 +547,11 @@ fn requests(shared: &Shared, c: &mut Conn, m: &Metrics, r: &mut Reader, replies:
         replies,
         (c.client, c.session),
     );
+    if let Some(caps) = &c.caps {
+        for (q, rep) in reqs.iter().zip(replies.iter_mut()) {
+            caps.show(&q.op, rep);
+        }
+    }
     if !mine.is_empty() {
         solofs_proto::put_notices(&mut c.outbuf, &mine);
     }

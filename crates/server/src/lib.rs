@@ -18,6 +18,7 @@ mod conn;
 mod deleter;
 mod exec;
 mod filelocks;
+pub mod keys;
 mod local;
 pub mod metrics;
 mod opens;
@@ -139,6 +140,8 @@ pub(crate) struct Shared {
     pub watch: watch::Watch,
     /// File locks of all clients (filelocks.rs).
     pub locks: filelocks::FileLocks,
+    /// Client keys (keys.rs), from `keys` beside the pool.
+    pub keys: keys::Keys,
 }
 
 /// Stops a running server from another thread (or a signal handler thread).
@@ -245,7 +248,10 @@ impl Server {
         let watch = watch::Watch::new(cfg.watch_cap);
         let marker = engine.path().with_extension("locks");
         let locks = filelocks::FileLocks::new(cfg.lock_grace, Some(marker));
+        let keys = keys::Keys::open(Some(engine.path().with_file_name("keys")))
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         let shared = Arc::new(Shared {
+            keys,
             locks,
             engine,
             cfg,

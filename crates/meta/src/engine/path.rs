@@ -9,6 +9,30 @@ use solofs_types::*;
 const MAX_SYMLINKS: u32 = 40;
 
 impl Engine {
+    /// Is inode `ino` `top` or below it? Follows parents up: a
+    /// directory's, and a file's first name's (a file whose first name is
+    /// elsewhere counts as elsewhere). Read without locks, so a rename
+    /// racing it may be seen before or after.
+    pub fn within(&self, ino: u64, top: u64) -> Result<bool> {
+        let mut cur = ino;
+        for _ in 0..PATH_MAX {
+            if cur == top {
+                return Ok(true);
+            }
+            if cur == ROOT_INO {
+                return Ok(false);
+            }
+            cur = match self.inode(cur)? {
+                super::Obj::File(f) => self.pool.ld(f + crate::layout::E_PARENT)?,
+                super::Obj::Dir { content, .. } => {
+                    self.pool.ld(content + crate::layout::C_PARENT)?
+                }
+                super::Obj::Link(l) => self.pool.ld(l + crate::layout::E_PARENT)?,
+            };
+        }
+        Err(Error::Loop)
+    }
+
     /// Resolves `path` (relative to the volume root; a leading '/' is
     /// allowed) to an inode number. The last component is followed if it is
     /// a symlink and `follow` is set.
