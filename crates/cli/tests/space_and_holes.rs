@@ -1,6 +1,7 @@
 //! Space and holes through real mounts of a real server (docs/data.md,
-//! "Space"): `fallocate` (mode 0, `KEEP_SIZE`, `PUNCH_HOLE`) and
-//! `SEEK_DATA`/`SEEK_HOLE` give what the same calls give on tmpfs;
+//! "Space"): `fallocate` (mode 0, `KEEP_SIZE`, `PUNCH_HOLE`),
+//! `SEEK_DATA`/`SEEK_HOLE` and `O_TMPFILE` with `linkat` give what the
+//! same calls give on tmpfs;
 //! `ZERO_RANGE` (which tmpfs lacks) gives what its definition says; a
 //! punched hole is seen from another mount; `df` counts the data written
 //! and `du` of a sparse file counts only what it holds.
@@ -85,6 +86,26 @@ os.close(fd)
 fd = os.open(os.path.join(d, "refused"), os.O_RDONLY)
 print("read-only handle", falloc(fd, 0, 0, 10), flush=True)
 os.close(fd)
+# O_TMPFILE: no name, no link, until linkat names it (not with O_EXCL).
+def linkat(fd, new):
+    if libc.linkat(-100, f"/proc/self/fd/{fd}".encode(), -100, os.path.join(d, new).encode(), 0x400):
+        return errno.errorcode[ctypes.get_errno()]
+    return "ok"
+os.mkdir(os.path.join(d, "t"))
+fd = os.open(os.path.join(d, "t"), os.O_TMPFILE | os.O_RDWR, 0o640)
+os.write(fd, pattern(100000, 9))
+st = os.fstat(fd)
+print("tmpfile", st.st_nlink, oct(st.st_mode), os.listdir(os.path.join(d, "t")), flush=True)
+print("linked", linkat(fd, "t/kept"), os.fstat(fd).st_nlink, linkat(fd, "t/kept2"), os.fstat(fd).st_nlink)
+os.close(fd)
+fd = os.open(os.path.join(d, "t"), os.O_TMPFILE | os.O_RDWR, 0o600); os.write(fd, b"gone"); os.close(fd)
+fd = os.open(os.path.join(d, "t"), os.O_TMPFILE | os.O_RDWR | os.O_EXCL, 0o600)
+print("excl", linkat(fd, "t/excl")); os.close(fd)
+fd = os.open(os.path.join(d, "t"), os.O_TMPFILE | os.O_WRONLY, 0o600)
+print("taken", linkat(fd, "t/kept")); os.close(fd)
+fd = os.open(os.path.join(d, "t/kept"), os.O_RDONLY)
+show("kept", fd); os.close(fd)
+print("listing", sorted(os.listdir(os.path.join(d, "t"))), sorted(x for x in os.listdir(d) if x != "t"))
 "#;
 
 /// `ZERO_RANGE` against its definition (tmpfs does not offer it).
@@ -146,7 +167,7 @@ fn bytes_of(cmd: &str, what: &str, p: &Path) -> u64 {
 }
 
 #[test]
-fn holes_and_fallocate_behave_as_on_tmpfs() {
+fn holes_fallocate_and_tmpfiles_behave_as_on_tmpfs() {
     let Some(tmp) = SmallFs::mount("holes-tmpfs", "64m") else {
         return;
     };
@@ -165,6 +186,17 @@ fn holes_and_fallocate_behave_as_on_tmpfs() {
     }
     assert_eq!(got.lines().count(), want.lines().count());
     assert!(want.contains("islands 20975616"), "the cases ran: {want}");
+
+    // Anonymous files never linked are gone once closed.
+    let hidden = a.mnt.join(".solofs-tmpfiles");
+    let t = std::time::Instant::now();
+    while std::fs::read_dir(&hidden).unwrap().next().is_some() {
+        assert!(
+            t.elapsed().as_secs() < 5,
+            "anonymous files left after their close"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 
     // ZERO_RANGE, which tmpfs lacks, against its definition.
     assert_eq!(python(ZERO, &a.mnt).trim(), "zero-range ok");
@@ -219,4 +251,64 @@ fn a_configured_capacity_is_what_df_says() {
     assert_eq!(bytes_of("df", "avail", &a.mnt), (3 << 30) - (1 << 20));
     drop(a);
     srv.stop();
+}
+
+#[test]
+fn anonymous_files_go_with_their_last_close_or_a_restart() {
+    use solofs_client::{at, Client, Target};
+    use solofs_meta::{Access, Cred, ROOT_INO};
+    let s = Scratch::new("tmpfiles");
+    let root = Cred::root();
+    let srv = ServerProc::start(&s.path);
+    let c = Client::connect(&srv.addr, &s.secret()).unwrap();
+    let d = c.mkdir(&root, at(ROOT_INO, b"d"), 0o755).unwrap();
+    let kept = c.tmpfile(&root, d.ino, 0o600, Access::ReadWrite).unwrap();
+    let left = c.tmpfile(&root, d.ino, 0o600, Access::ReadWrite).unwrap();
+    let closed = c.tmpfile(&root, d.ino, 0o600, Access::ReadWrite).unwrap();
+    assert!(
+        c.readdir(&root, Target::Ino(d.ino), 0, 10).unwrap().len() <= 2,
+        "no names"
+    );
+    c.link_tmpfile(&root, kept.ino, at(d.ino, b"kept")).unwrap();
+    assert_eq!(
+        c.link_tmpfile(&root, kept.ino, at(d.ino, b"again"))
+            .unwrap_err()
+            .errno(),
+        solofs_meta::errno::EINVAL,
+        "a named file is not anonymous"
+    );
+    c.release(&root, closed.ino, Access::ReadWrite).unwrap();
+    assert_eq!(
+        c.getattr(&root, Target::Ino(closed.ino))
+            .unwrap_err()
+            .errno(),
+        solofs_meta::errno::ENOENT
+    );
+    assert!(
+        c.getattr(&root, Target::Ino(left.ino)).is_ok(),
+        "open: it lives"
+    );
+    // A crash with `left` open: the next start removes it.
+    srv.kill();
+    let srv = ServerProc::start(&s.path);
+    let c = Client::connect(&srv.addr, &s.secret()).unwrap();
+    assert_eq!(
+        c.getattr(&root, Target::Ino(left.ino)).unwrap_err().errno(),
+        solofs_meta::errno::ENOENT
+    );
+    assert_eq!(c.lookup(&root, at(d.ino, b"kept")).unwrap().ino, kept.ino);
+    let names: Vec<Vec<u8>> = c
+        .readdir(&root, Target::Ino(ROOT_INO), 0, 10)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .filter(|n| n != b"." && n != b"..")
+        .collect();
+    assert_eq!(
+        names,
+        vec![b"d".to_vec()],
+        "the anonymous files' directory is hidden"
+    );
+    srv.stop();
+    assert_fsck_clean(&s.path);
 }

@@ -437,6 +437,25 @@ impl Client {
         )
     }
 
+    /// `open(O_TMPFILE)` in `parent`: an anonymous file, opened for
+    /// `access` (release it as any open; the server removes it at its last
+    /// release unless [`Client::link_tmpfile`] named it).
+    pub fn tmpfile(&self, cred: &Cred, parent: u64, mode: u32, access: Access) -> Result<Attr> {
+        self.attr(
+            cred,
+            Op::Tmpfile {
+                parent,
+                mode,
+                access,
+            },
+        )
+    }
+
+    /// `linkat` of anonymous file `ino` to `to`.
+    pub fn link_tmpfile(&self, cred: &Cred, ino: u64, to: Loc) -> Result<Attr> {
+        self.attr(cred, Op::LinkTmpfile { ino, to })
+    }
+
     /// The attributes of `ino` and the byte ranges of it that hold data.
     pub fn data_map(&self, ino: u64) -> Result<(Attr, Extents)> {
         match self.call(&Cred::root(), Op::DataMap { ino })? {

@@ -168,6 +168,9 @@ pub(crate) struct OpenFile {
     /// Byte ranges this mount wrote and sent since its last commit: the
     /// commit adds them to the server's data map of the file.
     pub sent: Extents,
+    /// Made by `open(O_TMPFILE)` and not linked yet (the server keeps it
+    /// under a hidden name; `linkat` names it with `link_tmpfile`).
+    pub anonymous: bool,
 }
 
 /// The version of a file that attributes `a` describe.
@@ -217,6 +220,7 @@ impl OpenFile {
             inlinable: size == 0,
             seen: None,
             sent: Extents::new(),
+            anonymous: false,
         }
     }
 
@@ -262,6 +266,10 @@ impl OpenFile {
     /// Server attributes `a` as this mount sees them: with its unflushed
     /// writes and its held-back attribute changes.
     pub fn overlay(&self, mut a: Attr) -> Attr {
+        if self.anonymous {
+            // Kept under a name only the server sees: none, to the user.
+            a.nlink = 0;
+        }
         if self.is_dirty() {
             a.size = self.size;
             if let Some(m) = self.dirty_mtime {

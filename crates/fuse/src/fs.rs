@@ -196,6 +196,19 @@ impl SoloFs {
         }
     }
 
+    /// Answers a create (or tmpfile) with the new file and its handle.
+    fn reply_created(&self, reply: ReplyCreate, fa: &fuser::FileAttr, fh: u64, flags: i32) {
+        self.coh.gated(|t| {
+            reply.created(
+                &t.both(),
+                fa,
+                Generation(0),
+                FileHandle(fh),
+                fopen_flags(flags),
+            )
+        })
+    }
+
     /// Is `fh` a handle of this mount opened for writing?
     fn writes_through(&self, fh: Option<FileHandle>) -> bool {
         fh.is_some_and(|h| self.handles.lock().get(&h.0).is_some_and(|x| x.1.writes()))
@@ -498,7 +511,18 @@ impl Filesystem for SoloFs {
         reply: ReplyEntry,
     ) {
         let to = at(newparent.0, newname.as_bytes());
-        let r = self.client.link(&self.cred(req), Target::Ino(ino.0), to);
+        let cred = self.cred(req);
+        let r = match self.file(ino.0).filter(|f| f.lock().anonymous) {
+            // `linkat` of an O_TMPFILE file: the server names it.
+            Some(f) => {
+                let r = self.client.link_tmpfile(&cred, ino.0, to);
+                if r.is_ok() {
+                    f.lock().anonymous = false;
+                }
+                r
+            }
+            None => self.client.link(&cred, Target::Ino(ino.0), to),
+        };
         self.new_dirs.added(newparent.0, newname.as_bytes());
         self.attrs.forget(newparent.0);
         self.entry(reply, self.fresh(r));
@@ -958,6 +982,36 @@ impl Filesystem for SoloFs {
         reply_empty(reply, r);
     }
 
+    fn tmpfile(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let cred = self.cred(req);
+        let acc = Access::from_open_flags(flags);
+        let mode = mode & !(umask & 0o777) & 0o7777;
+        let a = match self.client.tmpfile(&cred, parent.0, mode, acc) {
+            Ok(a) => a,
+            Err(e) => return reply.error(errno(e)),
+        };
+        self.attrs.forget(parent.0);
+        let fh = self.opened(a.ino, acc, &a, None);
+        if let Some(f) = self.file(a.ino) {
+            let mut g = f.lock();
+            g.no_xattrs = g.handles == 1;
+            g.anonymous = true;
+        }
+        // No link: the kernel allows `linkat` of it only if it was not
+        // opened with O_EXCL.
+        let mut fa = to_fuse(&a);
+        fa.nlink = 0;
+        self.reply_created(reply, &fa, fh, flags)
+    }
+
     fn create(
         &self,
         req: &Request,
@@ -998,18 +1052,7 @@ impl Filesystem for SoloFs {
             Err(e) => return reply.error(errno(e)),
         };
         match opened {
-            Ok((fh, a)) => {
-                let fa = to_fuse(&a);
-                self.coh.gated(|t| {
-                    reply.created(
-                        &t.both(),
-                        &fa,
-                        Generation(0),
-                        FileHandle(fh),
-                        fopen_flags(flags),
-                    )
-                })
-            }
+            Ok((fh, a)) => self.reply_created(reply, &to_fuse(&a), fh, flags),
             Err(e) => reply.error(e),
         }
     }

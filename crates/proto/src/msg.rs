@@ -487,6 +487,15 @@ mod tests {
                 len: 1 << 40,
             },
             Op::DataMap { ino: 9 },
+            Op::Tmpfile {
+                parent: 1,
+                mode: 0o600,
+                access: Access::ReadWrite,
+            },
+            Op::LinkTmpfile {
+                ino: 9,
+                to: Loc::At(1, b"kept".to_vec()),
+            },
         ] {
             seen.insert(op.code());
             roundtrip(op);

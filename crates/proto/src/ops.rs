@@ -242,6 +242,13 @@ ops! {
     /// The byte ranges of `ino` that hold data, below its size (`Map`):
     /// `SEEK_DATA` and `SEEK_HOLE`.
     33 DataMap data_map read { ino: u64 };
+    /// `open(O_TMPFILE)` in directory `parent`: makes an anonymous
+    /// regular file (kept by the server until it is linked or its last
+    /// open ends; docs/protocol.md §5) and opens it as `CreateOpen` does.
+    34 Tmpfile tmpfile write { parent: u64, mode: u32, access: Access };
+    /// `linkat` of anonymous file `ino` (from `Tmpfile`) to `to`: it gets
+    /// that name (`EEXIST` if taken) and is anonymous no more.
+    35 LinkTmpfile link_tmpfile write { ino: u64, to: Loc };
 }
 
 impl Op {

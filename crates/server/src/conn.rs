@@ -527,7 +527,8 @@ fn requests(shared: &Shared, c: &mut Conn, m: &Metrics, r: &mut Reader, replies:
     };
     if let Some(caps) = &c.caps {
         // What the key does not allow is answered here and never runs.
-        reqs.retain_mut(|q| match caps.admit(&shared.engine, q) {
+        let held = |ino| c.opens.holds(ino);
+        reqs.retain_mut(|q| match caps.admit(&shared.engine, q, &held) {
             Ok(()) => true,
             Err(errno) => {
                 invalid.push(Reply {
@@ -639,12 +640,16 @@ pub(crate) fn run_batch(
                 }
             }
             (
-                Op::CreateOpen { access, .. },
+                Op::CreateOpen { access, .. } | Op::Tmpfile { access, .. },
                 Ok(solofs_proto::Body::Attr(a) | solofs_proto::Body::Created(a, _)),
             ) => {
                 opens.acquire(a.ino, access.writes());
                 opens.opened(a.ino, access.writes());
+                if matches!(q.op, Op::Tmpfile { .. }) {
+                    opens.anonymous(a.ino, true);
+                }
             }
+            (Op::LinkTmpfile { ino, .. }, Ok(_)) => opens.anonymous(*ino, false),
             _ => {}
         }
     }

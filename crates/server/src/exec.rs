@@ -30,6 +30,21 @@ pub(crate) fn ino(e: &Engine, cred: &Cred, t: &Target) -> Result<u64> {
     }
 }
 
+/// Entries a listing of `dir` may hide (the root's anonymous-file
+/// directory, tmpfiles.rs): that many more are asked for.
+fn hidden(dir: u64) -> usize {
+    (dir == solofs_meta::ROOT_INO) as usize
+}
+
+/// A listing of `dir` without what it hides, at most `max` entries.
+fn unhidden<T>(dir: u64, mut v: Vec<T>, max: usize, name: impl Fn(&T) -> &Vec<u8>) -> Vec<T> {
+    if hidden(dir) > 0 {
+        v.retain(|x| name(x) != crate::tmpfiles::DIR);
+    }
+    v.truncate(max);
+    v
+}
+
 /// Runs one request of a connection that holds no opens.
 pub fn execute(e: &Engine, req: &Request) -> Reply {
     execute_with(e, req, &|_| false)
@@ -153,14 +168,14 @@ impl Serve for Exec<'_> {
     fn readdir(&self, dir: &Target, cookie: &u64, max: &u32) -> Result<Body> {
         let d = self.ino(dir)?;
         let max = (*max).min(MAX_LIST) as usize;
-        Ok(Body::Entries(self.e.readdir(self.c, d, *cookie, max)?))
+        let v = self.e.readdir(self.c, d, *cookie, max + hidden(d))?;
+        Ok(Body::Entries(unhidden(d, v, max, |x| &x.name)))
     }
     fn readdirplus(&self, dir: &Target, cookie: &u64, max: &u32) -> Result<Body> {
         let d = self.ino(dir)?;
         let max = (*max).min(MAX_LIST) as usize;
-        Ok(Body::EntriesPlus(
-            self.e.readdir_plus(self.c, d, *cookie, max)?,
-        ))
+        let v = self.e.readdir_plus(self.c, d, *cookie, max + hidden(d))?;
+        Ok(Body::EntriesPlus(unhidden(d, v, max, |x| &x.0.name)))
     }
     fn statfs(&self) -> Result<Body> {
         Ok(Body::StatFs(self.e.statfs()?))
@@ -274,6 +289,13 @@ impl Serve for Exec<'_> {
         let writing = (self.writing)(*ino);
         let a = self.e.fallocate(self.c, *ino, *mode, *off, *len, writing)?;
         Ok(Body::Attr(a))
+    }
+    fn tmpfile(&self, parent: &u64, mode: &u32, _access: &Access) -> Result<Body> {
+        crate::tmpfiles::create(self.e, self.c, *parent, *mode).map(Body::Attr)
+    }
+    fn link_tmpfile(&self, ino: &u64, to: &Loc) -> Result<Body> {
+        let (p, n) = self.at(to)?;
+        crate::tmpfiles::link(self.e, self.c, *ino, p, &n).map(Body::Attr)
     }
     fn data_map(&self, ino: &u64) -> Result<Body> {
         let (a, m) = self.e.data_map(*ino)?;

@@ -255,8 +255,15 @@ impl Caps {
 
     /// Checks request `q` against the key and rewrites it as the server
     /// runs it (squashed or mapped ids, the subdir's inode for 1). An
-    /// errno if the key does not allow it.
-    pub fn admit(&self, e: &Engine, q: &mut Request) -> Result<(), i32> {
+    /// errno if the key does not allow it. `held(ino)`: the connection
+    /// holds `ino` open (it passed the check then, or is an anonymous
+    /// file the connection made, kept outside every subdir).
+    pub fn admit(
+        &self,
+        e: &Engine,
+        q: &mut Request,
+        held: &dyn Fn(u64) -> bool,
+    ) -> Result<(), i32> {
         let k = &self.key;
         if k.root_squash {
             crate::exec::squash(&mut q.cred, true);
@@ -283,6 +290,7 @@ impl Caps {
             }
             match e.within(*i, root) {
                 Ok(true) => Ok(()),
+                Ok(false) if held(*i) => Ok(()),
                 Ok(false) => Err(solofs_meta::errno::EACCES),
                 Err(x) => Err(x.errno()),
             }
@@ -331,6 +339,8 @@ impl Caps {
             | Op::GetLock { ino, .. }
             | Op::Fallocate { ino, .. }
             | Op::DataMap { ino } => inside(ino),
+            Op::Tmpfile { parent, .. } => inside(parent),
+            Op::LinkTmpfile { ino, to } => inside(ino).and_then(|_| loc(to)),
             Op::Release { ino, .. } => {
                 if *ino == ROOT_INO {
                     *ino = root;

@@ -23,6 +23,7 @@ mod local;
 pub mod metrics;
 mod opens;
 mod replies;
+pub mod tmpfiles;
 mod watch;
 
 pub use deleter::DeleterStats;
@@ -245,6 +246,11 @@ impl Server {
                 None
             }
         };
+        // No client holds an anonymous file open at start.
+        let gone = tmpfiles::clean(&engine);
+        if gone > 0 {
+            eprintln!("solofs: removed {gone} anonymous files (O_TMPFILE) left by the last run");
+        }
         let watch = watch::Watch::new(cfg.watch_cap);
         let marker = engine.path().with_extension("locks");
         let locks = filelocks::FileLocks::new(cfg.lock_grace, Some(marker));

@@ -44,6 +44,9 @@ pub(crate) struct Opens {
     cv: Condvar,
     /// Entries of lost connections' files, with when they may go.
     later: Mutex<Vec<(Instant, FreeJob)>>,
+    /// Anonymous files (tmpfiles.rs) not linked yet: their last close
+    /// removes them.
+    anonymous: Mutex<std::collections::HashSet<u64>>,
 }
 
 impl Opens {
@@ -54,6 +57,17 @@ impl Opens {
             map: Mutex::new(HashMap::new()),
             cv: Condvar::new(),
             later: Mutex::new(Vec::new()),
+            anonymous: Mutex::new(Default::default()),
+        }
+    }
+
+    /// `ino` is an anonymous file (`true`), or was linked (`false`).
+    pub fn anonymous(&self, ino: u64, yes: bool) {
+        let mut a = self.anonymous.lock();
+        if yes {
+            a.insert(ino);
+        } else {
+            a.remove(&ino);
         }
     }
 
@@ -90,6 +104,9 @@ impl Opens {
         c.lost |= lost;
         if c.opens > 0 {
             return;
+        }
+        if self.anonymous.lock().remove(&ino) {
+            crate::tmpfiles::discard(&self.engine, ino);
         }
         if let Some(job) = c.held.take() {
             let (unclean, lost) = (c.unclean, c.lost);
@@ -193,6 +210,16 @@ impl ConnOpens {
             }
             self.opens.release(ino, clean, false);
         }
+    }
+
+    /// `ino` is an anonymous file (`true`), or was linked (`false`).
+    pub fn anonymous(&self, ino: u64, yes: bool) {
+        self.opens.anonymous(ino, yes);
+    }
+
+    /// Does this connection hold `ino` open?
+    pub fn holds(&self, ino: u64) -> bool {
+        self.held.lock().contains_key(&ino)
     }
 
     /// Does this connection hold `ino` open for writing?

@@ -9,6 +9,19 @@ use solofs_types::*;
 const MAX_SYMLINKS: u32 = 40;
 
 impl Engine {
+    /// The directory and name of a file's first name (the one its object
+    /// is kept under); `Invalid` for a directory.
+    pub fn first_name(&self, ino: u64) -> Result<(u64, Vec<u8>)> {
+        let _g = self.locks.read(crate::hash::ino_key(ino));
+        let super::Obj::File(f) = self.inode(ino)? else {
+            return Err(Error::Invalid("not a file"));
+        };
+        let len = (self.pool.ld(f + crate::layout::F_MODE)? >> 16) as u8 as usize;
+        let mut name = vec![0u8; len];
+        self.pool.read_bytes(f + crate::layout::F_NAME, &mut name)?;
+        Ok((self.pool.ld(f + crate::layout::E_PARENT)?, name))
+    }
+
     /// Is inode `ino` `top` or below it? Follows parents up: a
     /// directory's, and a file's first name's (a file whose first name is
     /// elsewhere counts as elsewhere). Read without locks, so a rename
