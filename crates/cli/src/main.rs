@@ -3,11 +3,8 @@ use anyhow::{bail, Context, Result};
 use solofs_meta::{Config, Durability, Engine};
 use std::path::PathBuf;
 
-mod bench;
-mod crashtest;
 mod keys;
 mod mount;
-mod plot;
 mod serve;
 
 const USAGE: &str = "\
@@ -92,10 +89,10 @@ fn run() -> Result<()> {
         Some("memfs") => mount::memfs(rest),
         Some("fsck") => fsck(rest),
         Some("key") => keys::main(rest),
-        Some("bench") => bench::main(rest),
+        Some("bench") => solofs_bench::bench::main(rest),
         Some("serve") => serve::serve(rest),
         Some("stats") => serve::stats(rest),
-        Some("crash-test") => crashtest::main(rest),
+        Some("crash-test") => solofs_bench::crashtest::main(rest),
         Some("-h" | "--help" | "help") => {
             print!("{USAGE}");
             Ok(())

@@ -450,7 +450,7 @@ pub fn memfs(args: Vec<OsString>) -> Result<()> {
         }
     }
     let mnt = mnt.context("memfs needs a MOUNTPOINT")?;
-    let session = solofs_fuse::memfs::mount(&mnt, threads)
+    let session = solofs_bench::memfs::mount(&mnt, threads)
         .with_context(|| format!("mounting at {}", mnt.display()))?;
     println!("memfs mounted at {}", mnt.display());
     use std::io::Write;

@@ -433,28 +433,7 @@ pub fn stats(args: Vec<OsString>) -> Result<()> {
 
 /// Fetches and parses a server's metrics.
 pub fn scrape(addr: &str) -> Result<HashMap<String, f64>> {
-    use std::io::{Read, Write};
-    let mut s =
-        std::net::TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut body = String::new();
-    s.read_to_string(&mut body)?;
-    let body = body
-        .split("\r\n\r\n")
-        .nth(1)
-        .context("not an HTTP response")?;
-    Ok(body
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (k, v) = l.rsplit_once(' ')?;
-            Some((k.to_string(), v.parse().ok()?))
-        })
-        .collect())
+    solofs_server::metrics::scrape(addr).with_context(|| format!("metrics of {addr}"))
 }
 
 #[cfg(test)]

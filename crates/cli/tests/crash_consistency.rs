@@ -1,7 +1,7 @@
 //! Crash consistency with a real server process: every named crash point
 //! (the server aborts there), then random SIGKILLs under concurrent clients.
 //! After each crash the server restarts on the same pool and the harness
-//! (`solofs crash-test`, crates/cli/src/crashtest.rs) checks that every
+//! (`solofs crash-test`, crates/bench/src/crashtest/) checks that every
 //! acknowledged operation survived, every unacknowledged one is all or
 //! nothing, lazy repair ran, and fsck is clean.
 

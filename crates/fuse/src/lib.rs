@@ -22,7 +22,6 @@ mod file;
 mod fs;
 mod known;
 mod locking;
-pub mod memfs;
 mod releases;
 mod space;
 

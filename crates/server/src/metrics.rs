@@ -267,3 +267,28 @@ pub(crate) fn serve(l: std::net::TcpListener, shared: Arc<Shared>, ms: Vec<Arc<M
         }
     }
 }
+
+/// Fetches and parses the metrics a server at `addr` serves (`solofs
+/// stats`, `solofs bench --server-metrics`).
+pub fn scrape(addr: &str) -> std::io::Result<std::collections::HashMap<String, f64>> {
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut body = String::new();
+    s.read_to_string(&mut body)?;
+    let body = body
+        .split("\r\n\r\n")
+        .nth(1)
+        .ok_or_else(|| std::io::Error::other("not an HTTP response"))?;
+    Ok(body
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect())
+}

@@ -374,6 +374,6 @@ impl Filesystem for MemFs {
 /// Mounts a fresh in-memory file system at `mountpoint` with `threads`
 /// request threads.
 pub fn mount(mountpoint: &Path, threads: usize) -> std::io::Result<fuser::BackgroundSession> {
-    let cfg = crate::session_config("memfs", threads, false);
+    let cfg = solofs_fuse::session_config("memfs", threads, false);
     fuser::spawn_mount(MemFs::default(), mountpoint, &cfg)
 }
