@@ -1,5 +1,5 @@
 //! SoloFS data path: the blocks of regular files in an object store
-//! (DESIGN §5), through the `object_store` crate.
+//! (docs/design.md §5), through the `object_store` crate.
 //!
 //! A file's bytes `[b * block_size, (b + 1) * block_size)` are the object
 //! `<volume>/<ino>/<b>` (volume id in hex, ino and block number in decimal)

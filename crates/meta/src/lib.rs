@@ -1,7 +1,7 @@
 //! # solofs-meta — the SoloFS metadata engine
 //!
 //! A library with no networking that holds a whole file-system namespace in
-//! one memory-mapped *pool* file (DESIGN §3): a persistent hash index for
+//! one memory-mapped *pool* file (docs/design.md §3): a persistent hash index for
 //! point operations, per-directory child lists for readdir, log-free ordered
 //! updates for create/delete, a small per-thread redo journal for rename,
 //! link and multi-word attribute changes, hierarchical concurrency control

@@ -1,5 +1,5 @@
 //! The deleter: drains the engine's durable to-free queue into the object
-//! store (DESIGN §5). For each queued inode it deletes the blocks no live
+//! store (docs/design.md §5). For each queued inode it deletes the blocks no live
 //! inode covers (all of them when the inode is gone, those past its size
 //! otherwise), then clears the entry. Inodes someone holds open wait.
 

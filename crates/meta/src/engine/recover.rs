@@ -1,4 +1,4 @@
-//! Lazy recovery (DESIGN §3.5, SingularFS Algorithm 2, HMFS §3.3.2).
+//! Lazy recovery (docs/design.md §3.5, SingularFS Algorithm 2, HMFS §3.3.2).
 //!
 //! Open does O(contexts) work, never O(files): committed journal records are
 //! redone and each context's intent word (the one object a create or delete

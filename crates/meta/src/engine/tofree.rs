@@ -1,5 +1,5 @@
 //! The durable to-free queue: inodes whose data blocks may have to be
-//! deleted from the object store (DESIGN §5).
+//! deleted from the object store (docs/design.md §5).
 //!
 //! An operation that drops a file's last name, or shrinks it by at least one
 //! block, first records the ino in its context's queue (persisted before the

@@ -8,7 +8,7 @@
 //! pool grows (the file is extended and the new extent mapped `MAP_FIXED` at
 //! the end of the old one) without moving any live object.
 //!
-//! Persistence model (DESIGN §3.1): a store to a `MAP_SHARED` page is in the
+//! Persistence model (docs/design.md §3.1): a store to a `MAP_SHARED` page is in the
 //! page cache once it executes, so a killed process leaves every store it made,
 //! in program order. [`Pool::persist`] names each ordering point; its strength
 //! depends on the [`Durability`] mode.

@@ -1,0 +1,409 @@
+//! The typed operations: one method per request the server serves.
+
+use crate::*;
+
+impl Client {
+    /// Opens a regular file for reading, writing or both: checks
+    /// permission, returns fresh attributes, and keeps the file's blocks
+    /// alive on the server until [`Client::release`], even if it is
+    /// unlinked.
+    pub fn open(&self, cred: &Cred, ino: u64, access: Access) -> Result<Attr> {
+        self.open_data(cred, ino, access).map(|(a, _)| a)
+    }
+
+    /// [`Client::open`], with the file's bytes if it is kept in the
+    /// metadata pool (a small file, docs/format.md §5.3b).
+    pub fn open_data(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        access: Access,
+    ) -> Result<(Attr, Option<Vec<u8>>)> {
+        let flags = OpenFlags {
+            access,
+            again: false,
+        };
+        let r = match self.call(cred, Op::Open { ino, flags })? {
+            Body::Attr(a) => (a, None),
+            Body::Inline(a, d) => (a, Some(d)),
+            b => return Err(unexpected(b)),
+        };
+        self.note_open(cred, ino, access);
+        Ok(r)
+    }
+
+    /// Creates a regular file (exclusively) and opens it like
+    /// [`Client::open`], with the access asked for whatever the new file's
+    /// mode (`open(O_CREAT|O_EXCL)`).
+    pub fn create_open(&self, cred: &Cred, loc: Loc, mode: u32, access: Access) -> Result<Attr> {
+        self.create_open_made(cred, loc, mode, access)
+            .map(|m| m.attr)
+    }
+
+    /// [`Client::create_open`], with the directory's attributes right
+    /// after the create when the server sends them.
+    pub fn create_open_made(
+        &self,
+        cred: &Cred,
+        loc: Loc,
+        mode: u32,
+        access: Access,
+    ) -> Result<Made> {
+        let m = self.made(cred, Op::CreateOpen { loc, mode, access })?;
+        self.note_open(cred, m.attr.ino, access);
+        Ok(m)
+    }
+
+    fn note_open(&self, cred: &Cred, ino: u64, access: Access) {
+        let mut o = self.inner.opens.lock().unwrap_or_else(|e| e.into_inner());
+        o.entry((ino, access)).or_insert((0, cred.clone())).0 += 1;
+    }
+
+    /// Ends one [`Client::open`], saying that every block stored through
+    /// it is covered by a committed size.
+    pub fn release(&self, cred: &Cred, ino: u64, access: Access) -> Result<()> {
+        self.release_with(cred, ino, access, true)
+    }
+
+    /// Ends one [`Client::open`]. `clean`: every block stored through it
+    /// is covered by a committed size; if not, the server deletes the
+    /// file's blocks past its size once nobody has it open.
+    pub fn release_with(&self, cred: &Cred, ino: u64, access: Access, clean: bool) -> Result<()> {
+        self.forget_open(ino, access);
+        let flags = ReleaseFlags { access, clean };
+        self.empty(cred, Op::Release { ino, flags })
+    }
+
+    /// Ends several opens in one request (as [`Client::release_with`]
+    /// each).
+    pub fn release_many(&self, opens: Vec<Closed>) -> Result<()> {
+        for c in &opens {
+            self.forget_open(c.ino, c.flags.access);
+        }
+        self.empty(&Cred::root(), Op::ReleaseMany { opens })
+    }
+
+    fn forget_open(&self, ino: u64, access: Access) {
+        let mut o = self.inner.opens.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = o.get_mut(&(ino, access)) {
+            e.0 -= 1;
+            if e.0 == 0 {
+                o.remove(&(ino, access));
+            }
+        }
+    }
+
+    /// Records a writer's flush: size grows to `size`, mtime is `mtime`.
+    /// The file's data map takes all of `0..size` as data (a writer that
+    /// knows which ranges it stored says so with [`Client::commit_with`]).
+    pub fn write_commit(&self, cred: &Cred, ino: u64, size: u64, mtime: i64) -> Result<Attr> {
+        let all = std::iter::once((0, size)).collect();
+        self.commit_with(cred, ino, size, mtime, all, SetAttr::default())
+    }
+
+    /// [`Client::write_commit`] of the byte ranges `stored` since the last
+    /// commit, then `set` (attribute changes held back while the file was
+    /// open) in the same request.
+    pub fn commit_with(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        size: u64,
+        mtime: i64,
+        stored: Extents,
+        set: SetAttr,
+    ) -> Result<Attr> {
+        self.attr(
+            cred,
+            Op::WriteCommit {
+                ino,
+                size,
+                mtime,
+                stored,
+                set,
+            },
+        )
+    }
+
+    /// `fallocate(2)` of bytes `off..off + len` of `ino` (`mode`: 0,
+    /// `KEEP_SIZE`, `PUNCH_HOLE | KEEP_SIZE`, `ZERO_RANGE`), once the
+    /// caller zeroed or deleted the blocks it stores there.
+    pub fn fallocate(&self, cred: &Cred, ino: u64, mode: u32, off: u64, len: u64) -> Result<Attr> {
+        self.attr(
+            cred,
+            Op::Fallocate {
+                ino,
+                mode,
+                off,
+                len,
+            },
+        )
+    }
+
+    /// `open(O_TMPFILE)` in `parent`: an anonymous file, opened for
+    /// `access` (release it as any open; the server removes it at its last
+    /// release unless [`Client::link_tmpfile`] named it).
+    pub fn tmpfile(&self, cred: &Cred, parent: u64, mode: u32, access: Access) -> Result<Attr> {
+        self.attr(
+            cred,
+            Op::Tmpfile {
+                parent,
+                mode,
+                access,
+            },
+        )
+    }
+
+    /// `linkat` of anonymous file `ino` to `to`.
+    pub fn link_tmpfile(&self, cred: &Cred, ino: u64, to: Loc) -> Result<Attr> {
+        self.attr(cred, Op::LinkTmpfile { ino, to })
+    }
+
+    /// The attributes of `ino` and the byte ranges of it that hold data.
+    pub fn data_map(&self, ino: u64) -> Result<(Attr, Extents)> {
+        match self.call(&Cred::root(), Op::DataMap { ino })? {
+            Body::Map(a, m) => Ok((a, m)),
+            b => Err(unexpected(b)),
+        }
+    }
+
+    /// A writer's flush of a whole small file kept in the metadata pool:
+    /// `data` is its content, mtime `mtime`, then `set` (held-back
+    /// attribute changes). `Errno(EFBIG)`: not possible for this file (too
+    /// large, or its data is in blocks); store blocks instead.
+    pub fn write_inline(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        data: Vec<u8>,
+        mtime: i64,
+        set: SetAttr,
+    ) -> Result<Attr> {
+        self.attr(
+            cred,
+            Op::WriteInline {
+                ino,
+                data,
+                mtime,
+                set,
+            },
+        )
+    }
+
+    // ----- typed helpers -----
+
+    pub(crate) fn attr(&self, cred: &Cred, op: Op) -> Result<Attr> {
+        self.made(cred, op).map(|m| m.attr)
+    }
+
+    pub(crate) fn made(&self, cred: &Cred, op: Op) -> Result<Made> {
+        match self.call(cred, op)? {
+            Body::Attr(attr) | Body::Inline(attr, _) => Ok(Made { attr, parent: None }),
+            Body::Created(attr, p) => Ok(Made {
+                attr,
+                parent: Some(p),
+            }),
+            b => Err(unexpected(b)),
+        }
+    }
+
+    pub(crate) fn maybe_attr(&self, cred: &Cred, op: Op) -> Result<Option<Attr>> {
+        match self.call(cred, op)? {
+            Body::Empty => Ok(None),
+            Body::Attr(a) => Ok(Some(a)),
+            b => Err(unexpected(b)),
+        }
+    }
+
+    pub(crate) fn empty(&self, cred: &Cred, op: Op) -> Result<()> {
+        match self.call(cred, op)? {
+            Body::Empty => Ok(()),
+            b => Err(unexpected(b)),
+        }
+    }
+
+    /// Round trip that does nothing on the server.
+    pub fn noop(&self) -> Result<()> {
+        self.empty(&Cred::root(), Op::Noop)
+    }
+    /// lookup(parent, name), or stat of a path (`Loc::Path`).
+    pub fn lookup(&self, cred: &Cred, loc: Loc) -> Result<Attr> {
+        self.attr(cred, Op::Lookup { loc, follow: true })
+    }
+    /// lstat of a path (or lookup(parent, name)).
+    pub fn lstat(&self, cred: &Cred, loc: Loc) -> Result<Attr> {
+        self.attr(cred, Op::Lookup { loc, follow: false })
+    }
+    /// Attributes of an inode.
+    pub fn getattr(&self, cred: &Cred, t: Target) -> Result<Attr> {
+        self.attr(cred, Op::Getattr { target: t })
+    }
+    /// Changes attributes.
+    pub fn setattr(&self, cred: &Cred, t: Target, sa: SetAttr) -> Result<Attr> {
+        self.attr(cred, Op::Setattr { target: t, set: sa })
+    }
+    /// Creates a regular file (exclusive).
+    pub fn create(&self, cred: &Cred, loc: Loc, mode: u32) -> Result<Attr> {
+        self.attr(cred, Op::Create { loc, mode })
+    }
+    /// Creates a node.
+    pub fn mknod(&self, cred: &Cred, loc: Loc, mode: u32, rdev: u64) -> Result<Attr> {
+        self.attr(cred, Op::Mknod { loc, mode, rdev })
+    }
+    /// Creates a directory.
+    pub fn mkdir(&self, cred: &Cred, loc: Loc, mode: u32) -> Result<Attr> {
+        self.attr(cred, Op::Mkdir { loc, mode })
+    }
+    /// Creates a directory; with the parent's attributes right after.
+    pub fn mkdir_made(&self, cred: &Cred, loc: Loc, mode: u32) -> Result<Made> {
+        self.made(cred, Op::Mkdir { loc, mode })
+    }
+    /// Creates a symlink.
+    pub fn symlink(&self, cred: &Cred, loc: Loc, target: &[u8]) -> Result<Attr> {
+        self.attr(
+            cred,
+            Op::Symlink {
+                loc,
+                target: target.to_vec(),
+            },
+        )
+    }
+    /// Reads a symlink.
+    pub fn readlink(&self, cred: &Cred, t: Target) -> Result<Vec<u8>> {
+        match self.call(cred, Op::Readlink { target: t })? {
+            Body::Bytes(b) => Ok(b),
+            b => Err(unexpected(b)),
+        }
+    }
+    /// Removes a non-directory.
+    pub fn unlink(&self, cred: &Cred, loc: Loc) -> Result<()> {
+        self.unlink_in(cred, loc).map(|_| ())
+    }
+    /// [`Client::unlink`], with the directory's attributes right after
+    /// (if the server sent them).
+    pub fn unlink_in(&self, cred: &Cred, loc: Loc) -> Result<Option<Attr>> {
+        self.maybe_attr(cred, Op::Unlink { loc })
+    }
+    /// Removes an empty directory.
+    pub fn rmdir(&self, cred: &Cred, loc: Loc) -> Result<()> {
+        self.rmdir_in(cred, loc).map(|_| ())
+    }
+    /// [`Client::rmdir`], with the directory's attributes right after (if
+    /// the server sent them).
+    pub fn rmdir_in(&self, cred: &Cred, loc: Loc) -> Result<Option<Attr>> {
+        self.maybe_attr(cred, Op::Rmdir { loc })
+    }
+    /// Adds a name for a file.
+    pub fn link(&self, cred: &Cred, from: Target, to: Loc) -> Result<Attr> {
+        self.attr(cred, Op::Link { from, to })
+    }
+    /// Renames.
+    pub fn rename(&self, cred: &Cred, from: Loc, to: Loc, flags: u32) -> Result<()> {
+        self.empty(cred, Op::Rename { from, to, flags })
+    }
+    /// Lists a directory from `cookie` (at most `max` entries).
+    pub fn readdir(
+        &self,
+        cred: &Cred,
+        dir: Target,
+        cookie: u64,
+        max: u32,
+    ) -> Result<Vec<DirEntry>> {
+        match self.call(cred, Op::Readdir { dir, cookie, max })? {
+            Body::Entries(v) => Ok(v),
+            b => Err(unexpected(b)),
+        }
+    }
+    /// Lists with attributes.
+    pub fn readdir_plus(
+        &self,
+        cred: &Cred,
+        dir: Target,
+        cookie: u64,
+        max: u32,
+    ) -> Result<Vec<(DirEntry, Attr)>> {
+        match self.call(cred, Op::ReaddirPlus { dir, cookie, max })? {
+            Body::EntriesPlus(v) => Ok(v),
+            b => Err(unexpected(b)),
+        }
+    }
+    /// File-system statistics.
+    pub fn statfs(&self) -> Result<StatFs> {
+        match self.call(&Cred::root(), Op::Statfs)? {
+            Body::StatFs(s) => Ok(s),
+            b => Err(unexpected(b)),
+        }
+    }
+    /// Value of an extended attribute.
+    pub fn getxattr(&self, cred: &Cred, target: Target, name: &[u8]) -> Result<Vec<u8>> {
+        match self.call(
+            cred,
+            Op::Getxattr {
+                target,
+                name: name.to_vec(),
+            },
+        )? {
+            Body::Bytes(b) => Ok(b),
+            b => Err(unexpected(b)),
+        }
+    }
+    /// Sets an extended attribute.
+    pub fn setxattr(
+        &self,
+        cred: &Cred,
+        target: Target,
+        name: &[u8],
+        value: &[u8],
+        flags: u32,
+    ) -> Result<()> {
+        self.empty(
+            cred,
+            Op::Setxattr {
+                target,
+                name: name.to_vec(),
+                value: value.to_vec(),
+                flags,
+            },
+        )
+    }
+    /// Names of the extended attributes.
+    pub fn listxattr(&self, cred: &Cred, target: Target) -> Result<Vec<Vec<u8>>> {
+        match self.call(cred, Op::Listxattr { target })? {
+            Body::Names(v) => Ok(v),
+            b => Err(unexpected(b)),
+        }
+    }
+    /// Removes an extended attribute.
+    pub fn removexattr(&self, cred: &Cred, target: Target, name: &[u8]) -> Result<()> {
+        self.empty(
+            cred,
+            Op::Removexattr {
+                target,
+                name: name.to_vec(),
+            },
+        )
+    }
+    /// Checks permission bits.
+    pub fn access(&self, cred: &Cred, target: Target, mask: u32) -> Result<()> {
+        self.empty(cred, Op::Access { target, mask })
+    }
+}
+
+/// What an operation that makes a name returns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Made {
+    /// The new entry's attributes.
+    pub attr: Attr,
+    /// Its directory's attributes right after (if the server sent them).
+    pub parent: Option<Attr>,
+}
+
+/// `Loc::At(parent, name)`.
+pub fn at(parent: u64, name: &[u8]) -> Loc {
+    Loc::At(parent, name.to_vec())
+}
+
+/// `Loc::Path(path)`.
+pub fn path(p: &str) -> Loc {
+    Loc::Path(p.as_bytes().to_vec())
+}
