@@ -3,28 +3,28 @@
 
 use crate::blockcache::BlockCache;
 use crate::cache::{AttrCache, NewDirs};
-use crate::coherence::{Coherence, Ttl};
+use crate::coherence::Coherence;
 use crate::convert::*;
-use crate::file::OpenFile;
+use crate::helpers::*;
 use crate::locking::Locking;
 use crate::releases::Releases;
 use crate::{creds::Creds, MountOptions};
 use fuser::{
-    AccessFlags, Errno, FileHandle, FileType as FType, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen,
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 use solofs_client::Target;
-use solofs_client::{at, Client, Closed, LockKind, LockReq, ReleaseFlags};
+use solofs_client::{at, Client, Closed, ReleaseFlags};
 use solofs_data::BlockStore;
-use solofs_types::{Access, Attr, Cred, SetAttr, TimeSet};
+use solofs_types::{Access, Attr, SetAttr, TimeSet};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -49,235 +49,6 @@ pub struct SoloFs {
 }
 
 pub(crate) type Res<T> = Result<T, Errno>;
-
-/// How the kernel should treat an open file. A write-only handle bypasses
-/// the kernel's page cache: the kernel hands the writer's own pages to the
-/// daemon (one copy fewer per byte) instead of first copying them into
-/// cached pages it sends synchronously anyway (this mount has no kernel
-/// write-back cache). Such a handle cannot be read or mapped, so nothing is
-/// lost; readers' cached pages that such a write covers are dropped by the
-/// kernel (this kernel does so with or without `FUSE_DIRECT_IO_ALLOW_MMAP`,
-/// which `init` asks for; the mount test checks the behaviour).
-fn fopen_flags(flags: i32) -> FopenFlags {
-    // An appending handle's writes land where the server says, not where
-    // the kernel would put them in its page cache (append.rs).
-    if flags & libc::O_ACCMODE == libc::O_WRONLY || flags & libc::O_APPEND != 0 {
-        FopenFlags::FOPEN_DIRECT_IO
-    } else {
-        FopenFlags::empty()
-    }
-}
-
-impl SoloFs {
-    /// A file system over a connected client and the volume's block store.
-    pub fn new(client: Client, store: BlockStore, opts: MountOptions) -> SoloFs {
-        let blocks = crate::read_cache(&client, &store, &opts);
-        let attrs: Arc<AttrCache> = Arc::default();
-        let new_dirs: Arc<NewDirs> = Arc::default();
-        let long = Ttl {
-            entry: opts.entry_timeout,
-            attr: opts.attr_timeout,
-        };
-        let coh = Coherence::start(&client, long, attrs.clone(), new_dirs.clone());
-        let files: crate::locking::Files = Arc::default();
-        let locking = Locking::start(client.clone(), files.clone(), coh.clone(), blocks.clone());
-        SoloFs {
-            coh,
-            locking,
-            client: client.clone(),
-            store,
-            attrs,
-            new_dirs,
-            blocks,
-            inline_max: client.volume().inline_max,
-            opts,
-            creds: Creds::default(),
-            files,
-            handles: Mutex::new(HashMap::new()),
-            next_fh: AtomicU64::new(1),
-            releases: Releases::start(client.clone()),
-        }
-    }
-
-    /// The caller's credentials. Every request handler begins with this,
-    /// which also notes where the request began for the caches
-    /// ([`Coherence::begin`]).
-    fn cred(&self, req: &Request) -> Cred {
-        self.coh.begin();
-        self.creds.of(req.uid(), req.gid(), req.pid())
-    }
-
-    /// What keeps the caches true to other mounts' changes (it needs the
-    /// session's notifier once mounted).
-    pub(crate) fn coherence(&self) -> Arc<Coherence> {
-        self.coh.clone()
-    }
-
-    pub(crate) fn file(&self, ino: u64) -> Option<Arc<Mutex<OpenFile>>> {
-        self.files.lock().get(&ino).cloned()
-    }
-
-    fn entry(&self, reply: ReplyEntry, r: Res<Attr>) {
-        match r {
-            Ok(a) => {
-                let fa = to_fuse(&self.local(a));
-                self.coh
-                    .gated(|t| reply.entry_with_ttls(&t.attr, &t.entry, &fa, Generation(0)))
-            }
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn attr(&self, reply: ReplyAttr, r: Res<Attr>) {
-        match r {
-            Ok(a) => {
-                let fa = to_fuse(&self.local(a));
-                self.coh.gated(|t| reply.attr(&t.attr, &fa))
-            }
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn open_file(&self, cred: &Cred, ino: u64, flags: i32) -> Res<(u64, Attr)> {
-        let access = Access::from_open_flags(flags);
-        if let Some(f) = self.file(ino) {
-            self.send_held(&mut f.lock())?;
-        }
-        let (a, data) = self.client.open_data(cred, ino, access).map_err(errno)?;
-        self.keep(&a);
-        Ok((self.opened(ino, access, &a, data), a))
-    }
-
-    /// Notes an open the server agreed to; returns the file handle.
-    fn opened(&self, ino: u64, access: Access, a: &Attr, inline: Option<Vec<u8>>) -> u64 {
-        loop {
-            let f = self
-                .files
-                .lock()
-                .entry(ino)
-                .or_insert_with(|| {
-                    Arc::new(Mutex::new(OpenFile::new(
-                        self.store.block_size(),
-                        a.clone(),
-                    )))
-                })
-                .clone();
-            let mut g = f.lock();
-            // A release that held the file (a slow flush) may have dropped
-            // it from the map meanwhile: count only on the one mapped (the
-            // file's lock, then the map's, as release takes them).
-            if !self
-                .files
-                .lock()
-                .get(&ino)
-                .is_some_and(|x| Arc::ptr_eq(x, &f))
-            {
-                continue;
-            }
-            g.handles += 1;
-            g.writers += access.writes() as u32;
-            g.inline_max = self.inline_max;
-            g.refresh_with(a.size, inline);
-            g.use_cache(self.blocks.as_ref(), a);
-            g.attr.mode = a.mode;
-            break;
-        }
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles.lock().insert(fh, (ino, access));
-        fh
-    }
-
-    /// Flush and fsync: stores what this mount buffered for `ino` and
-    /// commits its size.
-    fn flush_ino(&self, req: &Request, ino: u64) -> Res<()> {
-        match self.file(ino) {
-            Some(f) => self.flush_file(&self.cred(req), &mut f.lock()),
-            None => Ok(()),
-        }
-    }
-
-    /// Answers a create (or tmpfile) with the new file and its handle.
-    fn reply_created(&self, reply: ReplyCreate, fa: &fuser::FileAttr, fh: u64, flags: i32) {
-        self.coh.gated(|t| {
-            reply.created(
-                &t.both(),
-                fa,
-                Generation(0),
-                FileHandle(fh),
-                fopen_flags(flags),
-            )
-        })
-    }
-
-    /// Is `fh` a handle of this mount opened for writing?
-    fn writes_through(&self, fh: Option<FileHandle>) -> bool {
-        fh.is_some_and(|h| self.handles.lock().get(&h.0).is_some_and(|x| x.1.writes()))
-    }
-
-    fn truncate(&self, cred: &Cred, ino: u64, size: u64, sa: SetAttr) -> Res<Attr> {
-        let f = self.file(ino);
-        let mut guard = f.as_ref().map(|f| f.lock());
-        if let Some(g) = guard.as_deref_mut() {
-            self.flush_file(cred, g)?;
-        }
-        let old = match guard.as_deref() {
-            Some(g) => g.size,
-            None => self.getattr_of(cred, ino)?.size,
-        };
-        let a = self.fresh(self.client.setattr(cred, Target::Ino(ino), sa))?;
-        match guard.as_deref_mut() {
-            Some(g) => g.truncate(&self.store, size).map_err(data_errno)?,
-            None if size < old => {
-                let mut cur = a.clone();
-                cur.size = old;
-                let mut tmp = OpenFile::new(self.store.block_size(), cur);
-                tmp.truncate(&self.store, size).map_err(data_errno)?;
-            }
-            None => {}
-        }
-        Ok(a)
-    }
-}
-
-impl Drop for SoloFs {
-    fn drop(&mut self) {
-        self.coh.stop();
-    }
-}
-
-/// A lock request of the kernel's, or `None` for an unknown type.
-fn lock_req(ino: u64, owner: u64, start: u64, end: u64, typ: i32, pid: u32) -> Option<LockReq> {
-    let kind = match typ {
-        libc::F_RDLCK => LockKind::Read,
-        libc::F_WRLCK => LockKind::Write,
-        libc::F_UNLCK => LockKind::Unlock,
-        _ => return None,
-    };
-    Some(LockReq {
-        ino,
-        owner,
-        kind,
-        start,
-        end,
-        pid,
-    })
-}
-
-fn reply_empty(reply: ReplyEmpty, r: Res<()>) {
-    match r {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(e),
-    }
-}
-
-fn time_set(t: Option<TimeOrNow>) -> TimeSet {
-    match t {
-        None => TimeSet::Omit,
-        Some(TimeOrNow::Now) => TimeSet::Now,
-        Some(TimeOrNow::SpecificTime(t)) => TimeSet::At(ns_of(t)),
-    }
-}
-
 impl Filesystem for SoloFs {
     fn destroy(&mut self) {
         // Closes still queued reach the server before the mount ends.
@@ -744,36 +515,9 @@ impl Filesystem for SoloFs {
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
-        let cred = self.cred(req);
-        if offset == 0 && reply.add(ino, 1, FType::Directory, ".") {
-            return reply.ok();
-        }
-        if offset <= 1 && reply.add(ino, 2, FType::Directory, "..") {
-            return reply.ok();
-        }
-        let mut cookie = offset.saturating_sub(2);
-        loop {
-            let list = match self.client.readdir(&cred, Target::Ino(ino.0), cookie, 512) {
-                Ok(l) => l,
-                Err(e) => return reply.error(errno(e)),
-            };
-            if list.is_empty() {
-                return reply.ok();
-            }
-            for d in list {
-                if reply.add(
-                    INodeNo(d.ino),
-                    d.cookie + 2,
-                    kind_of(d.kind),
-                    OsStr::from_bytes(&d.name),
-                ) {
-                    return reply.ok();
-                }
-                cookie = d.cookie;
-            }
-        }
+        self.list(req, ino, offset, reply)
     }
 
     fn readdirplus(
@@ -782,87 +526,13 @@ impl Filesystem for SoloFs {
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectoryPlus,
+        reply: ReplyDirectoryPlus,
     ) {
-        let cred = self.cred(req);
-        // "." and "..": the kernel ignores their attributes.
-        let dot = match offset < 2 {
-            true => match self.getattr_of(&cred, ino.0) {
-                Ok(a) => Some(to_fuse(&a)),
-                Err(e) => return reply.error(e),
-            },
-            false => None,
-        };
-        // One batch per kernel request (a reply that is not full is not
-        // the end; an empty one is): the entries reach the kernel under
-        // the gate with the timeouts they may have.
-        let cookie = offset.saturating_sub(2);
-        let list = match self
-            .client
-            .readdir_plus(&cred, Target::Ino(ino.0), cookie, 256)
-        {
-            Ok(l) => l,
-            Err(e) => return reply.error(errno(e)),
-        };
-        let list: Vec<_> = list
-            .into_iter()
-            .map(|(d, a)| (d, to_fuse(&self.local(a.clone())), a))
-            .collect();
-        self.coh.gated(|t| {
-            let ttl = t.both();
-            if let Some(dot) = dot {
-                if offset == 0 && reply.add(ino, 1, ".", &ttl, &dot, Generation(0)) {
-                    return reply.ok();
-                }
-                if reply.add(ino, 2, "..", &ttl, &dot, Generation(0)) {
-                    return reply.ok();
-                }
-            }
-            for (d, fa, a) in &list {
-                self.attrs.put(a, t.attr);
-                if reply.add(
-                    INodeNo(d.ino),
-                    d.cookie + 2,
-                    OsStr::from_bytes(&d.name),
-                    &ttl,
-                    fa,
-                    Generation(0),
-                ) {
-                    break;
-                }
-            }
-            reply.ok()
-        })
+        self.list_plus(req, ino, offset, reply)
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match self.client.statfs() {
-            Ok(s) => {
-                // Data: what the volume holds, of its capacity (the free
-                // space under a file:// store, or the configured one; a
-                // store of unknown size says 256 TiB). Inodes: those in
-                // use plus what the pool holds.
-                let bsize = 4096;
-                let cap = match s.data_capacity {
-                    0 => 1u64 << 48,
-                    c => c,
-                };
-                let blocks = cap.max(s.data_bytes) / bsize;
-                let free = cap.saturating_sub(s.data_bytes) / bsize;
-                let free_inodes = s.pool_capacity.saturating_sub(s.used_bytes) / 160;
-                reply.statfs(
-                    blocks,
-                    free,
-                    free,
-                    s.inodes + free_inodes,
-                    free_inodes,
-                    4096,
-                    s.name_max,
-                    4096,
-                );
-            }
-            Err(e) => reply.error(errno(e)),
-        }
+        self.space(reply)
     }
 
     fn fallocate(
@@ -991,25 +661,7 @@ impl Filesystem for SoloFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let cred = self.cred(req);
-        let acc = Access::from_open_flags(flags);
-        let mode = mode & !(umask & 0o777) & 0o7777;
-        let a = match self.client.tmpfile(&cred, parent.0, mode, acc) {
-            Ok(a) => a,
-            Err(e) => return reply.error(errno(e)),
-        };
-        self.attrs.forget(parent.0);
-        let fh = self.opened(a.ino, acc, &a, None);
-        if let Some(f) = self.file(a.ino) {
-            let mut g = f.lock();
-            g.no_xattrs = g.handles == 1;
-            g.anonymous = true;
-        }
-        // No link: the kernel allows `linkat` of it only if it was not
-        // opened with O_EXCL.
-        let mut fa = to_fuse(&a);
-        fa.nlink = 0;
-        self.reply_created(reply, &fa, fh, flags)
+        self.make_tmpfile(req, parent, mode & !(umask & 0o777) & 0o7777, flags, reply)
     }
 
     fn create(
@@ -1022,38 +674,13 @@ impl Filesystem for SoloFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let cred = self.cred(req);
-        let loc = at(parent.0, n.as_bytes());
-        let acc = Access::from_open_flags(flags);
-        let mode = mode & !(umask & 0o777) & 0o7777;
-        let created = self.client.create_open_made(&cred, loc.clone(), mode, acc);
-        self.new_dirs.added(parent.0, n.as_bytes());
-        let opened = match created {
-            // The creating open: the access asked for, whatever the mode.
-            Ok(m) => {
-                self.note_made(parent.0, &m);
-                let a = m.attr;
-                let fh = self.opened(a.ino, acc, &a, None);
-                if let Some(f) = self.file(a.ino) {
-                    // New: no extended attributes (until this mount sets
-                    // one; another mount's would be seen after the close).
-                    let mut g = f.lock();
-                    g.no_xattrs = g.handles == 1;
-                }
-                Ok((fh, a))
-            }
-            // Lost a race with another creator: open what is there.
-            Err(e) if e.errno() == libc::EEXIST && flags & libc::O_EXCL == 0 => {
-                match self.client.lookup(&cred, loc) {
-                    Ok(a) => self.open_file(&cred, a.ino, flags),
-                    Err(e) => return reply.error(errno(e)),
-                }
-            }
-            Err(e) => return reply.error(errno(e)),
-        };
-        match opened {
-            Ok((fh, a)) => self.reply_created(reply, &to_fuse(&a), fh, flags),
-            Err(e) => reply.error(e),
-        }
+        self.make_file(
+            req,
+            parent,
+            n,
+            mode & !(umask & 0o777) & 0o7777,
+            flags,
+            reply,
+        )
     }
 }

@@ -14,6 +14,37 @@ const PUNCH_HOLE: i32 = libc::FALLOC_FL_PUNCH_HOLE;
 const ZERO_RANGE: i32 = libc::FALLOC_FL_ZERO_RANGE;
 
 impl SoloFs {
+    /// `statfs`: the data the volume holds of its capacity, and its inodes.
+    pub(crate) fn space(&self, reply: fuser::ReplyStatfs) {
+        match self.client.statfs() {
+            Ok(s) => {
+                // Data: what the volume holds, of its capacity (the free
+                // space under a file:// store, or the configured one; a
+                // store of unknown size says 256 TiB). Inodes: those in
+                // use plus what the pool holds.
+                let bsize = 4096;
+                let cap = match s.data_capacity {
+                    0 => 1u64 << 48,
+                    c => c,
+                };
+                let blocks = cap.max(s.data_bytes) / bsize;
+                let free = cap.saturating_sub(s.data_bytes) / bsize;
+                let free_inodes = s.pool_capacity.saturating_sub(s.used_bytes) / 160;
+                reply.statfs(
+                    blocks,
+                    free,
+                    free,
+                    s.inodes + free_inodes,
+                    free_inodes,
+                    4096,
+                    s.name_max,
+                    4096,
+                );
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
     /// `fallocate(2)` of `len` bytes at `off` of open file `ino`.
     pub(crate) fn fallocate_file(
         &self,
