@@ -27,7 +27,7 @@ impl LocalConn {
         let watcher = shared
             .watch
             .join(crate::watch::Sink::Local(Default::default()));
-        let session = crate::conn::session_of(&shared.nonce());
+        let session = crate::batch::session_of(&shared.nonce());
         shared.locks.attach(session, &watcher);
         LocalConn {
             opens: ConnOpens::new(shared.opens.clone()),
@@ -46,7 +46,7 @@ impl InProcess for LocalConn {
 
     fn run(&self, mut reqs: Vec<Request>) -> Vec<Reply> {
         let mut replies = Vec::with_capacity(reqs.len());
-        let mine = crate::conn::run_batch(
+        let mine = crate::batch::run_batch(
             &self.shared,
             &self.opens,
             &self.watcher,

@@ -1,0 +1,314 @@
+//! Finding and reading objects: entries by name, inodes by number, what
+//! kind an object is, directories for readers, optimistic reads, a
+//! directory's times and owner.
+
+use super::*;
+
+impl Engine {
+    /// Does the entry object `o` have key (parent, name) and is it live?
+    #[inline]
+    pub(crate) fn entry_matches(&self, o: u64, parent: u64, name: &[u8]) -> Result<bool> {
+        let p = &self.pool;
+        // The name and attributes run into the next line(s): overlap them.
+        p.prefetch(o + 64);
+        p.prefetch(o + 127);
+        let s = p.ld(o)?;
+        let (k, st) = (st_kind(s), st_status(s));
+        if !(k == K_FILE || k == K_DIR || k == K_LINK) || st == S_FREE || st == S_DETACHED {
+            return Ok(false);
+        }
+        if p.ld(o + E_PARENT)? != parent {
+            return Ok(false);
+        }
+        let (len_off, name_off) = entry_name_offsets(k);
+        let len = (p.ld(o + len_off)? >> 16) as u8 as usize;
+        if len != name.len() {
+            return Ok(false);
+        }
+        p.bytes_eq(o + name_off, name)
+    }
+
+    /// The name of entry object `o`.
+    pub(crate) fn entry_name(&self, o: u64) -> Result<Vec<u8>> {
+        let k = st_kind(self.pool.ld(o)?);
+        let (len_off, name_off) = entry_name_offsets(k);
+        let len = (self.pool.ld(o + len_off)? >> 16) as u8 as usize;
+        let mut v = vec![0u8; len];
+        self.pool.read_bytes(o + name_off, &mut v)?;
+        Ok(v)
+    }
+
+    /// Finds the entry (parent, name) in the name index.
+    pub(crate) fn find_name(&self, parent: u64, name: &[u8]) -> Result<Option<u64>> {
+        let h = hash::name_key(parent, name);
+        self.find_name_in(self.shard_of(parent), h, parent, name)
+    }
+
+    /// `find_name` with the key's hash and the parent's shard known.
+    #[inline]
+    pub(crate) fn find_name_in(
+        &self,
+        shard: u32,
+        h: u64,
+        parent: u64,
+        name: &[u8],
+    ) -> Result<Option<u64>> {
+        Ok(self.shards[shard as usize]
+            .name
+            .lookup(&self.pool, h, &mut |o| self.entry_matches(o, parent, name))?
+            .map(|f| f.obj))
+    }
+
+    /// Finds the object of inode `ino` (a FILE or a DIRC) in the ino index.
+    pub(crate) fn find_ino(&self, ino: u64) -> Result<Option<u64>> {
+        let h = hash::ino_key(ino);
+        let sh = &self.shards[self.shard_of(ino) as usize];
+        Ok(sh
+            .ino
+            .lookup(&self.pool, h, &mut |o| self.ino_matches(o, ino))?
+            .map(|f| f.obj))
+    }
+
+    pub(super) fn ino_matches(&self, o: u64, ino: u64) -> Result<bool> {
+        let s = self.pool.ld(o)?;
+        Ok(match st_kind(s) {
+            K_FILE => st_status(s) != S_FREE && self.pool.ld(o + E_INO)? == ino,
+            K_DIRC => st_status(s) != S_FREE && self.pool.ld(o + C_INO)? == ino,
+            _ => false,
+        })
+    }
+
+    /// Classifies the entry object `o`.
+    #[inline]
+    pub(crate) fn obj(&self, o: u64) -> Result<Obj> {
+        let s = self.pool.ld(o)?;
+        match st_kind(s) {
+            K_FILE => Ok(Obj::File(o)),
+            K_LINK => Ok(Obj::Link(o)),
+            K_DIR => Ok(Obj::Dir {
+                access: o,
+                content: self.pool.ld(o + D_CONTENT)?,
+            }),
+            k => Err(Error::Corrupt(format!(
+                "object {o:#x} has kind {k} where an entry was expected"
+            ))),
+        }
+    }
+
+    /// Like `obj`, for an offset read without the entry's lock: None if the
+    /// object was freed (or reused) meanwhile, so the caller retries.
+    pub(crate) fn try_obj(&self, o: u64) -> Result<Option<Obj>> {
+        let k = st_kind(self.pool.ld(o)?);
+        let r = match k {
+            K_FILE => Obj::File(o),
+            K_LINK => Obj::Link(o),
+            K_DIR => Obj::Dir {
+                access: o,
+                content: self.pool.ld(o + D_CONTENT)?,
+            },
+            _ => return Ok(None),
+        };
+        // The content pointer is read after the kind: recheck the kind.
+        Ok(if st_kind(self.pool.ld(o)?) == k {
+            Some(r)
+        } else {
+            None
+        })
+    }
+
+    /// Resolves an inode number to its object: FILE, or DIR via content.
+    pub(crate) fn inode(&self, ino: u64) -> Result<Obj> {
+        let o = self.find_ino(ino)?.ok_or(Error::NotFound)?;
+        if st_kind(self.pool.ld(o)?) == K_DIRC {
+            Ok(Obj::Dir {
+                access: self.pool.ld(o + C_ACCESS)?,
+                content: o,
+            })
+        } else {
+            Ok(Obj::File(o))
+        }
+    }
+
+    /// The content object of directory `ino` (ENOTDIR for other inodes).
+    pub(crate) fn dir_content(&self, ino: u64) -> Result<u64> {
+        match self.inode(ino)? {
+            Obj::Dir { content, .. } => Ok(content),
+            _ => Err(Error::NotDir),
+        }
+    }
+
+    /// `open_dir` for readers (lookup, readdir): a small table remembers
+    /// where each recently used directory's content object is, so a stat
+    /// does not look its parent up in the ino index every time. A hint is
+    /// only used after checking, in the object itself, exactly what the
+    /// index lookup would check (a live DIRC carrying this ino; inos are
+    /// never reused and a directory's content object never moves), so a
+    /// stale or torn hint costs a normal lookup and nothing else.
+    #[inline]
+    pub(crate) fn reader_dir(&self, ino: u64) -> Result<(u64, u64)> {
+        // Hashed: inos handed out in blocks of 1024 per context must not
+        // all land on one entry.
+        let slot = (ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % DIR_HINTS;
+        let (hi, ho) = &self.dir_hint[slot];
+        if hi.load(Ordering::Relaxed) == ino {
+            let o = ho.load(Ordering::Relaxed);
+            if o != 0 {
+                let s = self.pool.ld(o)?;
+                if st_kind(s) == K_DIRC
+                    && st_status(s) != S_FREE
+                    && self.pool.ld(o + C_INO)? == ino
+                    && self.pool.ld(o + C_MOD_EPOCH)? >= self.epoch as u64
+                {
+                    return Ok((self.pool.ld(o + C_ACCESS)?, o));
+                }
+            }
+        }
+        let (access, content) = self.open_dir(ino)?;
+        ho.store(content, Ordering::Relaxed);
+        hi.store(ino, Ordering::Relaxed);
+        Ok((access, content))
+    }
+
+    /// Bumps the sequence counter in a state word (odd while writing).
+    pub(crate) fn bump_seq(&self, o: u64) -> Result<()> {
+        let w = self.pool.u64(o)?;
+        let mut cur = w.load(Ordering::Acquire);
+        loop {
+            let seq = (cur >> 16) as u16;
+            let new = (cur & !(0xFFFF << 16)) | (seq.wrapping_add(1) as u64) << 16;
+            match w.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(()),
+                Err(c) => cur = c,
+            }
+        }
+    }
+
+    /// Reads consistently: retries `f` until the object's state word (and
+    /// so its write sequence) is unchanged around it.
+    /// A writer that died mid-write (odd sequence from an older epoch) no
+    /// longer blocks readers; a sequence that stays odd too long is reported.
+    #[inline]
+    pub(crate) fn stable<T>(&self, o: u64, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+        let s1 = self.pool.ld(o)?;
+        if (s1 >> 16) & 1 == 0 {
+            let v = f()?;
+            if self.pool.ld(o)? == s1 {
+                return Ok(v);
+            }
+        }
+        self.stable_slow(o, f)
+    }
+
+    #[cold]
+    #[inline(never)]
+    pub(super) fn stable_slow<T>(&self, o: u64, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+        let mut spins = 0u64;
+        loop {
+            let s1 = self.pool.ld(o)?;
+            if (s1 >> 16) & 1 == 1 {
+                spins += 1;
+                let stale = spins > 1000 && st_epoch(s1) < self.epoch;
+                if !stale {
+                    if spins > 50_000_000 {
+                        return Err(Error::Corrupt(format!(
+                            "object {o:#x} stays locked for writing"
+                        )));
+                    }
+                    if spins % 1000 == 0 {
+                        std::thread::yield_now();
+                    }
+                    std::hint::spin_loop();
+                    continue;
+                }
+            }
+            let v = f()?;
+            if self.pool.ld(o)? == s1 {
+                return Ok(v);
+            }
+        }
+    }
+
+    /// Raises a directory's {ctime, mtime} to `t` with one 16-byte CAS (an
+    /// *updater*, SingularFS Algorithm 1). With `ctime_only`, mtime stays.
+    pub(crate) fn raise_times(&self, content: u64, t: i64, ctime_only: bool) -> Result<()> {
+        let pair = self.pool.u128(content + C_CTIME)?;
+        let mut cur = pair.load(Ordering::Acquire);
+        loop {
+            let (c, m) = (cur as u64 as i64, (cur >> 64) as u64 as i64);
+            if c >= t {
+                return Ok(());
+            }
+            let nm = if ctime_only { m } else { t };
+            let new = t as u64 as u128 | (nm as u64 as u128) << 64;
+            match pair.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    self.pool.persist(content + C_CTIME, 16);
+                    return Ok(());
+                }
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Records in `content` that the current epoch modifies it.
+    pub(crate) fn touch_epoch(&self, content: u64) -> Result<()> {
+        let w = self.pool.u64(content + C_MOD_EPOCH)?;
+        if w.load(Ordering::Acquire) != self.epoch as u64 {
+            w.store(self.epoch as u64, Ordering::Release);
+            self.pool.persist(content + C_MOD_EPOCH, 8);
+        }
+        Ok(())
+    }
+
+    /// Access words of a directory: (mode, uid, gid).
+    #[inline]
+    pub(crate) fn dir_owner(&self, access: u64) -> Result<crate::perm::Owner> {
+        self.stable(access, || {
+            let w = self.pool.words::<{ (D_OWNER / 8 + 1) as usize }>(access)?;
+            let m = w[(D_MODE / 8) as usize].load(Ordering::Acquire);
+            let o = w[(D_OWNER / 8) as usize].load(Ordering::Acquire);
+            Ok(crate::perm::Owner {
+                mode: m as u16 as u32,
+                uid: o as u32,
+                gid: (o >> 32) as u32,
+            })
+        })
+    }
+
+    /// Owner of any inode object.
+    pub(crate) fn owner_of(&self, obj: Obj) -> Result<crate::perm::Owner> {
+        match obj {
+            Obj::Dir { access, .. } => self.dir_owner(access),
+            Obj::File(f) => self.stable(f, || {
+                let m = self.pool.ld(f + F_MODE)?;
+                let o = self.pool.ld(f + F_OWNER)?;
+                Ok(crate::perm::Owner {
+                    mode: m as u16 as u32,
+                    uid: o as u32,
+                    gid: (o >> 32) as u32,
+                })
+            }),
+            Obj::Link(l) => {
+                let ino = self.pool.ld(l + E_INO)?;
+                let t = self.inode(ino)?;
+                self.owner_of(t)
+            }
+        }
+    }
+
+    /// The directory `ino` for an operation in it: its content object, after
+    /// lazy repair if a crashed epoch modified it.
+    pub(crate) fn open_dir(&self, ino: u64) -> Result<(u64, u64)> {
+        loop {
+            let (access, content) = match self.inode(ino)? {
+                Obj::Dir { access, content } => (access, content),
+                _ => return Err(Error::NotDir),
+            };
+            if self.pool.ld(content + C_MOD_EPOCH)? < self.epoch as u64 {
+                self.repair_dir(ino)?;
+                continue;
+            }
+            return Ok((access, content));
+        }
+    }
+}

@@ -1,0 +1,357 @@
+//! Removing names: unlink (log-free for a file's only name, journaled
+//! otherwise) and rmdir, and the steps they share with rename.
+
+use super::ctx::Ctx;
+use super::journal::{dead, kill, Op};
+use super::{check_name, is_dot, Engine, Obj};
+use crate::error::{Error, Result};
+use crate::hash;
+use crate::layout::*;
+use crate::list;
+use crate::locks::Mode;
+use crate::perm::{self, X};
+use solofs_types::*;
+use std::sync::atomic::Ordering;
+
+impl Engine {
+    /// Under the entry's locks: is (parent, name) still object `e` with
+    /// inode number `ino`? (Same offset alone is not enough: a freed slot is
+    /// soon reused.)
+    pub(crate) fn same_entry(&self, parent: u64, name: &[u8], e: u64, ino: u64) -> Result<bool> {
+        Ok(self.find_name(parent, name)? == Some(e) && self.pool.ld(e + E_INO)? == ino)
+    }
+
+    /// Pre-locks lookup of an entry to remove: (entry object, its kind, its
+    /// inode). Without locks the entry may be freed under us: then look again.
+    pub(crate) fn probe_entry(&self, parent: u64, name: &[u8]) -> Result<(u64, Obj, u64)> {
+        loop {
+            let e = self.find_name(parent, name)?.ok_or(Error::NotFound)?;
+            let ino = self.pool.ld(e + E_INO)?;
+            if let Some(o) = self.try_obj(e)? {
+                return Ok((e, o, ino));
+            }
+        }
+    }
+
+    /// Removes a non-directory entry.
+    pub fn unlink(&self, cred: &Cred, parent: u64, name: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        if is_dot(name) {
+            return Err(Error::IsDir);
+        }
+        check_name(name)?;
+        self.with_ctx(|ctx| loop {
+            let (access, content) = self.open_dir(parent)?;
+            perm::check(cred, self.dir_owner(access)?, X)?;
+            let (e, o, ino) = self.probe_entry(parent, name)?;
+            if matches!(o, Obj::Dir { .. }) {
+                return Err(Error::IsDir);
+            }
+            let _g = self.locks.lock(&[
+                (hash::ino_key(parent), Mode::Read),
+                (hash::name_key(parent, name), Mode::Write),
+                (hash::ino_key(ino), Mode::Write),
+            ]);
+            // Re-read under the locks: the slot may have been freed and
+            // reused by a new entry of the same name meanwhile.
+            if self.find_ino(parent)? != Some(content)
+                || self.pool.ld(content + C_MOD_EPOCH)? < self.epoch as u64
+                || !self.same_entry(parent, name, e, ino)?
+            {
+                continue;
+            }
+            let o = self.obj(e)?;
+            if matches!(o, Obj::Dir { .. }) {
+                return Err(Error::IsDir);
+            }
+            let target = self.inode(ino)?;
+            let towner = self.owner_of(target)?;
+            perm::may_delete(cred, self.dir_owner(access)?, towner.uid)?;
+            let t = self.clock.now(&self.pool);
+            self.touch_epoch(content)?;
+            match o {
+                Obj::File(f) if self.nlink(f)? <= 1 => {
+                    self.delete_file(ctx, parent, content, name, f, t)?
+                }
+                Obj::File(f) => {
+                    // Its own name goes; the file stays for its other names.
+                    let (more, _) = self.unname_ops(f, t, true)?;
+                    let mut ops = vec![
+                        Op::NameDel(f),
+                        Op::ListRetire {
+                            content,
+                            pos: self.pool.ld(f + E_POS)?,
+                        },
+                        Op::Raise {
+                            content,
+                            t,
+                            ctime_only: false,
+                        },
+                    ];
+                    ops.extend(more);
+                    let j = self.journal(ctx);
+                    self.j_commit(ctx, j, ops, "unlink_detach")?;
+                    self.pool
+                        .u64(content + C_NDENTS)?
+                        .fetch_sub(1, Ordering::AcqRel);
+                }
+                Obj::Link(l) => {
+                    let Obj::File(f) = target else {
+                        return Err(Error::Corrupt("link entry to a directory".into()));
+                    };
+                    let dead_l = dead(K_LINK, self.epoch);
+                    let (more, gone) = self.unname_ops(f, t, false)?;
+                    let mut ops = vec![
+                        Op::NameDel(l),
+                        Op::ListRetire {
+                            content,
+                            pos: self.pool.ld(l + E_POS)?,
+                        },
+                        Op::Set {
+                            obj: l,
+                            field: 0,
+                            val: dead_l,
+                        },
+                        Op::Raise {
+                            content,
+                            t,
+                            ctime_only: false,
+                        },
+                        Op::Free {
+                            obj: l,
+                            dead: dead_l,
+                        },
+                    ];
+                    ops.extend(more);
+                    if gone {
+                        self.queue_file_data(ctx, f)?;
+                    }
+                    let j = self.journal(ctx);
+                    self.j_commit(ctx, j, ops, "unlink_link")?;
+                    self.pool
+                        .u64(content + C_NDENTS)?
+                        .fetch_sub(1, Ordering::AcqRel);
+                    if gone {
+                        self.clear_intent(ctx, -1)?;
+                    }
+                }
+                Obj::Dir { .. } => unreachable!("checked above"),
+            }
+            return Ok(());
+        })
+    }
+
+    /// Journal operations that take one name away from file `f` at time
+    /// `t`: free it if that was its last name, else count one link less
+    /// (and, with `detach`, mark it as having no entry of its own). Returns
+    /// the operations and whether the file goes.
+    pub(crate) fn unname_ops(&self, f: u64, t: i64, detach: bool) -> Result<(Vec<Op>, bool)> {
+        let nl = self.nlink(f)?.saturating_sub(1);
+        if nl == 0 {
+            return Ok((self.free_file_ops(f)?, true));
+        }
+        let mw = self.pool.ld(f + F_MODE)?;
+        let mut ops = vec![
+            Op::Set {
+                obj: f,
+                field: F_MODE,
+                val: (mw & 0xFFFF_FFFF) | (nl as u64) << 32,
+            },
+            Op::Set {
+                obj: f,
+                field: F_CTIME,
+                val: t as u64,
+            },
+        ];
+        if detach {
+            ops.push(Op::Set {
+                obj: f,
+                field: 0,
+                val: state(K_FILE, S_DETACHED, self.epoch),
+            });
+        }
+        Ok((ops, false))
+    }
+
+    pub(crate) fn nlink(&self, f: u64) -> Result<u32> {
+        Ok((self.pool.ld(f + F_MODE)? >> 32) as u32)
+    }
+
+    /// Journal operations that free a file object that has no name left.
+    pub(crate) fn free_file_ops(&self, f: u64) -> Result<Vec<Op>> {
+        let mut ops = vec![
+            Op::InoDel(f),
+            Op::Set {
+                obj: f,
+                field: 0,
+                val: dead(K_FILE, self.epoch),
+            },
+            Op::Free {
+                obj: f,
+                dead: dead(K_FILE, self.epoch),
+            },
+        ];
+        let x = self.pool.ld(f + F_XATTR)?;
+        if x != 0 {
+            ops.extend(kill(x, K_XATTR, self.epoch));
+        }
+        Ok(ops)
+    }
+
+    /// Log-free removal of a file with one link.
+    pub(super) fn delete_file(
+        &self,
+        ctx: &mut Ctx,
+        parent: u64,
+        content: u64,
+        name: &[u8],
+        f: u64,
+        t: i64,
+    ) -> Result<()> {
+        self.queue_file_data(ctx, f)?;
+        self.set_intent(ctx, f)?;
+        self.mark_deleting(f, K_FILE, t)?;
+        crate::crash_point!("unlink.after_mark");
+        self.raise_times(content, t, false)?;
+        crate::crash_point!("unlink.after_parent");
+        self.unpublish(ctx, parent, content, name, f, Some(f))?;
+        self.pool
+            .u64(content + C_NDENTS)?
+            .fetch_sub(1, Ordering::AcqRel);
+        crate::crash_point!("unlink.after_unpublish");
+        let x = self.pool.ld(f + F_XATTR)?;
+        if x != 0 {
+            self.alloc.free(&self.pool, x)?;
+        }
+        self.alloc.free(&self.pool, f)?;
+        self.clear_intent(ctx, -1)
+    }
+
+    pub(crate) fn mark_deleting(&self, o: u64, kind: u8, t: i64) -> Result<()> {
+        self.bump_seq(o)?;
+        self.pool.st(o + E_BDTIME, t as u64)?;
+        let cur = self.pool.ld(o)?;
+        self.pool.st(
+            o,
+            (cur & (0xFFFF << 16)) | state(kind, S_DELETING, self.epoch),
+        )?;
+        self.bump_seq(o)?;
+        self.pool.persist(o, 64);
+        Ok(())
+    }
+
+    /// Removes an entry from the name index, its list and (if given) its
+    /// inode object from the ino index.
+    pub(crate) fn unpublish(
+        &self,
+        ctx: &mut Ctx,
+        parent: u64,
+        content: u64,
+        name: &[u8],
+        entry: u64,
+        inode_obj: Option<u64>,
+    ) -> Result<()> {
+        let pshard = self.shard_of(parent);
+        let mut m = self.ixmem(ctx, pshard);
+        self.shards[pshard as usize].name.remove(
+            &self.pool,
+            hash::name_key(parent, name),
+            entry,
+            &mut m,
+        )?;
+        if let Some(io) = inode_obj {
+            let ino = self.ino_of_obj(io)?;
+            let s = self.shard_of(ino);
+            let mut m = self.ixmem(ctx, s);
+            self.shards[s as usize]
+                .ino
+                .remove(&self.pool, hash::ino_key(ino), io, &mut m)?;
+        }
+        let pos = self.pool.ld(entry + E_POS)?;
+        list::retire(&mut self.mem(ctx, pshard), content + C_LIST, pos)
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, cred: &Cred, parent: u64, name: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        match name {
+            b"." => return Err(Error::Invalid("rmdir of '.'")),
+            b".." => return Err(Error::NotEmpty),
+            _ => {}
+        }
+        check_name(name)?;
+        self.with_ctx(|ctx| loop {
+            let (access, content) = self.open_dir(parent)?;
+            perm::check(cred, self.dir_owner(access)?, X)?;
+            let (e, o, ino) = self.probe_entry(parent, name)?;
+            let Obj::Dir { content: dc, .. } = o else {
+                return Err(Error::NotDir);
+            };
+            if self.pool.ld(dc + C_MOD_EPOCH)? < self.epoch as u64 {
+                self.repair_dir(ino)?;
+                continue;
+            }
+            let _g = self.locks.lock(&[
+                (hash::ino_key(parent), Mode::Read),
+                (hash::name_key(parent, name), Mode::Write),
+                (hash::ino_key(ino), Mode::Write),
+            ]);
+            if self.find_ino(parent)? != Some(content)
+                || self.pool.ld(content + C_MOD_EPOCH)? < self.epoch as u64
+                || !self.same_entry(parent, name, e, ino)?
+            {
+                continue;
+            }
+            let Obj::Dir {
+                access: da,
+                content: dc,
+            } = self.obj(e)?
+            else {
+                return Err(Error::NotDir);
+            };
+            if self.pool.ld(dc + C_MOD_EPOCH)? < self.epoch as u64 {
+                continue;
+            }
+            perm::may_delete(cred, self.dir_owner(access)?, self.dir_owner(da)?.uid)?;
+            if self.pool.ld(dc + C_NDENTS)? != 0 {
+                return Err(Error::NotEmpty);
+            }
+            let t = self.clock.now(&self.pool);
+            self.set_intent(ctx, da)?;
+            self.touch_epoch(content)?;
+            self.mark_deleting(da, K_DIR, t)?;
+            let cs = self.pool.ld(dc)?;
+            self.pool.st(
+                dc,
+                (cs & (0xFFFF << 16)) | state(K_DIRC, S_DELETING, self.epoch),
+            )?;
+            self.pool.persist(dc, 8);
+            crate::crash_point!("rmdir.after_mark");
+            self.raise_times(content, t, false)?;
+            crate::crash_point!("rmdir.after_parent");
+            self.unpublish(ctx, parent, content, name, da, Some(dc))?;
+            self.pool
+                .u64(content + C_NDENTS)?
+                .fetch_sub(1, Ordering::AcqRel);
+            self.pool
+                .u64(content + C_NSUBDIRS)?
+                .fetch_sub(1, Ordering::AcqRel);
+            crate::crash_point!("rmdir.after_unpublish");
+            self.free_dir_objects(ctx, da, dc)?;
+            self.clear_intent(ctx, -1)?;
+            return Ok(());
+        })
+    }
+
+    /// Frees a removed directory's list, xattrs, content and access object.
+    pub(crate) fn free_dir_objects(&self, ctx: &mut Ctx, access: u64, content: u64) -> Result<()> {
+        let ino = self.pool.ld(content + C_INO)?;
+        list::destroy(&mut self.mem(ctx, self.shard_of(ino)), content + C_LIST)?;
+        let x = self.pool.ld(content + C_XATTR)?;
+        if x != 0 {
+            self.alloc.free(&self.pool, x)?;
+        }
+        self.alloc.free(&self.pool, content)?;
+        self.alloc.free(&self.pool, access)
+    }
+}

@@ -1,0 +1,194 @@
+//! What the server does with a batch of decoded requests, whoever sent
+//! them: open registration, execution, the reply record, locks, notices,
+//! metrics.
+
+use crate::metrics::Metrics;
+use crate::Shared;
+use solofs_proto::{Op, Reply, Request};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+/// What the server does with a batch of decoded requests, whatever carried
+/// them (a connection's frame or an in-process client): root squash, open
+/// registration, execution, metrics.
+/// Returns the notices the client must get before these replies.
+pub(crate) fn run_batch(
+    shared: &Shared,
+    opens: &crate::opens::ConnOpens,
+    me: &crate::watch::Watcher,
+    m: &Metrics,
+    reqs: &mut [Request],
+    replies: &mut Vec<Reply>,
+    (client, session): (Option<u64>, u128),
+) -> Vec<solofs_proto::Notice> {
+    let mut retried = false;
+    for q in reqs.iter_mut() {
+        crate::exec::squash(&mut q.cred, shared.cfg.root_squash);
+        retried |= q.id & solofs_proto::RETRY != 0;
+    }
+    // Opens count before they run, so that a deletion cannot slip in
+    // between the check and the registration.
+    for q in reqs.iter() {
+        if let Op::Open { ino, flags } = q.op {
+            opens.acquire(ino, flags.access.writes());
+        }
+    }
+    let t0 = Instant::now();
+    let first = replies.len();
+    let before = shared.watch.before(&shared.engine, reqs);
+    let record = shared.replies.as_ref().zip(client);
+    if retried {
+        for q in reqs.iter_mut() {
+            replies.push(run_again(shared, opens, m, record, q));
+        }
+    } else {
+        crate::exec::execute_batch(&shared.engine, reqs, replies, &|ino| opens.writing(ino));
+    }
+    if let Some((r, slot)) = record {
+        for (q, rep) in reqs.iter().zip(&replies[first..]) {
+            if crate::replies::recorded(&q.op) {
+                r.record(slot, q.id, &rep.result);
+            }
+        }
+    }
+    for (q, rep) in reqs.iter().zip(&mut replies[first..]) {
+        if rep.result.is_ok() {
+            if let Some(r) = lock_op(shared, session, &q.op) {
+                rep.result = r;
+            }
+        }
+    }
+    let done = &replies[first..];
+    for (q, rep) in reqs.iter().zip(done) {
+        match (&q.op, &rep.result) {
+            (Op::Open { ino, flags }, Err(_)) => opens.release(*ino, flags.access.writes(), true),
+            (Op::Open { ino, flags }, Ok(_)) => opens.opened(*ino, flags.access.writes()),
+            (Op::Release { ino, flags }, Ok(_)) => release(opens, *ino, flags),
+            (Op::ReleaseMany { opens: list }, Ok(_)) => {
+                for c in list {
+                    release(opens, c.ino, &c.flags);
+                }
+            }
+            (
+                Op::CreateOpen { access, .. } | Op::Tmpfile { access, .. },
+                Ok(solofs_proto::Body::Attr(a) | solofs_proto::Body::Created(a, _)),
+            ) => {
+                opens.acquire(a.ino, access.writes());
+                opens.opened(a.ino, access.writes());
+                if matches!(q.op, Op::Tmpfile { .. }) {
+                    opens.anonymous(a.ino, true);
+                }
+            }
+            (Op::LinkTmpfile { ino, .. }, Ok(_)) => opens.anonymous(*ino, false),
+            _ => {}
+        }
+    }
+    let rewatch = reqs.iter().any(|q| q.op == Op::Rewatch);
+    if rewatch {
+        me.rewatch(&shared.watch);
+    }
+    let mut mine = shared.watch.after(me, &shared.engine, before, reqs, done);
+    if rewatch {
+        mine.insert(0, solofs_proto::Notice::Watching);
+    }
+    let per = t0.elapsed().as_nanos() as u64 / reqs.len().max(1) as u64;
+    for (q, rep) in reqs.iter().zip(done) {
+        m.record(q.op.code(), per, rep.result.is_err());
+    }
+    mine
+}
+
+/// The answer to a lock operation of client `session` (exec checked its
+/// fields), `None` for any other operation.
+pub(crate) fn lock_op(
+    shared: &Shared,
+    session: u128,
+    op: &Op,
+) -> Option<Result<solofs_proto::Body, i32>> {
+    let locks = &shared.locks;
+    Some(match *op {
+        Op::Lock { ino, kind, .. } => {
+            let want = crate::filelocks::Want::of(op).expect("a lock op");
+            let r = locks.lock(session, want);
+            // A granted lock comes with the file's attributes: the holder
+            // checks its caches against them without asking again.
+            match r {
+                Ok(solofs_proto::Body::Empty) if kind != 2 => Ok(shared
+                    .engine
+                    .getattr(ino)
+                    .map(solofs_proto::Body::Attr)
+                    .unwrap_or(solofs_proto::Body::Empty)),
+                r => r,
+            }
+        }
+        Op::GetLock {
+            ino,
+            owner,
+            kind,
+            start,
+            end,
+        } => Ok(locks.get(session, ino, owner, kind, start, end)),
+        Op::LockCancel { token } => locks.cancel(session, token),
+        Op::DropLocks => {
+            locks.drop_all(session);
+            Ok(solofs_proto::Body::Empty)
+        }
+        _ => return None,
+    })
+}
+
+/// A lock holder's id made of random bytes (a client that sent no id).
+pub(crate) fn session_of(random: &[u8]) -> u128 {
+    let mut b = [0u8; 16];
+    let n = random.len().min(16);
+    b[..n].copy_from_slice(&random[..n]);
+    u128::from_le_bytes(b)
+}
+
+/// Ends one open of the connection.
+pub(crate) fn release(
+    opens: &crate::opens::ConnOpens,
+    ino: u64,
+    flags: &solofs_proto::ReleaseFlags,
+) {
+    // A reader stores nothing, so its release is always clean.
+    let clean = !flags.access.writes() || flags.clean;
+    opens.release(ino, flags.access.writes(), clean)
+}
+
+/// Runs one request of a batch that holds retries. A change sent again
+/// after a lost connection is answered from the reply record if it is
+/// there (not applied twice); otherwise it runs, and an error that says it
+/// was already applied counts as success.
+pub(crate) fn run_again(
+    shared: &Shared,
+    opens: &crate::opens::ConnOpens,
+    m: &Metrics,
+    record: Option<(&crate::replies::Replies, u64)>,
+    q: &mut Request,
+) -> Reply {
+    let again = q.id & solofs_proto::RETRY != 0;
+    q.id &= !solofs_proto::RETRY;
+    if !again {
+        return crate::exec::execute_with(&shared.engine, q, &|ino| opens.writing(ino));
+    }
+    let recorded = crate::replies::recorded(&q.op);
+    let kept = record
+        .filter(|_| recorded)
+        .and_then(|(r, slot)| r.find(slot, q.id));
+    if recorded {
+        let c = if kept.is_some() {
+            &m.retries_replayed
+        } else {
+            &m.retries_applied
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+    match kept {
+        Some(result) => Reply { id: q.id, result },
+        None => {
+            let rep = crate::exec::execute_with(&shared.engine, q, &|ino| opens.writing(ino));
+            crate::exec::resolve_retry(&shared.engine, q, rep)
+        }
+    }
+}
