@@ -84,8 +84,9 @@ pub const JOURNAL_OPS: [&str; 11] = [
 /// Steps of a journaled operation.
 pub const JOURNAL_STEPS: [&str; 2] = ["after_commit", "after_apply"];
 /// Crash points with a fixed name (literal `crash_point!` calls in the source).
-pub const FIXED_POINTS: [&str; 15] = [
+pub const FIXED_POINTS: [&str; 16] = [
     "tofree.queued",
+    "blob.after_listed",
     "tofree.finish",
     "pool.grow.before_extend",
     "alloc.before_bitmap_set",
@@ -159,6 +160,6 @@ mod tests {
         dedup.sort();
         dedup.dedup();
         assert_eq!(dedup.len(), all.len(), "duplicate crash point names");
-        assert_eq!(all.len(), 15 + 4 * 5 + 11 * 2);
+        assert_eq!(all.len(), 16 + 4 * 5 + 11 * 2);
     }
 }

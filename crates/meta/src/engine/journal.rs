@@ -15,7 +15,8 @@
 //!    state word the record gave it), and the record is cleared.
 //!
 //! Recovery at open (O(contexts), no scan): PREPARED → free the `New`
-//! objects; COMMITTED → redo everything; FREEING → redo the frees.
+//! objects (those with their state, or still zeroed); COMMITTED → redo
+//! everything; FREEING → redo the frees.
 
 use super::{Ctx, Engine};
 use crate::error::{Error, Result};
@@ -403,10 +404,13 @@ impl Engine {
             PREPARED => {
                 for op in &ops {
                     if let Op::New { obj, state } = *op {
+                        // Its state word, or still 0: the allocator zeroes
+                        // an object, and a crash may come before the
+                        // operation wrote its state (a blob is written
+                        // whole, then given its state).
                         let cur = self.pool.ld(obj)?;
-                        if cur & !SEQ_MASK == state & !SEQ_MASK
-                            && self.alloc.is_allocated(&self.pool, obj)
-                        {
+                        let ours = cur == 0 || cur & !SEQ_MASK == state & !SEQ_MASK;
+                        if ours && self.alloc.is_allocated(&self.pool, obj) {
                             self.alloc.free(&self.pool, obj)?;
                         }
                     }

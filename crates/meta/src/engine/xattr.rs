@@ -223,6 +223,8 @@ impl Engine {
         )?;
         let st = state(K_XATTR, S_NORMAL, self.epoch);
         self.j_new(j, b, st)?;
+        // Listed, not yet written: recovery frees it (still zeroed).
+        crate::crash_point!("blob.after_listed");
         self.pool.st(b + X_OWNER, ino)?;
         self.pool
             .st(b + X_LEN, data.len() as u64 | (pairs.len() as u64) << 32)?;
