@@ -20,6 +20,21 @@
 //! window do calls fail ([`ClientError::ConnectionLost`] for a change that
 //! may or may not have been applied).
 #![deny(unsafe_code)]
+// The lint wall (docs/design.md §8): no panics where an error can be
+// returned, no stray output, every `unsafe` block explained. Tests may
+// unwrap.
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::todo,
+    clippy::unimplemented,
+    clippy::dbg_macro,
+    clippy::print_stdout,
+    clippy::undocumented_unsafe_blocks,
+    clippy::mem_forget
+)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 #![warn(missing_docs)]
 
 mod api;

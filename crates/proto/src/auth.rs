@@ -9,10 +9,15 @@ pub const NONCE_LEN: usize = 32;
 
 const CONTEXT: &[u8] = b"solofs-auth-v1";
 
+/// HMAC-SHA256 keyed with `secret`.
+#[allow(clippy::expect_used, reason = "HMAC takes keys of any length")]
+fn hmac(secret: &[u8]) -> Hmac<Sha256> {
+    <Hmac<Sha256> as Mac>::new_from_slice(secret).expect("HMAC takes keys of any length")
+}
+
 /// The MAC a client sends: HMAC-SHA256(secret, "solofs-auth-v1" ‖ nonce ‖ volume id).
 pub fn auth_mac(secret: &[u8], nonce: &[u8], volume: &[u8]) -> [u8; 32] {
-    let mut m =
-        <Hmac<Sha256> as Mac>::new_from_slice(secret).expect("HMAC takes keys of any length");
+    let mut m = hmac(secret);
     m.update(CONTEXT);
     m.update(nonce);
     m.update(volume);
@@ -50,8 +55,7 @@ pub fn split_key(secret: &[u8]) -> (Option<&[u8]>, &[u8]) {
 
 /// Constant-time check of a client's MAC.
 pub fn verify_mac(secret: &[u8], nonce: &[u8], volume: &[u8], mac: &[u8]) -> bool {
-    let mut m =
-        <Hmac<Sha256> as Mac>::new_from_slice(secret).expect("HMAC takes keys of any length");
+    let mut m = hmac(secret);
     m.update(CONTEXT);
     m.update(nonce);
     m.update(volume);

@@ -108,7 +108,9 @@ pub(crate) fn lock_op(
     let locks = &shared.locks;
     Some(match *op {
         Op::Lock { ino, kind, .. } => {
-            let want = crate::filelocks::Want::of(op).expect("a lock op");
+            let Some(want) = crate::filelocks::Want::of(op) else {
+                return Some(Err(solofs_meta::errno::EINVAL));
+            };
             let r = locks.lock(session, want);
             // A granted lock comes with the file's attributes: the holder
             // checks its caches against them without asking again.

@@ -443,7 +443,9 @@ fn grant_now(t: &mut Table, ino: u64) {
             i += 1;
             continue;
         }
-        let x = f.waiting.remove(i).expect("index checked");
+        let Some(x) = f.waiting.remove(i) else {
+            break;
+        };
         let kind = if x.write {
             LockKind::Write
         } else {

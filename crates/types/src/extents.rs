@@ -94,9 +94,9 @@ impl Extents {
     pub fn cap(&mut self, max: usize) {
         let max = max.max(1);
         while self.0.len() > max {
-            let i = (1..self.0.len())
-                .min_by_key(|&i| self.0[i].0 - self.0[i - 1].1)
-                .expect("more than one range");
+            let Some(i) = (1..self.0.len()).min_by_key(|&i| self.0[i].0 - self.0[i - 1].1) else {
+                break;
+            };
             self.0[i - 1].1 = self.0[i].1;
             self.0.remove(i);
         }

@@ -412,7 +412,9 @@ impl OpenFile {
         self.size = self.size.max(off + data.len() as u64);
         self.dirty_mtime = Some(now);
         while self.dirty.len() > MAX_DIRTY && self.failed.is_none() {
-            let first = *self.dirty.keys().next().expect("not empty");
+            let Some(&first) = self.dirty.keys().next() else {
+                break;
+            };
             self.send(store, first)?;
         }
         match self.failed.take() {
@@ -429,8 +431,7 @@ impl OpenFile {
             _ => return Ok(()),
         }
         let stored = self.load(store, b)?;
-        let d = self.dirty.get_mut(&b).expect("checked above");
-        if !d.based {
+        if let Some(d) = self.dirty.get_mut(&b).filter(|d| !d.based) {
             d.base_on(&stored);
         }
         self.forget(b);

@@ -106,7 +106,9 @@ impl OpenFile {
             let keep = (size % self.bs) as usize;
             if self.dirty.contains_key(&b) {
                 self.base(store, b)?;
-                self.dirty.get_mut(&b).expect("dirty").cut(keep);
+                if let Some(d) = self.dirty.get_mut(&b) {
+                    d.cut(keep);
+                }
             } else if size < self.stored && self.inline.is_none() {
                 let mut d = self.load(store, b)?.to_vec();
                 if d.len() > keep {
