@@ -274,6 +274,11 @@ fn fsck(args: Vec<std::ffi::OsString>) -> Result<()> {
             r.pending_repair.len()
         );
     }
+    if let Some((stored, found)) = r.data_count {
+        say!(
+            "  data counted {stored} bytes, the files hold {found} (counts off by changes a crash cut; fsck --repair recounts)"
+        );
+    }
     for p in r.problems.iter().take(50) {
         say!("  {p:?}");
     }

@@ -84,6 +84,12 @@ pub struct FsckReport {
     pub pending_repair: Vec<u64>,
     /// Problems fixed by repair.
     pub repaired: u64,
+    /// Bytes of file data by the per-context counts (`statfs`), and by
+    /// the files' data maps, when they differ: not an error (the counts
+    /// are bumped after each change commits, so a crash can leave them
+    /// off by a change; docs/format.md §3); `fsck --repair` sets the
+    /// counts to what the files hold.
+    pub data_count: Option<(u64, u64)>,
 }
 
 impl FsckReport {
@@ -108,6 +114,10 @@ impl Engine {
         let mid = self.check()?;
         for p in &mid.problems {
             fixed += self.fix(p)? as u64;
+        }
+        if let Some((_, found)) = mid.data_count {
+            self.set_data_bytes(found)?;
+            fixed += 1;
         }
         let mut after = self.check()?;
         after.repaired = fixed;
@@ -383,12 +393,16 @@ impl Engine {
         }
         let mut inos: Vec<(&u64, &u64)> = inode_objs.iter().collect();
         inos.sort_unstable();
+        let mut granules = 0u64;
         for (&ino, &o) in inos {
             let mode = pool.ld(o + F_MODE)? as u32 & solofs_types::S_IFMT;
             if st_kind(pool.ld(o)?) != K_FILE {
                 continue;
             }
             let size = pool.ld(o + F_SIZE)?;
+            if mode == solofs_types::S_IFREG {
+                granules += self.file_granules(o).unwrap_or(0);
+            }
             if mode == solofs_types::S_IFREG && size > solofs_types::MAX_FILE_SIZE {
                 r.problems.push(Problem::BadSize { ino, size });
             }
@@ -401,6 +415,11 @@ impl Engine {
             if !self.map_sound(o, mode, size)? {
                 r.problems.push(Problem::BadMap { ino });
             }
+        }
+        let stored = self.data_bytes()?;
+        let found = granules * GRANULE;
+        if stored != found {
+            r.data_count = Some((stored, found));
         }
         Ok(())
     }
