@@ -113,15 +113,6 @@ t, _, _, _, pid = struct.unpack("hhqqi4x", r)
 print(t, pid)
 "#;
 
-fn within(what: &str, bound: Duration, ok: impl Fn() -> bool) -> Duration {
-    let t = Instant::now();
-    while !ok() {
-        assert!(t.elapsed() < bound, "{what}: not within {bound:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    t.elapsed()
-}
-
 /// A process that waits for the lock (blocking) and prints `got` when it
 /// has it.
 fn waiter(file: &Path, how: &str) -> (Child, std::sync::mpsc::Receiver<Instant>) {

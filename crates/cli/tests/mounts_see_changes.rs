@@ -12,23 +12,12 @@ mod common;
 use common::*;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const LONG: &[&str] = &["--attr-timeout", "60", "--entry-timeout", "60"];
 /// How long a change may take to be seen (the target is 100 ms; the
 /// machine is shared and noisy).
 const BOUND: Duration = Duration::from_secs(2);
-
-/// Waits until `seen()` holds; returns how long it took. Fails after
-/// `bound`.
-fn within(what: &str, bound: Duration, seen: impl Fn() -> bool) -> Duration {
-    let t = Instant::now();
-    while !seen() {
-        assert!(t.elapsed() < bound, "{what}: not seen within {bound:?}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    t.elapsed()
-}
 
 fn gone(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_err()

@@ -189,14 +189,11 @@ fn holes_fallocate_and_tmpfiles_behave_as_on_tmpfs() {
 
     // Anonymous files never linked are gone once closed.
     let hidden = a.mnt.join(".solofs-tmpfiles");
-    let t = std::time::Instant::now();
-    while std::fs::read_dir(&hidden).unwrap().next().is_some() {
-        assert!(
-            t.elapsed().as_secs() < 5,
-            "anonymous files left after their close"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    within(
+        "anonymous files gone after their close",
+        std::time::Duration::from_secs(5),
+        || std::fs::read_dir(&hidden).unwrap().next().is_none(),
+    );
 
     // ZERO_RANGE, which tmpfs lacks, against its definition.
     assert_eq!(python(ZERO, &a.mnt).trim(), "zero-range ok");

@@ -437,3 +437,18 @@ pub fn read_frame(s: &mut std::net::TcpStream) -> (solofs_proto::FrameType, Vec<
 pub fn mkfs_volume(data: &Path) {
     solofs_on(data, "mkfs");
 }
+
+/// Waits until `ok()` holds (asking every 5 ms); returns how long it took.
+/// Fails the test after `bound`, naming `what`.
+pub fn within(
+    what: &str,
+    bound: std::time::Duration,
+    ok: impl Fn() -> bool,
+) -> std::time::Duration {
+    let t = std::time::Instant::now();
+    while !ok() {
+        assert!(t.elapsed() < bound, "{what}: not within {bound:?}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    t.elapsed()
+}
