@@ -14,7 +14,7 @@ USAGE:
     solofs up MOUNTPOINT [--data DIR]     format if needed, serve and mount (Ctrl-C stops)
     solofs mount --server ADDR --secret-file FILE MOUNTPOINT
     solofs mkfs (--data DIR | POOL) [--storage URL] [--block-size BYTES] [--shards N] [--inline-max BYTES]
-                [--durability process|pmem]
+                [--durability process|pmem|sync]
     solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--config FILE]
     solofs stats METRICS_ADDR [--interval SECS] [--count N]
     solofs fsck (--data DIR | POOL) [--repair]
@@ -122,11 +122,12 @@ fn mkfs(args: Vec<std::ffi::OsString>) -> Result<()> {
             }
             Long("durability") => {
                 let v: String = p.value()?.parse()?;
-                cfg.durability = Durability::parse(&v).context("durability is process or pmem")?;
+                cfg.durability =
+                    Durability::parse(&v).context("durability is process, pmem or sync")?;
             }
             Long("data") => data = Some(p.value()?.into()),
             Long("help") | Short('h') => {
-                println!("solofs mkfs (--data DIR | POOL) [--storage URL] [--block-size BYTES] [--shards N] [--durability process|pmem] [--inline-max BYTES]\n  --inline-max BYTES  files up to this size keep their bytes in the metadata pool, not the object store (default 4096; 0: never)");
+                println!("solofs mkfs (--data DIR | POOL) [--storage URL] [--block-size BYTES] [--shards N] [--durability process|pmem|sync] [--inline-max BYTES]\n  --inline-max BYTES  files up to this size keep their bytes in the metadata pool, not the object store (default 4096; 0: never)");
                 return Ok(());
             }
             Value(v) if path.is_none() => path = Some(v.into()),

@@ -318,6 +318,9 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
             handle.shutdown();
         }
     });
+    if engine.last_stop() == Some(solofs_meta::pool::checkpoint::LastStop::PowerCut) {
+        println!("the machine restarted under the last run: pool rebuilt from its checkpoint and journal");
+    }
     if stats.was_unclean {
         println!(
             "previous run did not stop cleanly: epoch {}, {} journal records redone, {} interrupted operations resolved; directories repair on first use",

@@ -103,6 +103,18 @@ pub const FIXED_POINTS: [&str; 16] = [
     "rmdir.after_unpublish",
 ];
 
+/// Crash points of `--durability sync` only: the journal's write and
+/// `fdatasync`, a checkpoint's steps, the rebuild after a power cut.
+/// They are passed many times, so a test arms the n-th pass.
+pub const SYNC_POINTS: [&str; 6] = [
+    "wal.after_write",
+    "wal.after_sync",
+    "ckpt.after_apply",
+    "ckpt.before_head",
+    "ckpt.after_head",
+    "restore.after_replay",
+];
+
 /// Every crash point, by name.
 pub fn points() -> Vec<String> {
     let mut v: Vec<String> = FIXED_POINTS.iter().map(|s| s.to_string()).collect();
@@ -152,7 +164,11 @@ mod tests {
         );
         found.sort();
         found.dedup();
-        let mut fixed: Vec<String> = super::FIXED_POINTS.iter().map(|s| s.to_string()).collect();
+        let mut fixed: Vec<String> = super::FIXED_POINTS
+            .iter()
+            .chain(super::SYNC_POINTS.iter())
+            .map(|s| s.to_string())
+            .collect();
         fixed.sort();
         assert_eq!(found, fixed);
         let all = super::points();

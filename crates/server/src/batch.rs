@@ -51,6 +51,14 @@ pub(crate) fn run_batch(
             }
         }
     }
+    // No reply may reveal a change a power cut could take back (sync
+    // pools; a no-op in other modes).
+    if let Err(e) = shared.engine.commit() {
+        // What the pool holds is no longer what a restart would rebuild:
+        // stop before anything else is acknowledged.
+        eprintln!("solofs: the journal cannot be written ({e}); stopping");
+        std::process::abort();
+    }
     for (q, rep) in reqs.iter().zip(&mut replies[first..]) {
         if rep.result.is_ok() {
             if let Some(r) = lock_op(shared, session, &q.op) {

@@ -255,7 +255,12 @@ impl Server {
         };
         let volume = engine.volume_id();
         let opens = Arc::new(opens::Opens::new(engine.clone(), cfg.free_grace));
-        let replies = match replies::Replies::open(&engine.path().with_extension("replies")) {
+        let record = engine.path().with_extension("replies");
+        if engine.last_stop() == Some(solofs_meta::pool::checkpoint::LastStop::PowerCut) {
+            // Its pages are whatever the machine wrote back: not to be read.
+            let _ = std::fs::remove_file(&record);
+        }
+        let replies = match replies::Replies::open(&record) {
             Ok(r) => Some(r),
             Err(e) => {
                 eprintln!("solofs: no reply record, retried changes may apply twice: {e}");
@@ -360,6 +365,14 @@ impl Server {
                     })?,
             );
         }
+        if self.shared.engine.durability() == solofs_meta::Durability::Sync {
+            let shared = self.shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("solofs-checkpoint".into())
+                    .spawn(move || checkpointer(&shared))?,
+            );
+        }
         if let Some(l) = self.metrics_listener.take() {
             let (shared, ms) = (self.shared.clone(), self.metrics.clone());
             threads.push(
@@ -458,4 +471,29 @@ fn solofs_meta_clock() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
+}
+
+/// Takes the checkpoints of a `sync` pool: when more than 256 MiB of
+/// journal (or `SOLOFS_CHECKPOINT_MB`) would be replayed, or 60 s
+/// (`SOLOFS_CHECKPOINT_MS`) after the last one. A failed checkpoint is
+/// retried; the journal keeps everything until one succeeds.
+fn checkpointer(shared: &Shared) {
+    let env = |k: &str, d: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let bytes = env("SOLOFS_CHECKPOINT_MB", 256) << 20;
+    let age = Duration::from_millis(env("SOLOFS_CHECKPOINT_MS", 60_000));
+    let tick = age.min(Duration::from_millis(100));
+    while !shared.stop.load(Ordering::SeqCst) {
+        std::thread::sleep(tick);
+        if let Err(e) = shared.engine.checkpoint_if_due(bytes, age) {
+            eprintln!(
+                "solofs: checkpoint failed ({e}); the journal keeps growing until one succeeds"
+            );
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
 }

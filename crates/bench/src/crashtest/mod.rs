@@ -21,15 +21,82 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod model;
+mod powercut;
 use model::*;
 
+/// How the server dies.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Kill {
+    /// The process dies; the machine keeps its page cache.
+    Process,
+    /// The machine loses power as the process dies (a `sync` pool): only
+    /// what was `fdatasync`ed survives; `torn`: the first write after a
+    /// file's last `fdatasync` lands in part.
+    Power { torn: bool },
+}
+
+/// A power cut's bookkeeping: the durable files before the run, its trace.
+struct Cut {
+    base: powercut::Files,
+    trace: PathBuf,
+    torn: bool,
+}
+
+impl Cut {
+    /// Before a server starts on `data` (`None` for process kills).
+    fn before(data: &Path, kill: Kill) -> Result<Option<Cut>> {
+        let Kill::Power { torn } = kill else {
+            return Ok(None);
+        };
+        let trace = data.with_extension("trace");
+        let _ = std::fs::remove_file(&trace);
+        Ok(Some(Cut {
+            base: powercut::snapshot(data)?,
+            trace,
+            torn,
+        }))
+    }
+
+    /// The environment of the traced server (`ckpt_ms`: checkpoint interval).
+    fn env(&self, ckpt_ms: u64) -> Vec<(&'static str, String)> {
+        vec![
+            ("SOLOFS_POWERCUT_TRACE", self.trace.display().to_string()),
+            ("SOLOFS_CHECKPOINT_MS", ckpt_ms.to_string()),
+        ]
+    }
+
+    /// After the server died: the files as the power cut left them, and
+    /// the environment of a start on a rebooted machine.
+    fn apply(&self, data: &Path, seed: u64) -> Result<Vec<(&'static str, String)>> {
+        let lost = powercut::cut(data, &self.base, &self.trace, self.torn, seed)?;
+        LOST.fetch_add(lost as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(vec![("SOLOFS_BOOT_ID", format!("after-cut-{seed}"))])
+    }
+}
+
+/// Writes the simulated power cuts dropped or tore, over the whole run.
+static LOST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+impl Cut {}
+
 /// Runs the point workload against a server armed to crash at `point`.
-fn one_point(bin: &Path, dir: &Path, point: &str) -> Result<String> {
+fn one_point(bin: &Path, dir: &Path, point: &str, kill: Kill) -> Result<String> {
     let data = dir.join(point.replace('.', "_"));
     let _ = std::fs::remove_dir_all(&data);
-    mkfs(bin, &data)?;
+    mkfs(bin, &data, kill)?;
     let secret = std::fs::read_to_string(data.join("secret"))?;
-    let srv = start(bin, &data, Some(point), "127.0.0.1:0")?;
+    // The sync pool's own points are passed many times: arm a later pass,
+    // in the middle of the workload. The rebuild's point is armed at the
+    // restart after a cut in the journal's write.
+    let (armed, at_restart) = match point {
+        "restore.after_replay" => ("wal.after_sync:30".to_string(), Some(point)),
+        p if p.starts_with("wal.") => (format!("{p}:30"), None),
+        p if p.starts_with("ckpt.") => (format!("{p}:1"), None),
+        p => (p.to_string(), None),
+    };
+    let cut = Cut::before(&data, kill)?;
+    let env = cut.as_ref().map(|c| c.env(2)).unwrap_or_default();
+    let srv = start(bin, &data, Some(&armed), "127.0.0.1:0", &env)?;
     let c = connect(&srv.addr, secret.trim().as_bytes())?;
     let store = solofs_fuse::block_store(&c)?;
     let mut data_model = DataModel::new();
@@ -110,9 +177,22 @@ fn one_point(bin: &Path, dir: &Path, point: &str) -> Result<String> {
     if status.signal() != Some(6) {
         bail!("server ended with {status}, not by the crash point's abort");
     }
+    let seed = point.len() as u64 * 7919 + acked;
+    let env = match &cut {
+        Some(c) => c.apply(&data, seed)?,
+        None => Vec::new(),
+    };
+    if let Some(p) = at_restart {
+        // The rebuild itself is cut short; the next start does it again.
+        if start(bin, &data, Some(p), "127.0.0.1:0", &env).is_ok() {
+            bail!("the rebuild never reached crash point {p}");
+        }
+        // It died before changing a durable file; the pool is garbage again.
+        powercut::garble_pool(&data)?;
+    }
     // Restart on the same pool.
     let t0 = Instant::now();
-    let srv = start(bin, &data, None, "127.0.0.1:0")?;
+    let srv = start(bin, &data, None, "127.0.0.1:0", &env)?;
     let c = connect(&srv.addr, secret.trim().as_bytes())?;
     c.noop()?;
     let restart = t0.elapsed();
@@ -155,8 +235,16 @@ fn one_point(bin: &Path, dir: &Path, point: &str) -> Result<String> {
 
 /// One random-kill round: clients work, the server is SIGKILLed at a random
 /// moment, restarted, and checked.
-fn one_round(bin: &Path, data: &Path, secret: &str, round: u64, seed: u64) -> Result<String> {
-    let srv = start(bin, data, None, "127.0.0.1:0")?;
+fn one_round(
+    bin: &Path,
+    data: &Path,
+    secret: &str,
+    (round, seed): (u64, u64),
+    kill: Kill,
+) -> Result<String> {
+    let cut = Cut::before(data, kill)?;
+    let env = cut.as_ref().map(|c| c.env(100)).unwrap_or_default();
+    let srv = start(bin, data, None, "127.0.0.1:0", &env)?;
     let addr = srv.addr.clone();
     let base = {
         let c = connect(&addr, secret.as_bytes())?;
@@ -226,7 +314,11 @@ fn one_round(bin: &Path, data: &Path, secret: &str, round: u64, seed: u64) -> Re
         }
         inflight.extend(fl);
     }
-    let srv = start(bin, data, None, "127.0.0.1:0")?;
+    let env = match &cut {
+        Some(c) => c.apply(data, seed)?,
+        None => Vec::new(),
+    };
+    let srv = start(bin, data, None, "127.0.0.1:0", &env)?;
     let c = connect(&srv.addr, secret.as_bytes())?;
     let actual = walk(&c)?;
     for (p, exists) in &acked {
@@ -265,16 +357,19 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
     let mut dir = std::env::temp_dir().join(format!("solofs-crash-{}", std::process::id()));
     let mut seed = 1u64;
     let mut restart: Option<PathBuf> = None;
+    let mut power = false;
+    let mut all = false;
     while let Some(a) = p.next()? {
         match a {
             Long("restart-time") => restart = Some(p.value()?.into()),
             Long("point") => points.push(p.value()?.parse()?),
-            Long("all-points") => points = solofs_meta::crash::points(),
+            Long("all-points") => all = true,
+            Long("power-cut") => power = true,
             Long("rounds") => rounds = p.value()?.parse()?,
             Long("dir") => dir = p.value()?.into(),
             Long("seed") => seed = p.value()?.parse()?,
             Long("help") | Short('h') => {
-                println!("solofs crash-test [--all-points | --point NAME]... [--rounds N] [--seed S] [--dir DIR]\n       solofs crash-test --restart-time DATA_DIR");
+                println!("solofs crash-test [--all-points | --point NAME]... [--rounds N] [--seed S] [--dir DIR] [--power-cut]\n       solofs crash-test --restart-time DATA_DIR\n  --power-cut  a sync pool; each crash is a simulated power cut (every other one with a torn write)");
                 return Ok(());
             }
             _ => return Err(a.unexpected().into()),
@@ -285,7 +380,7 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
         // Time from starting the server to the first served request.
         let secret = std::fs::read_to_string(data.join("secret"))?;
         let t0 = Instant::now();
-        let srv = start(&bin, &data, None, "127.0.0.1:0")?;
+        let srv = start(&bin, &data, None, "127.0.0.1:0", &[])?;
         let c = connect(&srv.addr, secret.trim().as_bytes())?;
         let a = c.lookup(&Cred::root(), solofs_client::at(ROOT_INO, b"d0"))?;
         let first = t0.elapsed();
@@ -301,13 +396,27 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
         return Ok(());
     }
     if points.is_empty() && rounds == 0 {
-        points = solofs_meta::crash::points();
+        all = true;
         rounds = 20;
     }
+    if all {
+        points = solofs_meta::crash::points();
+        if power {
+            points.extend(
+                solofs_meta::crash::SYNC_POINTS
+                    .iter()
+                    .map(|s| s.to_string()),
+            );
+        }
+    }
+    let kill = |i: u64| match power {
+        false => Kill::Process,
+        true => Kill::Power { torn: i % 2 == 1 },
+    };
     std::fs::create_dir_all(&dir)?;
     let mut failed = 0;
-    for pt in &points {
-        match one_point(&bin, &dir, pt) {
+    for (i, pt) in points.iter().enumerate() {
+        match one_point(&bin, &dir, pt, kill(i as u64)) {
             Ok(msg) => println!("ok   {pt}: {msg}"),
             Err(e) => {
                 println!("FAIL {pt}: {e:#}");
@@ -318,12 +427,12 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
     if rounds > 0 {
         let data: PathBuf = dir.join("random");
         let _ = std::fs::remove_dir_all(&data);
-        mkfs(&bin, &data)?;
+        mkfs(&bin, &data, kill(0))?;
         let secret = std::fs::read_to_string(data.join("secret"))?
             .trim()
             .to_string();
         for round in 0..rounds {
-            match one_round(&bin, &data, &secret, round, seed + round) {
+            match one_round(&bin, &data, &secret, (round, seed + round), kill(round)) {
                 Ok(msg) => println!("ok   round {round}: {msg}"),
                 Err(e) => {
                     println!("FAIL round {round}: {e:#}");
@@ -334,11 +443,25 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
     }
     let total = points.len() as u64 + rounds;
     println!(
-        "crash-test: {} crash points, {rounds} random kills: {} passed, {failed} failed",
+        "crash-test: {} crash points, {rounds} random {}: {} passed, {failed} failed",
         points.len(),
+        if power { "power cuts" } else { "kills" },
         total - failed
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    if power {
+        println!(
+            "power cuts dropped or tore {} writes that had no fdatasync yet",
+            LOST.load(std::sync::atomic::Ordering::Relaxed)
+        );
+    }
+    if failed > 0 {
+        println!(
+            "the data of the failed scenarios is kept in {}",
+            dir.display()
+        );
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     if failed > 0 {
         bail!("{failed} crash scenarios failed");
     }

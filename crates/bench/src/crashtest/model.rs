@@ -24,8 +24,17 @@ impl Drop for Proc {
     }
 }
 
-pub(super) fn start(bin: &Path, data: &Path, crash: Option<&str>, listen: &str) -> Result<Proc> {
+pub(super) fn start(
+    bin: &Path,
+    data: &Path,
+    crash: Option<&str>,
+    listen: &str,
+    env: &[(&str, String)],
+) -> Result<Proc> {
     let mut cmd = Command::new(bin);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
     cmd.args([
         "serve",
         "--workers",
@@ -37,7 +46,12 @@ pub(super) fn start(bin: &Path, data: &Path, crash: Option<&str>, listen: &str) 
         "--data",
     ])
     .arg(data);
-    cmd.stdout(Stdio::piped()).stderr(Stdio::null());
+    // The server's complaints go beside its data, for a failed scenario.
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(data.with_extension("stderr"))?;
+    cmd.stdout(Stdio::piped()).stderr(log);
     match crash {
         Some(p) => cmd.env("SOLOFS_CRASH_POINT", p),
         None => cmd.env_remove("SOLOFS_CRASH_POINT"),
@@ -48,7 +62,9 @@ pub(super) fn start(bin: &Path, data: &Path, crash: Option<&str>, listen: &str) 
     let mut note = None;
     for line in lines.by_ref() {
         let line = line?;
-        if line.starts_with("previous run did not stop cleanly") {
+        if line.starts_with("previous run did not stop cleanly")
+            || line.starts_with("the machine restarted under the last run")
+        {
             note = Some(line.clone());
         }
         if let Some(a) = line.strip_prefix("listening on ") {
@@ -65,9 +81,14 @@ pub(super) fn start(bin: &Path, data: &Path, crash: Option<&str>, listen: &str) 
     })
 }
 
-pub(super) fn mkfs(bin: &Path, data: &Path) -> Result<()> {
+pub(super) fn mkfs(bin: &Path, data: &Path, kill: Kill) -> Result<()> {
+    let durability = match kill {
+        Kill::Process => "process",
+        Kill::Power { .. } => "sync",
+    };
     let st = Command::new(bin)
-        .args(["mkfs", "--block-size", &DATA_BLOCK.to_string(), "--data"])
+        .args(["mkfs", "--block-size", &DATA_BLOCK.to_string()])
+        .args(["--durability", durability, "--data"])
         .arg(data)
         .stdout(Stdio::null())
         .status()?;

@@ -226,6 +226,9 @@ impl Engine {
         pool.persist(H_CLEAN, 8);
         drop(alloc);
         drop(pool);
+        if cfg.durability == Durability::Sync {
+            crate::pool::checkpoint::initialize(path)?;
+        }
         Engine::open_with(path, cfg.reserve)
     }
 
@@ -237,6 +240,8 @@ impl Engine {
     /// Opens `path` reserving `reserve` bytes of address space for growth.
     pub fn open_with(path: &Path, reserve: u64) -> Result<Engine> {
         crate::crash::arm_from_env();
+        // A sync pool after a power cut is rebuilt before anything reads it.
+        let start = crate::pool::checkpoint::prepare(path)?;
         let mut magic = [0u8; 8];
         let (pool, file_len) = Pool::open(path, reserve, Durability::Process)?;
         pool.read_bytes(H_MAGIC, &mut magic)?;
@@ -281,6 +286,20 @@ impl Engine {
         } else {
             pool
         };
+        match (durability, start) {
+            (Durability::Sync, Some(s)) => pool.attach(s)?,
+            (Durability::Sync, None) => {
+                return Err(Error::Corrupt(
+                    "a sync pool without its checkpoint head file".into(),
+                ))
+            }
+            (_, Some(_)) => {
+                return Err(Error::Corrupt(
+                    "a checkpoint head file beside a pool that is not in sync mode".into(),
+                ))
+            }
+            (_, None) => {}
+        }
         if std::env::var_os("SOLOFS_HUGE_PAGES").is_none_or(|v| v != "0") {
             pool.enable_huge_pages();
         }
@@ -370,7 +389,33 @@ impl Engine {
         self.pool.sync_all()?;
         self.pool.st(H_CLEAN, 1)?;
         self.pool.persist(H_CLEAN, 8);
-        self.pool.sync_all()
+        self.pool.sync_all()?;
+        self.pool.stop_sync()
+    }
+
+    /// Makes every change made so far durable (`sync` pools: the journal
+    /// is written and `fdatasync`ed, shared with every other caller
+    /// waiting; other modes: nothing). A server calls it before replies
+    /// leave.
+    #[inline]
+    pub fn commit(&self) -> Result<()> {
+        self.pool.commit()
+    }
+
+    /// Takes a checkpoint of a `sync` pool if one is due: more than
+    /// `max_bytes` of journal to replay, or `max_age` since the last one.
+    /// Returns whether it took one.
+    pub fn checkpoint_if_due(&self, max_bytes: u64, max_age: std::time::Duration) -> Result<bool> {
+        if !self.pool.checkpoint_due(max_bytes, max_age) {
+            return Ok(false);
+        }
+        self.pool.checkpoint(false)?;
+        Ok(true)
+    }
+
+    /// How a `sync` pool's last run ended (`None` for other modes).
+    pub fn last_stop(&self) -> Option<crate::pool::checkpoint::LastStop> {
+        self.pool.last_stop()
     }
 
     /// The volume id recorded at format time.

@@ -106,6 +106,7 @@ impl Engine {
         self.pool.st(a + C_INTENT2, 0)?;
         self.pool.st(a + C_INTENT, 0)?;
         self.pool.persist(a, 8);
+        self.pool.note(a + C_INTENT2, 8);
         if inodes != 0 {
             let w = self.pool.u64(a + C_INODES)?;
             w.store(
@@ -209,6 +210,7 @@ impl Engine {
                 .pool
                 .u64(content + C_NEXT_POS)?
                 .fetch_add(1, Ordering::AcqRel);
+            self.pool.note(content + C_NEXT_POS, 8);
             let p = &self.pool;
             p.st(f + E_INO, ino)?;
             p.st(f + E_PARENT, parent)?;
@@ -372,6 +374,7 @@ impl Engine {
                 .pool
                 .u64(content + C_NEXT_POS)?
                 .fetch_add(1, Ordering::AcqRel);
+            self.pool.note(content + C_NEXT_POS, 8);
             let p = &self.pool;
             p.st(c + C_INO, ino)?;
             for fld in [C_CTIME, C_MTIME, C_ATIME, C_BDTIME] {
@@ -455,6 +458,7 @@ impl Engine {
                 .pool
                 .u64(content + C_NEXT_POS)?
                 .fetch_add(1, Ordering::AcqRel);
+            self.pool.note(content + C_NEXT_POS, 8);
             let p = &self.pool;
             let mw = p.ld(f + F_MODE)?;
             p.st(l + E_INO, ino)?;

@@ -367,6 +367,7 @@ impl Engine {
                 .u64(c2 + C_NEXT_POS)?
                 .fetch_add(1, Ordering::AcqRel),
         };
+        self.pool.note(c2 + C_NEXT_POS, 8);
         let mut j = self.journal(ctx);
         let new = match self.copy_entry(ctx, &mut j, s.entry, p2, n2, pos, t0) {
             Ok(n) => n,

@@ -10,6 +10,11 @@ pub enum Durability {
     /// Cache-line write-back (`clwb`, else `clflushopt`, else `clflush`) and
     /// `sfence`, for a pool on a DAX-mounted persistent-memory file system.
     Pmem,
+    /// Every persisted range also goes to a journal that is made durable
+    /// (group commit, `fdatasync`) before replies leave the server, over
+    /// periodic checkpoints of the pool: survives power loss on an
+    /// ordinary disk (docs/durability.md).
+    Sync,
 }
 
 impl Durability {
@@ -18,6 +23,7 @@ impl Durability {
         match self {
             Durability::Process => 0,
             Durability::Pmem => 1,
+            Durability::Sync => 2,
         }
     }
 
@@ -26,15 +32,17 @@ impl Durability {
         match c {
             0 => Some(Durability::Process),
             1 => Some(Durability::Pmem),
+            2 => Some(Durability::Sync),
             _ => None,
         }
     }
 
-    /// Parses `process` or `pmem`.
+    /// Parses `process`, `pmem` or `sync`.
     pub fn parse(s: &str) -> Option<Durability> {
         match s {
             "process" => Some(Durability::Process),
             "pmem" => Some(Durability::Pmem),
+            "sync" => Some(Durability::Sync),
             _ => None,
         }
     }

@@ -14,8 +14,11 @@
 //! depends on the [`Durability`] mode.
 #![allow(unsafe_code)] // the one room where unsafe lives (CONVENTIONS)
 
+pub mod checkpoint;
+mod disk;
 mod durability;
 mod file;
+pub mod wal;
 pub use file::free_space;
 use file::*;
 
@@ -47,6 +50,8 @@ pub struct Pool {
     durability: Durability,
     /// The thread that moves the mapping onto huge pages, if started.
     huge: Mutex<Option<HugeWorker>>,
+    /// The journal and checkpoints of a `sync` pool.
+    synced: std::sync::OnceLock<checkpoint::Synced>,
 }
 
 /// Background collapse of the mapping into 2 MiB pages (`MADV_COLLAPSE`).
@@ -173,6 +178,7 @@ impl Pool {
             grow_lock: Mutex::new(()),
             durability,
             huge: Mutex::new(None),
+            synced: std::sync::OnceLock::new(),
         };
         pool.map_extent(0, len as usize)?;
         pool.mapped.store(len as usize, Ordering::Release);
@@ -288,6 +294,9 @@ impl Pool {
             Err(e) => return Err(e),
         };
         self.map_extent(cur as usize, new_len as usize)?;
+        if let Some(s) = self.synced.get() {
+            s.wal.grow(new_len);
+        }
         self.mapped.store(new_len as usize, Ordering::Release);
         if let Some(w) = &*self.huge.lock() {
             let _ = w.tx.send(new_len as usize);
@@ -454,7 +463,79 @@ impl Pool {
                     unsafe { durability::writeback(self.base.add(o), len.max(1) as usize) };
                 }
             }
+            Durability::Sync => {
+                std::sync::atomic::fence(Ordering::SeqCst);
+                if let Some(s) = self.synced.get() {
+                    s.wal.capture(self, off, len);
+                }
+            }
         }
+    }
+
+    /// A store that needs no ordering point while the page cache keeps
+    /// every store (`process` mode: nothing), but must outlive a power cut
+    /// with the records after it (`pmem` and `sync`: as [`Pool::persist`]).
+    /// E.g. a directory's next list position, which lazy repair trusts.
+    #[inline]
+    pub fn note(&self, off: u64, len: u64) {
+        if self.durability != Durability::Process {
+            self.persist(off, len);
+        }
+    }
+
+    /// Gives a `sync` pool its journal (from [`checkpoint::prepare`]).
+    /// After a process crash the image is brought level with the pool
+    /// first: the pool holds changes whose records died with the process.
+    pub fn attach(&self, start: checkpoint::Start) -> Result<()> {
+        let crashed = start.last == checkpoint::LastStop::ProcessCrash;
+        let s = checkpoint::Synced::new(start);
+        if self.synced.set(s).is_err() {
+            return Err(Error::Invalid("the pool already has a journal"));
+        }
+        if crashed {
+            self.checkpoint(true)?;
+        }
+        Ok(())
+    }
+
+    /// How a `sync` pool's last run ended (`None` for other modes).
+    pub fn last_stop(&self) -> Option<checkpoint::LastStop> {
+        self.synced.get().map(|s| s.last)
+    }
+
+    /// Makes everything persisted so far durable (`sync` pools; a no-op
+    /// otherwise). Called before replies leave.
+    #[inline]
+    pub fn commit(&self) -> Result<()> {
+        match self.synced.get() {
+            Some(s) => s.wal.commit(s.wal.head()),
+            None => Ok(()),
+        }
+    }
+
+    /// Is a checkpoint due (`sync` pools)?
+    pub fn checkpoint_due(&self, max_bytes: u64, max_age: std::time::Duration) -> bool {
+        self.synced.get().is_some_and(|s| s.due(max_bytes, max_age))
+    }
+
+    /// Takes a checkpoint (`sync` pools; `all`: every chunk, not only the
+    /// changed ones).
+    pub fn checkpoint(&self, all: bool) -> Result<()> {
+        match self.synced.get() {
+            Some(s) => s.checkpoint(self, all),
+            None => Ok(()),
+        }
+    }
+
+    /// A clean stop of a `sync` pool: a last checkpoint, then the mark
+    /// that says the next start is clean.
+    pub fn stop_sync(&self) -> Result<()> {
+        if let Some(s) = self.synced.get() {
+            s.wal.commit(s.wal.head())?;
+            s.checkpoint(self, false)?;
+            s.stopped()?;
+        }
+        Ok(())
     }
 
     /// Flushes the whole mapping to the file's storage (used at clean close and

@@ -1,0 +1,383 @@
+//! Checkpoints and restarts of a `--durability sync` pool
+//! (docs/durability.md): the files beside the pool, what a start does after
+//! a clean stop, a process crash or a power cut, and the checkpoint that
+//! lets the journal be dropped.
+//!
+//! Beside `meta.pool`: `meta.pool.ckpt` (an image of the pool as
+//! checkpoints left it), `meta.pool.head` (two 512-byte slots, the newer
+//! valid one says from which journal position a restore replays),
+//! `meta.pool.wal/` (the journal's segments) and `meta.pool.run` (the boot
+//! id of the machine the server runs on, present while it runs).
+//!
+//! A checkpoint brings the image forward by applying the journal's durable
+//! records to it, as a standby server following the journal would
+//! (docs/durability.md): the image never holds a store that no durable
+//! record holds. A power cut while records are applied leaves the image
+//! partly ahead of its head; a restore replays from the head's position
+//! again, and records are whole ranges applied in order, so the bytes end
+//! the same. Only after a process crash, before anything runs, is the
+//! image copied from the pool (whose page cache holds changes whose
+//! records died with the process).
+
+use super::disk;
+use super::wal::{self, Rec, Wal, CHUNK};
+use super::Pool;
+use crate::error::{Error, Result};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+const HEAD_MAGIC: u64 = 0x4b43_4853_464f_4c4f; // "OLOFSHCK"
+const SLOT: u64 = 512;
+
+/// The files of the sync pool at `pool`.
+pub(crate) struct Paths {
+    pub ckpt: PathBuf,
+    pub head: PathBuf,
+    pub wal: PathBuf,
+    pub run: PathBuf,
+}
+
+impl Paths {
+    pub(crate) fn of(pool: &Path) -> Paths {
+        let with = |ext: &str| {
+            let mut s = pool.as_os_str().to_owned();
+            s.push(ext);
+            PathBuf::from(s)
+        };
+        Paths {
+            ckpt: with(".ckpt"),
+            head: with(".head"),
+            wal: with(".wal"),
+            run: with(".run"),
+        }
+    }
+}
+
+/// What the head says.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Head {
+    pub seq: u64,
+    pub replay_from: u64,
+}
+
+/// How the last run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LastStop {
+    /// Stopped cleanly.
+    Clean,
+    /// The process died; the machine did not restart (the page cache kept
+    /// every store).
+    ProcessCrash,
+    /// The machine restarted under a running server (power cut, kernel
+    /// crash): the pool was rebuilt from the checkpoint and the journal.
+    PowerCut,
+}
+
+/// A sync pool made ready to open.
+pub struct Start {
+    pub(crate) head: Head,
+    pub(crate) last: LastStop,
+    pub(crate) paths: Paths,
+    /// The lock on the head file, held while the pool is open.
+    pub(crate) lock: File,
+    /// The end of the journal's valid records.
+    pub(crate) end: u64,
+}
+
+impl Start {
+    /// How the last run ended.
+    pub fn last_stop(&self) -> LastStop {
+        self.last
+    }
+}
+
+fn io(what: &str, p: &Path, e: std::io::Error) -> Error {
+    Error::io(format!("{what} {}", p.display()), e)
+}
+
+fn boot_id() -> String {
+    if let Ok(v) = std::env::var("SOLOFS_BOOT_ID") {
+        return v;
+    }
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn read_head(f: &File, path: &Path) -> Result<Head> {
+    let mut best: Option<Head> = None;
+    for slot in 0..2 {
+        let mut b = [0u8; 32];
+        if f.read_exact_at(&mut b, slot * SLOT).is_err() {
+            continue;
+        }
+        let w = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
+        if w(0) != HEAD_MAGIC || crate::hash::name_key(HEAD_MAGIC, &b[..24]) != w(24) {
+            continue;
+        }
+        let h = Head {
+            seq: w(8),
+            replay_from: w(16),
+        };
+        if best.is_none_or(|b| b.seq < h.seq) {
+            best = Some(h);
+        }
+    }
+    best.ok_or_else(|| {
+        Error::Corrupt(format!(
+            "{}: no valid checkpoint head (both slots damaged)",
+            path.display()
+        ))
+    })
+}
+
+fn write_head(f: &File, path: &Path, h: Head) -> Result<()> {
+    let mut b = [0u8; 32];
+    b[..8].copy_from_slice(&HEAD_MAGIC.to_le_bytes());
+    b[8..16].copy_from_slice(&h.seq.to_le_bytes());
+    b[16..24].copy_from_slice(&h.replay_from.to_le_bytes());
+    let c = crate::hash::name_key(HEAD_MAGIC, &b[..24]);
+    b[24..].copy_from_slice(&c.to_le_bytes());
+    disk::write_at(f, path, (h.seq % 2) * SLOT, &b)?;
+    disk::sync(f, path)
+}
+
+/// Makes the files of a new sync pool: the image is a copy of the freshly
+/// formatted (and flushed) pool file, the journal is empty.
+pub(crate) fn initialize(pool: &Path) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let p = Paths::of(pool);
+    let mut src = File::open(pool).map_err(|e| io("open", pool, e))?;
+    let mut dst = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&p.ckpt)
+        .map_err(|e| io("create", &p.ckpt, e))?;
+    std::io::copy(&mut src, &mut dst).map_err(|e| io("copy into", &p.ckpt, e))?;
+    dst.sync_all().map_err(|e| io("fsync", &p.ckpt, e))?;
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&p.wal)
+        .map_err(|e| io("create", &p.wal, e))?;
+    let h = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&p.head)
+        .map_err(|e| io("create", &p.head, e))?;
+    write_head(
+        &h,
+        &p.head,
+        Head {
+            seq: 1,
+            replay_from: 0,
+        },
+    )?;
+    disk::sync_dir(pool.parent().unwrap_or(Path::new(".")))
+}
+
+/// Before the pool at `pool` is mapped: `None` if it is not a sync pool.
+/// Otherwise locks it, finds how the last run ended, and after a power cut
+/// rebuilds `pool` from the image and the journal (the pool file's own
+/// pages are never read then: the machine may have written back any mix of
+/// them). The journal is cut after its last valid record.
+pub fn prepare(pool: &Path) -> Result<Option<Start>> {
+    let paths = Paths::of(pool);
+    if !paths.head.exists() {
+        return Ok(None);
+    }
+    let lock = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&paths.head)
+        .map_err(|e| io("open", &paths.head, e))?;
+    super::file::lock_exclusive(&lock, pool)?;
+    let head = read_head(&lock, &paths.head)?;
+    let last = match std::fs::read_to_string(&paths.run) {
+        Err(_) => LastStop::Clean,
+        Ok(id) if id.trim() == boot_id() => LastStop::ProcessCrash,
+        Ok(_) => LastStop::PowerCut,
+    };
+    let end = if last == LastStop::PowerCut {
+        let mut src = File::open(&paths.ckpt).map_err(|e| io("open", &paths.ckpt, e))?;
+        let mut dst = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(pool)
+            .map_err(|e| io("open", pool, e))?;
+        std::io::copy(&mut src, &mut dst).map_err(|e| io("restore", pool, e))?;
+        let end = wal::scan(&paths.wal, (head.replay_from, u64::MAX), |r| {
+            apply(&dst, r).map_err(|e| io("replay into", pool, e))
+        })?;
+        crate::crash_point!("restore.after_replay");
+        end
+    } else {
+        wal::scan(&paths.wal, (head.replay_from, u64::MAX), |_| Ok(()))?
+    };
+    wal::cut(&paths.wal, end)?;
+    let run = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&paths.run)
+        .map_err(|e| io("create", &paths.run, e))?;
+    run.write_all_at(boot_id().as_bytes(), 0)
+        .and_then(|_| run.sync_all())
+        .map_err(|e| io("write", &paths.run, e))?;
+    disk::sync_dir(pool.parent().unwrap_or(Path::new(".")))?;
+    Ok(Some(Start {
+        head,
+        last,
+        paths,
+        lock,
+        end,
+    }))
+}
+
+/// Applies one journal record to a file holding a pool image (not traced:
+/// the caller says whether the file is durable).
+fn apply(f: &File, r: Rec) -> std::io::Result<()> {
+    match r {
+        Rec::Bytes(off, b) => f.write_all_at(b, off),
+        Rec::Zero(off, len) => {
+            let zeros = [0u8; 64 << 10];
+            let mut p = off;
+            while p < off + len {
+                let n = (off + len - p).min(zeros.len() as u64);
+                f.write_all_at(&zeros[..n as usize], p)?;
+                p += n;
+            }
+            Ok(())
+        }
+        Rec::Grow(len) => {
+            if len > f.metadata()?.len() {
+                f.set_len(len)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The sync state of an open pool.
+pub(crate) struct Synced {
+    pub wal: Wal,
+    paths: Paths,
+    lock: File,
+    seq: std::sync::atomic::AtomicU64,
+    /// One checkpoint at a time.
+    running: parking_lot::Mutex<std::time::Instant>,
+    pub last: LastStop,
+}
+
+impl Synced {
+    pub(crate) fn new(start: Start) -> Synced {
+        Synced {
+            wal: Wal::new(&start.paths.wal, start.end, start.head.replay_from),
+            paths: start.paths,
+            lock: start.lock,
+            seq: std::sync::atomic::AtomicU64::new(start.head.seq),
+            running: parking_lot::Mutex::new(std::time::Instant::now()),
+            last: start.last,
+        }
+    }
+
+    /// Is a checkpoint due: more journal than `max_bytes` to replay, or
+    /// `max_age` since the last one and something to replay?
+    pub(crate) fn due(&self, max_bytes: u64, max_age: std::time::Duration) -> bool {
+        let b = self.wal.backlog();
+        b > max_bytes || (b > 0 && self.running.lock().elapsed() >= max_age)
+    }
+
+    /// Applies the durable journal to the image, then moves the head so
+    /// that a restore replays only what came after. With `all` (after a
+    /// process crash, before anything runs) the image becomes a copy of
+    /// the pool instead.
+    pub(crate) fn checkpoint(&self, pool: &Pool, all: bool) -> Result<()> {
+        let mut last = self.running.lock();
+        let p = &self.paths.ckpt;
+        let img = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(p)
+            .map_err(|e| io("open", p, e))?;
+        let from = self.wal.replay_from.load(Ordering::Acquire);
+        let to = if all {
+            let to = self.wal.head();
+            self.copy_all(pool, &img)?;
+            to
+        } else {
+            let to = self.wal.durable();
+            let traced = |off: u64, b: &[u8]| disk::write_at(&img, p, off, b);
+            wal::scan(&self.paths.wal, (from, to), |r| match r {
+                Rec::Bytes(off, b) => traced(off, b),
+                Rec::Zero(off, len) => {
+                    let zeros = vec![0u8; len.min(CHUNK) as usize];
+                    let mut at = off;
+                    while at < off + len {
+                        let n = (off + len - at).min(CHUNK) as usize;
+                        traced(at, &zeros[..n])?;
+                        at += n as u64;
+                    }
+                    Ok(())
+                }
+                Rec::Grow(len) => {
+                    let have = img.metadata().map_err(|e| io("stat", p, e))?.len();
+                    if len > have {
+                        disk::set_len(&img, p, len)?;
+                    }
+                    Ok(())
+                }
+            })?
+        };
+        crate::crash_point!("ckpt.after_apply");
+        disk::sync(&img, p)?;
+        crate::crash_point!("ckpt.before_head");
+        let seq = self.seq.load(Ordering::Acquire) + 1;
+        write_head(
+            &self.lock,
+            &self.paths.head,
+            Head {
+                seq,
+                replay_from: to,
+            },
+        )?;
+        self.seq.store(seq, Ordering::Release);
+        crate::crash_point!("ckpt.after_head");
+        self.wal.drop_below(to)?;
+        *last = std::time::Instant::now();
+        Ok(())
+    }
+
+    /// Makes the image a copy of the pool, writing only the chunks that
+    /// differ.
+    fn copy_all(&self, pool: &Pool, img: &File) -> Result<()> {
+        let p = &self.paths.ckpt;
+        let len = pool.len();
+        if img.metadata().map_err(|e| io("stat", p, e))?.len() != len {
+            disk::set_len(img, p, len)?;
+        }
+        let (mut now, mut old) = (vec![0u8; CHUNK as usize], vec![0u8; CHUNK as usize]);
+        let mut off = 0;
+        while off < len {
+            let n = CHUNK.min(len - off) as usize;
+            pool.read_bytes(off, &mut now[..n])?;
+            if img.read_exact_at(&mut old[..n], off).is_err() || old[..n] != now[..n] {
+                disk::write_at(img, p, off, &now[..n])?;
+            }
+            off += n as u64;
+        }
+        Ok(())
+    }
+
+    /// After a clean stop's last checkpoint: the next start is clean.
+    pub(crate) fn stopped(&self) -> Result<()> {
+        disk::remove(&self.paths.run)?;
+        disk::sync_dir(self.paths.run.parent().unwrap_or(Path::new(".")))
+    }
+}

@@ -1,0 +1,391 @@
+//! The journal of `--durability sync` (docs/durability.md): every
+//! [`Pool::persist`] appends the bytes of its range, as they are at that
+//! moment, to an in-memory buffer; [`Wal::commit`] writes the buffer to the
+//! journal's segment files and `fdatasync`s them, one caller writing for
+//! every caller waiting (group commit). A reply leaves the server only
+//! after the journal is durable up to everything the engine had persisted
+//! when the reply's batch ended, so no reply reveals a state a power cut
+//! can take back.
+//!
+//! Replaying the records in order over the checkpoint image
+//! (checkpoint.rs) rebuilds a pool in which every persisted store is
+//! present in persist order: the state a persistent-memory pool would have
+//! after a power cut, which the log-free ordered updates and the lazy
+//! recovery already handle.
+//!
+//! Record (docs/format.md §10): a 32-byte header `{lsn u64, off u64, len
+//! u32, kind u16, file u16, check u64}` and, for `BYTES`, `len` bytes
+//! padded to 8. `lsn` is the record's own position in the journal (the
+//! byte count since the volume was made), so a stale record left in a
+//! reused place never passes for a new one; `check` hashes the header and
+//! the payload. Records never straddle a segment: the rest of a segment
+//! too small for the next record is a `PAD` record (or, under 32 bytes,
+//! zeros that readers skip).
+
+use super::disk;
+use super::Pool;
+use crate::error::{Error, Result};
+use parking_lot::{Condvar, Mutex};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Bytes per segment file.
+pub const SEGMENT: u64 = 64 << 20;
+const HEAD: u64 = 32;
+/// Largest payload of one record (a longer range becomes several).
+const PIECE: u64 = 1 << 20;
+/// Granule of the copy that brings the image level with the pool after a
+/// process crash.
+pub const CHUNK: u64 = 64 << 10;
+
+pub(crate) const K_BYTES: u16 = 1;
+pub(crate) const K_ZERO: u16 = 2;
+pub(crate) const K_GROW: u16 = 3;
+const K_PAD: u16 = 4;
+
+/// One decoded record, as [`scan`] hands it on.
+pub(crate) enum Rec<'a> {
+    /// These bytes at this offset.
+    Bytes(u64, &'a [u8]),
+    /// Zeros over `[off, off+len)`.
+    Zero(u64, u64),
+    /// The pool grew to this length.
+    Grow(u64),
+}
+
+/// The journal of one pool.
+pub struct Wal {
+    dir: PathBuf,
+    log: Mutex<Log>,
+    flush: Mutex<Flush>,
+    flushed: Condvar,
+    durable: AtomicU64,
+    failed: AtomicBool,
+    /// The oldest position a restore replays from (the last checkpoint's).
+    pub(crate) replay_from: AtomicU64,
+}
+
+struct Log {
+    /// The records of `[start, head)`, not yet written out.
+    buf: Vec<u8>,
+    start: u64,
+    head: u64,
+}
+
+struct Flush {
+    busy: bool,
+    files: BTreeMap<u64, File>,
+}
+
+fn check(head: &[u8], payload: &[u8]) -> u64 {
+    let lsn = u64::from_le_bytes(head[..8].try_into().unwrap_or_default());
+    crate::hash::name_key(crate::hash::name_key(lsn, &head[..24]), payload)
+}
+
+fn seg_path(dir: &Path, seg: u64) -> PathBuf {
+    dir.join(format!("{seg:016x}"))
+}
+
+impl Wal {
+    /// The journal in `dir`, continuing at `head` (the end of its valid
+    /// records); a restore replays from `from`.
+    pub(crate) fn new(dir: &Path, head: u64, from: u64) -> Wal {
+        Wal {
+            dir: dir.to_path_buf(),
+            log: Mutex::new(Log {
+                buf: Vec::with_capacity(256 << 10),
+                start: head,
+                head,
+            }),
+            flush: Mutex::new(Flush {
+                busy: false,
+                files: BTreeMap::new(),
+            }),
+            flushed: Condvar::new(),
+            durable: AtomicU64::new(head),
+            failed: AtomicBool::new(false),
+            replay_from: AtomicU64::new(from),
+        }
+    }
+
+    /// Appends one record to the buffer (never across a segment end).
+    fn push(log: &mut Log, kind: u16, off: u64, len: u64, payload: &[u8]) {
+        let size = HEAD + (payload.len() as u64).next_multiple_of(8);
+        let rest = SEGMENT - log.head % SEGMENT;
+        if rest < size {
+            if rest >= HEAD {
+                Wal::push(log, K_PAD, 0, rest - HEAD, &[]);
+                log.buf.resize(log.buf.len() + (rest - HEAD) as usize, 0);
+                log.head += rest - HEAD;
+            } else {
+                log.buf.resize(log.buf.len() + rest as usize, 0);
+                log.head += rest;
+            }
+        }
+        let mut h = [0u8; HEAD as usize];
+        h[..8].copy_from_slice(&log.head.to_le_bytes());
+        h[8..16].copy_from_slice(&off.to_le_bytes());
+        h[16..20].copy_from_slice(&(len as u32).to_le_bytes());
+        h[20..22].copy_from_slice(&kind.to_le_bytes());
+        let c = check(&h, payload);
+        h[24..].copy_from_slice(&c.to_le_bytes());
+        log.buf.extend_from_slice(&h);
+        log.buf.extend_from_slice(payload);
+        let pad = (payload.len() as u64).next_multiple_of(8) - payload.len() as u64;
+        log.buf.resize(log.buf.len() + pad as usize, 0);
+        log.head += size;
+    }
+
+    /// Records the bytes of `[off, off+len)` (widened to whole words) as
+    /// they are now.
+    pub(crate) fn capture(&self, pool: &Pool, off: u64, len: u64) {
+        let a = off & !7;
+        let end = (off + len.max(1)).next_multiple_of(8).min(pool.len());
+        let mut scratch = Vec::new();
+        let mut log = self.log.lock();
+        let mut p = a;
+        while p < end {
+            let n = (end - p).min(PIECE);
+            scratch.resize(n as usize, 0);
+            if pool.read_bytes(p, &mut scratch).is_err() {
+                break;
+            }
+            if n >= 4096 && scratch.iter().all(|&b| b == 0) {
+                Wal::push(&mut log, K_ZERO, p, n, &[]);
+            } else {
+                Wal::push(&mut log, K_BYTES, p, n, &scratch);
+            }
+            p += n;
+        }
+    }
+
+    /// Records that the pool grew to `len` bytes.
+    pub(crate) fn grow(&self, len: u64) {
+        let mut log = self.log.lock();
+        Wal::push(&mut log, K_GROW, len, 0, &[]);
+    }
+
+    /// The position after the last record.
+    pub fn head(&self) -> u64 {
+        self.log.lock().head
+    }
+
+    /// Makes every record before `upto` durable: writes the buffer and
+    /// `fdatasync`s, or waits for the caller doing so. After a failed
+    /// write every commit fails: what the pool holds is no longer what a
+    /// restart would rebuild.
+    pub fn commit(&self, upto: u64) -> Result<()> {
+        if self.durable.load(Ordering::Acquire) >= upto {
+            return Ok(());
+        }
+        let mut f = self.flush.lock();
+        loop {
+            if self.failed.load(Ordering::Acquire) {
+                return Err(Error::io(
+                    "journal".into(),
+                    std::io::Error::other("an earlier journal write failed"),
+                ));
+            }
+            if self.durable.load(Ordering::Acquire) >= upto {
+                return Ok(());
+            }
+            if f.busy {
+                self.flushed.wait(&mut f);
+                continue;
+            }
+            f.busy = true;
+            let mut files = std::mem::take(&mut f.files);
+            drop(f);
+            let (start, bytes) = {
+                let mut l = self.log.lock();
+                let s = l.start;
+                l.start = l.head;
+                (
+                    s,
+                    std::mem::replace(&mut l.buf, Vec::with_capacity(256 << 10)),
+                )
+            };
+            let r = self.write_out(&mut files, start, &bytes);
+            f = self.flush.lock();
+            f.files = files;
+            f.busy = false;
+            match r {
+                Ok(()) => self
+                    .durable
+                    .store(start + bytes.len() as u64, Ordering::Release),
+                Err(_) => self.failed.store(true, Ordering::Release),
+            }
+            self.flushed.notify_all();
+            r?;
+        }
+    }
+
+    fn write_out(&self, files: &mut BTreeMap<u64, File>, start: u64, bytes: &[u8]) -> Result<()> {
+        let mut p = start;
+        let mut i = 0usize;
+        let mut touched = Vec::new();
+        while i < bytes.len() {
+            let seg = p / SEGMENT;
+            let n = ((bytes.len() - i) as u64).min(SEGMENT - p % SEGMENT) as usize;
+            let path = seg_path(&self.dir, seg);
+            if let std::collections::btree_map::Entry::Vacant(e) = files.entry(seg) {
+                e.insert(open_segment(&self.dir, &path)?);
+            }
+            if let Some(f) = files.get(&seg) {
+                disk::write_at(f, &path, p % SEGMENT, &bytes[i..i + n])?;
+            }
+            touched.push(seg);
+            p += n as u64;
+            i += n;
+        }
+        crate::crash_point!("wal.after_write");
+        for seg in touched {
+            if let Some(f) = files.get(&seg) {
+                disk::sync(f, &seg_path(&self.dir, seg))?;
+            }
+        }
+        crate::crash_point!("wal.after_sync");
+        let low = self.replay_from.load(Ordering::Acquire) / SEGMENT;
+        files.retain(|&s, _| s >= low);
+        Ok(())
+    }
+
+    /// The position up to which the journal is durable.
+    pub(crate) fn durable(&self) -> u64 {
+        self.durable.load(Ordering::Acquire)
+    }
+
+    /// Forgets the segments wholly before `from` (a checkpoint made them
+    /// unneeded).
+    pub(crate) fn drop_below(&self, from: u64) -> Result<()> {
+        let old = self.replay_from.swap(from, Ordering::AcqRel);
+        for seg in old / SEGMENT..from / SEGMENT {
+            disk::remove(&seg_path(&self.dir, seg))?;
+        }
+        Ok(())
+    }
+
+    /// Bytes of durable journal a checkpoint would apply now.
+    pub fn backlog(&self) -> u64 {
+        self.durable()
+            .saturating_sub(self.replay_from.load(Ordering::Acquire))
+    }
+}
+
+fn open_segment(dir: &Path, path: &Path) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| Error::io(format!("open journal segment {}", path.display()), e))?;
+    if f.metadata().map(|m| m.len()).unwrap_or(0) == 0 {
+        // Space first, so a full disk fails here rather than in a write.
+        super::file::reserve_file_space(&f, 0, SEGMENT)?;
+        disk::sync_dir(dir)?;
+    }
+    Ok(f)
+}
+
+/// Reads the journal in `dir` from `from`, handing each valid record to
+/// `apply`, up to `until` or the first position that holds no valid
+/// record (the end: returned).
+pub(crate) fn scan(
+    dir: &Path,
+    (from, until): (u64, u64),
+    mut apply: impl FnMut(Rec) -> Result<()>,
+) -> Result<u64> {
+    use std::os::unix::fs::FileExt;
+    let mut p = from;
+    let mut seg_buf: Vec<u8> = Vec::new();
+    let mut loaded = u64::MAX;
+    while p < until {
+        let seg = p / SEGMENT;
+        if seg != loaded {
+            let path = seg_path(dir, seg);
+            let f = match File::open(&path) {
+                Ok(f) => f,
+                Err(_) => return Ok(p),
+            };
+            let len = f.metadata().map(|m| m.len()).unwrap_or(0).min(SEGMENT);
+            seg_buf.resize(len as usize, 0);
+            f.read_exact_at(&mut seg_buf, 0)
+                .map_err(|e| Error::io(format!("read {}", path.display()), e))?;
+            seg_buf.resize(SEGMENT as usize, 0);
+            loaded = seg;
+        }
+        let at = (p % SEGMENT) as usize;
+        let rest = SEGMENT - p % SEGMENT;
+        if rest < HEAD {
+            // Zeros before the segment's end, or a record that was torn.
+            if seg_buf[at..].iter().all(|&b| b == 0) && segment_exists(dir, seg + 1) {
+                p += rest;
+                continue;
+            }
+            return Ok(p);
+        }
+        let h = &seg_buf[at..at + HEAD as usize];
+        let word = |i: usize| u64::from_le_bytes(h[i..i + 8].try_into().unwrap_or_default());
+        let (lsn, off) = (word(0), word(8));
+        let len = u32::from_le_bytes(h[16..20].try_into().unwrap_or_default()) as u64;
+        let kind = u16::from_le_bytes(h[20..22].try_into().unwrap_or_default());
+        if lsn != p {
+            return Ok(p);
+        }
+        let plen = if kind == K_BYTES { len } else { 0 };
+        let size = HEAD + plen.next_multiple_of(8);
+        if size > rest {
+            return Ok(p);
+        }
+        let payload = &seg_buf[at + HEAD as usize..at + (HEAD + plen) as usize];
+        if check(h, payload) != word(24) {
+            return Ok(p);
+        }
+        match kind {
+            K_BYTES => apply(Rec::Bytes(off, payload))?,
+            K_ZERO => apply(Rec::Zero(off, len))?,
+            K_GROW => apply(Rec::Grow(off))?,
+            K_PAD => {
+                p += HEAD + len;
+                continue;
+            }
+            _ => return Ok(p),
+        }
+        p += size;
+    }
+    Ok(p)
+}
+
+fn segment_exists(dir: &Path, seg: u64) -> bool {
+    seg_path(dir, seg).exists()
+}
+
+/// Cuts the journal at `end`: whatever lies after it (a torn or unacknowledged
+/// tail) is removed, so records written from `end` on are never followed by
+/// stale ones.
+pub(crate) fn cut(dir: &Path, end: u64) -> Result<()> {
+    let seg = end / SEGMENT;
+    let path = seg_path(dir, seg);
+    if let Ok(f) = std::fs::OpenOptions::new().write(true).open(&path) {
+        disk::set_len(&f, &path, end % SEGMENT)?;
+        disk::sync(&f, &path)?;
+        // Room again for the rest of the segment (zeros, not the old tail).
+        super::file::reserve_file_space(&f, end % SEGMENT, SEGMENT)?;
+    }
+    let mut later: Vec<u64> = std::fs::read_dir(dir)
+        .map_err(|e| Error::io(format!("read {}", dir.display()), e))?
+        .flatten()
+        .filter_map(|e| u64::from_str_radix(e.file_name().to_str()?, 16).ok())
+        .filter(|&s| s > seg)
+        .collect();
+    later.sort();
+    for s in later {
+        disk::remove(&seg_path(dir, s))?;
+    }
+    disk::sync_dir(dir)
+}
