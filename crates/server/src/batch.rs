@@ -51,14 +51,6 @@ pub(crate) fn run_batch(
             }
         }
     }
-    // No reply may reveal a change a power cut could take back (sync
-    // pools; a no-op in other modes).
-    if let Err(e) = shared.engine.commit() {
-        // What the pool holds is no longer what a restart would rebuild:
-        // stop before anything else is acknowledged.
-        eprintln!("solofs: the journal cannot be written ({e}); stopping");
-        std::process::abort();
-    }
     for (q, rep) in reqs.iter().zip(&mut replies[first..]) {
         if rep.result.is_ok() {
             if let Some(r) = lock_op(shared, session, &q.op) {
@@ -199,6 +191,64 @@ pub(crate) fn run_again(
         None => {
             let rep = crate::exec::execute_with(&shared.engine, q, &|ino| opens.writing(ino));
             crate::exec::resolve_retry(&shared.engine, q, rep)
+        }
+    }
+}
+
+/// Makes every change made so far durable (sync pools; nothing in other
+/// modes): no reply may reveal a change a power cut could take back. If
+/// the journal cannot be written, what the pool holds is no longer what a
+/// restart would rebuild: the server stops before acknowledging anything
+/// more.
+pub(crate) fn commit(shared: &Shared) {
+    if let Err(e) = shared.engine.commit() {
+        eprintln!("solofs: the journal cannot be written ({e}); stopping");
+        std::process::abort();
+    }
+}
+
+/// The commit thread of a sync pool: connections whose replies wait for
+/// the journal ask for a commit, and go on serving others; this thread
+/// writes and `fdatasync`s the journal (every change made meanwhile rides
+/// along) and wakes the workers to send what became durable.
+pub(crate) struct Committer {
+    want: parking_lot::Mutex<u64>,
+    asked: parking_lot::Condvar,
+}
+
+impl Committer {
+    pub(crate) fn new() -> Committer {
+        Committer {
+            want: parking_lot::Mutex::new(0),
+            asked: parking_lot::Condvar::new(),
+        }
+    }
+
+    /// Asks for the journal to be durable up to `lsn`.
+    pub(crate) fn ask(&self, lsn: u64) {
+        let mut w = self.want.lock();
+        if *w < lsn {
+            *w = lsn;
+            self.asked.notify_one();
+        }
+    }
+
+    /// The thread's loop, until the server stops.
+    pub(crate) fn run(&self, shared: &Shared, wakers: &[std::sync::Arc<mio::Waker>]) {
+        while !shared.stop.load(Ordering::SeqCst) {
+            {
+                let mut w = self.want.lock();
+                let durable = shared.engine.sync_journal().map_or(u64::MAX, |j| j.1);
+                if *w <= durable {
+                    self.asked
+                        .wait_for(&mut w, std::time::Duration::from_millis(100));
+                    continue;
+                }
+            }
+            commit(shared);
+            for k in wakers {
+                let _ = k.wake();
+            }
         }
     }
 }

@@ -110,6 +110,12 @@ struct Conn {
     waker: Arc<mio::Waker>,
     /// What its key allows (`None`: the volume secret, everything).
     caps: Option<crate::keys::Caps>,
+    /// Replies waiting for the journal (sync pools): from this position
+    /// of `outbuf` on, nothing leaves before the journal is durable up to
+    /// this position of its own. Oldest first.
+    holds: std::collections::VecDeque<(usize, u64)>,
+    /// The engine, if its pool has a journal to wait for.
+    durable_in: Option<Arc<solofs_meta::Engine>>,
 }
 
 /// EBUSY, for a refusal because of the connection limit.
@@ -196,6 +202,11 @@ pub fn worker(
                                 watcher: None,
                                 waker: waker.clone(),
                                 caps: None,
+                                holds: Default::default(),
+                                durable_in: shared
+                                    .engine
+                                    .sync_journal()
+                                    .map(|_| shared.engine.clone()),
                             },
                         );
                         m.connections.fetch_add(1, Ordering::Relaxed);
@@ -215,10 +226,11 @@ pub fn worker(
                         close(&shared, &poll, &mut conns, t, &m);
                     }
                 }
-                // Notices other connections' changes queued.
+                // Notices other connections' changes queued, and replies
+                // the journal has made durable since.
                 let told: Vec<usize> = conns
                     .iter_mut()
-                    .filter_map(|(&t, c)| (!tell(c, &m)).then_some(t))
+                    .filter_map(|(&t, c)| (!(tell(c, &m) && flush(c, &m))).then_some(t))
                     .collect();
                 for t in told {
                     close(&shared, &poll, &mut conns, t, &m);
@@ -328,11 +340,25 @@ fn tell(c: &mut Conn, m: &Metrics) -> bool {
 }
 
 fn flush(c: &mut Conn, m: &Metrics) -> bool {
-    while !c.outbuf.is_empty() && c.writable {
-        match c.stream.write(&c.outbuf) {
+    let mut limit = c.outbuf.len();
+    if !c.holds.is_empty() {
+        let durable = c.durable();
+        while c.holds.front().is_some_and(|h| h.1 <= durable) {
+            c.holds.pop_front();
+        }
+        if let Some(h) = c.holds.front() {
+            limit = h.0;
+        }
+    }
+    while limit > 0 && c.writable {
+        match c.stream.write(&c.outbuf[..limit]) {
             Ok(0) => return false,
             Ok(n) => {
                 c.outbuf.drain(..n);
+                limit -= n;
+                for h in c.holds.iter_mut() {
+                    h.0 -= n;
+                }
                 m.writes.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.writable = false,
@@ -495,7 +521,35 @@ fn frame(
     }
 }
 
+impl Conn {
+    /// How far the journal is durable (everything, if there is none).
+    fn durable(&self) -> u64 {
+        self.durable_in
+            .as_ref()
+            .map_or(u64::MAX, |e| e.sync_journal().map_or(u64::MAX, |j| j.1))
+    }
+}
+
 fn requests(shared: &Shared, c: &mut Conn, m: &Metrics, r: &mut Reader, replies: &mut Vec<Reply>) {
+    let start = c.outbuf.len();
+    requests_run(shared, c, m, r, replies);
+    // The replies (and this batch's notices) wait for the journal; the
+    // worker goes on with other connections meanwhile.
+    if let Some((head, durable)) = shared.engine.sync_journal() {
+        if head > durable && c.outbuf.len() > start {
+            c.holds.push_back((start, head));
+            shared.committer.ask(head);
+        }
+    }
+}
+
+fn requests_run(
+    shared: &Shared,
+    c: &mut Conn,
+    m: &Metrics,
+    r: &mut Reader,
+    replies: &mut Vec<Reply>,
+) {
     let Ok(count) = r.u32() else {
         return fail(c, m, "truncated REQUESTS frame");
     };

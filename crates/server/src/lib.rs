@@ -143,6 +143,8 @@ pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 /// State shared by the acceptor, the workers and shutdown handles.
 pub(crate) struct Shared {
     pub engine: Arc<Engine>,
+    /// The commit thread's mailbox (sync pools).
+    pub committer: batch::Committer,
     pub cfg: Config,
     pub stop: AtomicBool,
     /// Authenticated connections (and in-process clients).
@@ -278,6 +280,7 @@ impl Server {
         let keys = keys::Keys::open(Some(engine.path().with_file_name("keys")))
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         let shared = Arc::new(Shared {
+            committer: batch::Committer::new(),
             keys,
             locks,
             engine,
@@ -366,6 +369,13 @@ impl Server {
             );
         }
         if self.shared.engine.durability() == solofs_meta::Durability::Sync {
+            let shared = self.shared.clone();
+            let wakers: Vec<_> = slots.iter().map(|s| s.waker.clone()).collect();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("solofs-commit".into())
+                    .spawn(move || shared.committer.run(&shared, &wakers))?,
+            );
             let shared = self.shared.clone();
             threads.push(
                 std::thread::Builder::new()

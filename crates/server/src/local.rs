@@ -55,6 +55,7 @@ impl InProcess for LocalConn {
             &mut replies,
             (None, self.session),
         );
+        crate::batch::commit(&self.shared);
         if !mine.is_empty() {
             self.watcher.deliver(mine);
         }

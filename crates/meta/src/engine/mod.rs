@@ -402,6 +402,12 @@ impl Engine {
         self.pool.commit()
     }
 
+    /// A `sync` pool's journal: (position after the last change made,
+    /// position up to which it is durable). `None` in other modes.
+    pub fn sync_journal(&self) -> Option<(u64, u64)> {
+        self.pool.journal()
+    }
+
     /// Takes a checkpoint of a `sync` pool if one is due: more than
     /// `max_bytes` of journal to replay, or `max_age` since the last one.
     /// Returns whether it took one.

@@ -313,27 +313,20 @@ impl Synced {
             to
         } else {
             let to = self.wal.durable();
-            let traced = |off: u64, b: &[u8]| disk::write_at(&img, p, off, b);
-            wal::scan(&self.paths.wal, (from, to), |r| match r {
-                Rec::Bytes(off, b) => traced(off, b),
-                Rec::Zero(off, len) => {
-                    let zeros = vec![0u8; len.min(CHUNK) as usize];
-                    let mut at = off;
-                    while at < off + len {
-                        let n = (off + len - at).min(CHUNK) as usize;
-                        traced(at, &zeros[..n])?;
-                        at += n as u64;
-                    }
-                    Ok(())
-                }
-                Rec::Grow(len) => {
-                    let have = img.metadata().map_err(|e| io("stat", p, e))?.len();
-                    if len > have {
-                        disk::set_len(&img, p, len)?;
-                    }
-                    Ok(())
-                }
-            })?
+            // Every record before `to` was made when the pool was no
+            // longer than it is now.
+            let len = pool.len();
+            if img.metadata().map_err(|e| io("stat", p, e))?.len() < len {
+                disk::set_len(&img, p, len)?;
+            }
+            let mut map = Mapped::new(&img, p, len)?;
+            let end = wal::scan(&self.paths.wal, (from, to), |r| match r {
+                Rec::Bytes(off, b) => map.put(off, b),
+                Rec::Zero(off, n) => map.zero(off, n),
+                Rec::Grow(_) => Ok(()),
+            })?;
+            map.sync()?;
+            end
         };
         crate::crash_point!("ckpt.after_apply");
         disk::sync(&img, p)?;
@@ -379,5 +372,89 @@ impl Synced {
     pub(crate) fn stopped(&self) -> Result<()> {
         disk::remove(&self.paths.run)?;
         disk::sync_dir(self.paths.run.parent().unwrap_or(Path::new(".")))
+    }
+}
+
+/// The image mapped for a checkpoint: records are copied in, not written
+/// one system call each. The kernel may write its pages back at any time,
+/// which is harmless: only durable records are applied. Each copy is also
+/// noted in the power-cut trace, as a write would be.
+struct Mapped<'a> {
+    base: *mut u8,
+    len: usize,
+    path: &'a Path,
+}
+
+impl<'a> Mapped<'a> {
+    fn new(f: &File, path: &'a Path, len: u64) -> Result<Mapped<'a>> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a fresh shared mapping of `len` bytes of our own open
+        // file (at least that long); unmapped in `drop`.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len.max(1) as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io("map", path, std::io::Error::last_os_error()));
+        }
+        Ok(Mapped {
+            base: base as *mut u8,
+            len: len as usize,
+            path,
+        })
+    }
+
+    fn range(&self, off: u64, n: u64) -> Result<usize> {
+        match off.checked_add(n) {
+            Some(end) if end <= self.len as u64 => Ok(off as usize),
+            _ => Err(Error::Corrupt(format!(
+                "journal record at pool offset {off:#x} ({n} bytes) lies beyond the pool"
+            ))),
+        }
+    }
+
+    fn put(&mut self, off: u64, b: &[u8]) -> Result<()> {
+        let o = self.range(off, b.len() as u64)?;
+        disk::note_write(self.path, off, b);
+        // SAFETY: `o..o+len` is inside the mapping (checked); nothing else
+        // in this process maps the image.
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.base.add(o), b.len()) };
+        Ok(())
+    }
+
+    fn zero(&mut self, off: u64, n: u64) -> Result<()> {
+        let o = self.range(off, n)?;
+        disk::note_write(self.path, off, &vec![0u8; n as usize]);
+        // SAFETY: as in `put`.
+        unsafe { std::ptr::write_bytes(self.base.add(o), 0, n as usize) };
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<()> {
+        // SAFETY: our own live mapping.
+        let r = unsafe {
+            libc::msync(
+                self.base as *mut libc::c_void,
+                self.len.max(1),
+                libc::MS_SYNC,
+            )
+        };
+        if r != 0 {
+            return Err(io("msync", self.path, std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Mapped<'_> {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what `new` mapped.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len.max(1)) };
     }
 }

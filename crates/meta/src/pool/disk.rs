@@ -60,6 +60,13 @@ pub(crate) fn write_at(file: &File, path: &Path, off: u64, data: &[u8]) -> Resul
         .map_err(|e| io("write", path, e))
 }
 
+/// Notes in the trace a write made through a mapping of `path`.
+pub(crate) fn note_write(path: &Path, off: u64, data: &[u8]) {
+    if trace().is_some() {
+        note(b'W', path, off, data);
+    }
+}
+
 /// Sets the length of `file`.
 pub(crate) fn set_len(file: &File, path: &Path, len: u64) -> Result<()> {
     note(b'L', path, len, &[]);

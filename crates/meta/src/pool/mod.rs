@@ -513,6 +513,11 @@ impl Pool {
         }
     }
 
+    /// The journal's head and durable positions (`sync` pools).
+    pub fn journal(&self) -> Option<(u64, u64)> {
+        self.synced.get().map(|s| (s.wal.head(), s.wal.durable()))
+    }
+
     /// Is a checkpoint due (`sync` pools)?
     pub fn checkpoint_due(&self, max_bytes: u64, max_age: std::time::Duration) -> bool {
         self.synced.get().is_some_and(|s| s.due(max_bytes, max_age))
