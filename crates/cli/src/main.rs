@@ -3,6 +3,7 @@ use anyhow::{bail, Context, Result};
 use solofs_meta::{Config, Durability, Engine};
 use std::path::PathBuf;
 
+mod dump;
 mod keys;
 mod mount;
 mod serve;
@@ -18,6 +19,8 @@ USAGE:
     solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--config FILE]
     solofs stats METRICS_ADDR [--interval SECS] [--count N]
     solofs fsck (--data DIR | POOL) [--repair]
+    solofs dump --data DIR [-o FILE]      the whole namespace as one stream (docs/dump.md)
+    solofs load --data NEWDIR [-i FILE]   a new volume from a dump
     solofs key add NAME --data DIR [--read-only] [--subdir PATH] [--root-squash] [--uid-map C:S,…]
     solofs key list|revoke … --data DIR   (client keys; see `solofs key --help`)
     solofs bench [OPTIONS]        (see `solofs bench --help`)
@@ -88,6 +91,8 @@ fn run() -> Result<()> {
         Some("mount") => mount::mount(rest),
         Some("memfs") => mount::memfs(rest),
         Some("fsck") => fsck(rest),
+        Some("dump") => dump::dump(rest),
+        Some("load") => dump::load(rest),
         Some("key") => keys::main(rest),
         Some("bench") => solofs_bench::bench::main(rest),
         Some("serve") => serve::serve(rest),

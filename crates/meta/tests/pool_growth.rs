@@ -235,9 +235,12 @@ fn grown_extents_are_huge_before_use() {
     assert!(grown >= 16 << 20, "pool grew only {grown} bytes");
     eprintln!("{faults} page faults while the pool grew by {pages} pages");
     // Filling 4 KiB pages would take one fault per page grown (less the
-    // part grown ahead); huge pages take one per 2 MiB.
+    // part grown ahead); huge pages take one per 2 MiB. On a loaded
+    // machine the worker falls behind for some extents (700–750 faults
+    // for 7 168 pages were seen under a parallel build), so the bound is
+    // a quarter: far below one per page, far above what a quiet run takes.
     assert!(
-        faults * 10 < pages,
+        faults * 4 < pages,
         "{faults} page faults while the pool grew by {pages} pages"
     );
 }

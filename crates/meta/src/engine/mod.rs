@@ -52,6 +52,9 @@ pub struct Config {
     /// of the object store (0: none; at most 32 KiB; at most half the
     /// block size).
     pub inline_max: u64,
+    /// The volume id (random if `None`; `solofs load` keeps the dumped
+    /// volume's, which names its blocks in the object store).
+    pub volume_id: Option<[u8; 16]>,
 }
 
 impl Default for Config {
@@ -63,6 +66,7 @@ impl Default for Config {
             block_size: 4 << 20,
             storage: String::new(),
             inline_max: DEFAULT_INLINE_MAX,
+            volume_id: None,
         }
     }
 }
@@ -152,7 +156,7 @@ impl Engine {
         let pool = Pool::create(path, SEG_BASE + 16 * SEG_SIZE, cfg.reserve, cfg.durability)?;
         pool.write_bytes(H_MAGIC, &MAGIC)?;
         pool.st(H_VERSION, VERSION as u64 | HEADER_SIZE << 32)?;
-        pool.write_bytes(H_VOLID, &volume_id())?;
+        pool.write_bytes(H_VOLID, &cfg.volume_id.unwrap_or_else(volume_id))?;
         pool.st(H_ROOT, ROOT_INO)?;
         pool.st(H_EPOCH, 1)?;
         pool.st(H_CLEAN, 0)?;
@@ -237,11 +241,25 @@ impl Engine {
         Engine::open_with(path, Config::default().reserve)
     }
 
+    /// Opens a copy of a pool (a snapshot made by
+    /// [`crate::pool::checkpoint::snapshot`], or any pool file) without its
+    /// journal: a `sync` pool's copy is opened as a `process` one.
+    pub fn open_copy(path: &Path) -> Result<Engine> {
+        Engine::open_inner(path, Config::default().reserve, false)
+    }
+
     /// Opens `path` reserving `reserve` bytes of address space for growth.
     pub fn open_with(path: &Path, reserve: u64) -> Result<Engine> {
+        Engine::open_inner(path, reserve, true)
+    }
+
+    fn open_inner(path: &Path, reserve: u64, journal: bool) -> Result<Engine> {
         crate::crash::arm_from_env();
         // A sync pool after a power cut is rebuilt before anything reads it.
-        let start = crate::pool::checkpoint::prepare(path)?;
+        let start = match journal {
+            true => crate::pool::checkpoint::prepare(path)?,
+            false => None,
+        };
         let mut magic = [0u8; 8];
         let (pool, file_len) = Pool::open(path, reserve, Durability::Process)?;
         pool.read_bytes(H_MAGIC, &mut magic)?;
@@ -262,8 +280,11 @@ impl Engine {
             return Err(Error::Corrupt("header checksum mismatch".into()));
         }
         let cfg = pool.ld(H_CONFIG)?;
-        let durability = Durability::from_code(cfg as u32)
-            .ok_or_else(|| Error::Corrupt("unknown durability mode".into()))?;
+        let durability = match Durability::from_code(cfg as u32) {
+            Some(Durability::Sync) if !journal => Durability::Process,
+            Some(d) => d,
+            None => return Err(Error::Corrupt("unknown durability mode".into())),
+        };
         let nshards = (cfg >> 32) as u32;
         if nshards == 0 || nshards > MAX_SHARDS {
             return Err(Error::Corrupt(format!("shard count {nshards}")));
@@ -557,6 +578,9 @@ impl Engine {
     }
 
     pub(crate) fn next_ino(&self, ctx: &mut Ctx) -> Result<u64> {
+        if let Some(ino) = FORCED_INO.with(|f| f.take()) {
+            return Ok(ino);
+        }
         if ctx.ino_next == ctx.ino_end {
             let start = self.pool.u64(H_NEXT_INO)?.fetch_add(1024, Ordering::AcqRel);
             self.pool.persist(H_NEXT_INO, 8);
@@ -565,6 +589,39 @@ impl Engine {
         }
         ctx.ino_next += 1;
         Ok(ctx.ino_next - 1)
+    }
+}
+
+thread_local! {
+    /// The inode number the next create of this thread takes (`load`).
+    static FORCED_INO: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+impl Engine {
+    /// Runs `f` (one create, mknod, symlink or mkdir) so that the inode it
+    /// makes gets number `ino` (`solofs load` keeps inode numbers: blocks
+    /// in the object store are named by them). The number must be free and
+    /// above the root's; afterwards [`Engine::keep_inos_above`] makes sure
+    /// no later create hands it out again.
+    pub fn with_ino<T>(&self, ino: u64, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        if ino <= ROOT_INO {
+            return Err(Error::Invalid("an inode number at or below the root's"));
+        }
+        if self.inode(ino).is_ok() {
+            return Err(Error::Exists);
+        }
+        FORCED_INO.with(|c| c.set(Some(ino)));
+        let r = f();
+        FORCED_INO.with(|c| c.set(None));
+        r
+    }
+
+    /// Inode numbers up to `max` are never handed out by later creates.
+    pub fn keep_inos_above(&self, max: u64) -> Result<()> {
+        let w = self.pool.u64(H_NEXT_INO)?;
+        w.fetch_max(max + 1, Ordering::AcqRel);
+        self.pool.persist(H_NEXT_INO, 8);
+        Ok(())
     }
 }
 

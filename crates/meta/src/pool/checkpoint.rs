@@ -204,14 +204,7 @@ pub fn prepare(pool: &Path) -> Result<Option<Start>> {
         Ok(_) => LastStop::PowerCut,
     };
     let end = if last == LastStop::PowerCut {
-        let mut src = File::open(&paths.ckpt).map_err(|e| io("open", &paths.ckpt, e))?;
-        let mut dst = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(pool)
-            .map_err(|e| io("open", pool, e))?;
-        std::io::copy(&mut src, &mut dst).map_err(|e| io("restore", pool, e))?;
+        let dst = copy_image(&paths, pool)?;
         let end = wal::scan(&paths.wal, (head.replay_from, u64::MAX), |r| {
             apply(&dst, r).map_err(|e| io("replay into", pool, e))
         })?;
@@ -457,4 +450,40 @@ impl Drop for Mapped<'_> {
         // SAFETY: unmaps exactly what `new` mapped.
         unsafe { libc::munmap(self.base as *mut libc::c_void, self.len.max(1)) };
     }
+}
+
+/// Writes to `out` a pool file as the `sync` pool at `pool` is at this
+/// moment, while a server may be using it: the image, with the journal's
+/// records from the head's position applied, up to the last one written.
+/// Nothing the server holds is locked or changed. If a checkpoint moves
+/// the head meanwhile (and may drop segments being read), it starts over.
+/// The copy is a crashed pool: [`crate::Engine::open_copy`] opens it and
+/// its recovery runs.
+pub fn snapshot(pool: &Path, out: &Path) -> Result<()> {
+    let paths = Paths::of(pool);
+    let head_file = File::open(&paths.head).map_err(|e| io("open", &paths.head, e))?;
+    for _ in 0..20 {
+        let head = read_head(&head_file, &paths.head)?;
+        let dst = copy_image(&paths, out)?;
+        wal::scan(&paths.wal, (head.replay_from, u64::MAX), |r| {
+            apply(&dst, r).map_err(|e| io("replay into", out, e))
+        })?;
+        if read_head(&head_file, &paths.head)?.seq == head.seq {
+            return Ok(());
+        }
+    }
+    Err(Error::Busy)
+}
+
+/// A copy of the image at `to` (replacing what was there), open for writing.
+fn copy_image(paths: &Paths, to: &Path) -> Result<File> {
+    let mut src = File::open(&paths.ckpt).map_err(|e| io("open", &paths.ckpt, e))?;
+    let mut dst = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(to)
+        .map_err(|e| io("open", to, e))?;
+    std::io::copy(&mut src, &mut dst).map_err(|e| io("copy the image into", to, e))?;
+    Ok(dst)
 }

@@ -81,14 +81,20 @@ struct Flush {
     spare: Vec<u8>,
 }
 
-/// A record's check: CRC-32C (the SSE 4.2 instruction where the CPU has
-/// it) of the header's first 24 bytes and the payload.
+/// A record's check: CRC-32C of the header's first 24 bytes and the
+/// payload.
 fn check(head: &[u8], payload: &[u8]) -> u64 {
+    crc32c(crc32c(!0, &head[..24]), payload) as u64
+}
+
+/// CRC-32C (Castagnoli) of `b` continuing from `c` (start with `!0`; no
+/// final xor), with the SSE 4.2 instruction where the CPU has it.
+pub fn crc32c(c: u32, b: &[u8]) -> u32 {
     if std::is_x86_feature_detected!("sse4.2") {
         // SAFETY: the CPU has SSE 4.2 (checked just above).
-        unsafe { crc32c_hw(crc32c_hw(!0, &head[..24]), payload) as u64 }
+        unsafe { crc32c_hw(c, b) }
     } else {
-        crc32c_sw(crc32c_sw(!0, &head[..24]), payload) as u64
+        crc32c_sw(c, b)
     }
 }
 

@@ -1,0 +1,571 @@
+//! `solofs dump` and `solofs load`: the whole namespace as one stream
+//! (docs/dump.md), to back a volume's metadata up or move it.
+
+use anyhow::{bail, Context, Result};
+use solofs_meta::{Attr, Cred, Engine, FileType, SetAttr, TimeSet, ROOT_INO};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+const MAGIC: &[u8; 8] = b"SOLODUMP";
+const VERSION: u32 = 1;
+/// Largest record payload a reader accepts.
+const MAX_RECORD: u32 = 64 << 20;
+/// The directory anonymous (O_TMPFILE) files live in: not dumped.
+const TMPFILES: &[u8] = b".solofs-tmpfiles";
+
+/// A stream writer that keeps the check of everything written.
+struct Out<W: Write> {
+    w: W,
+    crc: u32,
+    buf: Vec<u8>,
+}
+
+impl<W: Write> Out<W> {
+    fn raw(&mut self, b: &[u8]) -> Result<()> {
+        self.crc = solofs_meta::pool::wal::crc32c(self.crc, b);
+        self.w.write_all(b)?;
+        Ok(())
+    }
+
+    /// One record: tag, payload length, payload (built by `f`).
+    fn rec(&mut self, tag: u8, f: impl FnOnce(&mut Vec<u8>)) -> Result<()> {
+        let mut b = std::mem::take(&mut self.buf);
+        b.clear();
+        f(&mut b);
+        let mut h = [0u8; 5];
+        h[0] = tag;
+        h[1..].copy_from_slice(&(b.len() as u32).to_le_bytes());
+        self.raw(&h)?;
+        self.raw(&b)?;
+        self.buf = b;
+        Ok(())
+    }
+}
+
+fn put_u32(b: &mut Vec<u8>, v: u32) {
+    b.extend_from_slice(&v.to_le_bytes());
+}
+fn put_u64(b: &mut Vec<u8>, v: u64) {
+    b.extend_from_slice(&v.to_le_bytes());
+}
+fn put_bytes(b: &mut Vec<u8>, v: &[u8]) {
+    put_u32(b, v.len() as u32);
+    b.extend_from_slice(v);
+}
+
+/// What the stream says of one inode: its attributes (all but the link
+/// count, birth time and blocks, which follow from the rest), and what
+/// else it holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inode {
+    pub a: Attr,
+    pub target: Vec<u8>,
+    pub inline: Option<Vec<u8>>,
+    pub map: Vec<(u64, u64)>,
+    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Inode {
+    /// Everything the engine holds of `a.ino`.
+    pub fn read(e: &Engine, a: &Attr) -> Result<Inode> {
+        let root = Cred::root();
+        let mut n = Inode {
+            a: a.clone(),
+            target: Vec::new(),
+            inline: None,
+            map: Vec::new(),
+            xattrs: Vec::new(),
+        };
+        match a.kind() {
+            FileType::Symlink => n.target = e.readlink(a.ino)?,
+            FileType::Regular => {
+                n.inline = e.inline_data(a.ino)?.1;
+                if n.inline.is_none() {
+                    n.map = e.data_map(a.ino)?.1.ranges().to_vec();
+                }
+            }
+            _ => {}
+        }
+        for name in e.listxattr(&root, a.ino)? {
+            let v = e.getxattr(&root, a.ino, &name)?;
+            n.xattrs.push((name, v));
+        }
+        Ok(n)
+    }
+
+    fn encode(&self, b: &mut Vec<u8>) {
+        let a = &self.a;
+        put_u64(b, a.ino);
+        put_u32(b, a.mode);
+        put_u32(b, a.uid);
+        put_u32(b, a.gid);
+        put_u64(b, a.size);
+        put_u64(b, a.rdev);
+        for t in [a.atime, a.mtime, a.ctime] {
+            put_u64(b, t as u64);
+        }
+        put_bytes(b, &self.target);
+        match &self.inline {
+            Some(d) => {
+                b.push(1);
+                put_bytes(b, d);
+            }
+            None => b.push(0),
+        }
+        put_u32(b, self.map.len() as u32);
+        for &(x, y) in &self.map {
+            put_u64(b, x);
+            put_u64(b, y);
+        }
+        put_u32(b, self.xattrs.len() as u32);
+        for (k, v) in &self.xattrs {
+            put_bytes(b, k);
+            put_bytes(b, v);
+        }
+    }
+
+    fn decode(r: &mut Rd) -> Result<Inode> {
+        let (ino, mode, uid, gid) = (r.u64()?, r.u32()?, r.u32()?, r.u32()?);
+        let (size, rdev) = (r.u64()?, r.u64()?);
+        let (atime, mtime, ctime) = (r.u64()? as i64, r.u64()? as i64, r.u64()? as i64);
+        let a = Attr {
+            ino,
+            mode,
+            nlink: 0,
+            uid,
+            gid,
+            size,
+            rdev,
+            atime,
+            mtime,
+            ctime,
+            btime: 0,
+            blocks: 0,
+        };
+        let mut n = Inode {
+            a,
+            target: r.bytes()?.to_vec(),
+            inline: None,
+            map: Vec::new(),
+            xattrs: Vec::new(),
+        };
+        if r.u8()? == 1 {
+            n.inline = Some(r.bytes()?.to_vec());
+        }
+        for _ in 0..r.u32()? {
+            n.map.push((r.u64()?, r.u64()?));
+        }
+        for _ in 0..r.u32()? {
+            let k = r.bytes()?.to_vec();
+            n.xattrs.push((k, r.bytes()?.to_vec()));
+        }
+        Ok(n)
+    }
+
+    fn kind(&self) -> u32 {
+        self.a.mode & solofs_meta::S_IFMT
+    }
+}
+
+/// A record's payload being read.
+struct Rd<'a>(&'a [u8]);
+
+impl<'a> Rd<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.0.len() < n {
+            bail!("a record of the dump is cut short");
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into()?))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into()?))
+    }
+    fn bytes(&mut self) -> Result<&'a [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+}
+
+/// Opens the volume in `data` for reading its whole namespace: directly if
+/// no server holds it; a running `sync` volume through a snapshot of its
+/// checkpoint and journal (the returned path, removed by the caller).
+fn open_for_dump(data: &Path) -> Result<(Engine, Option<PathBuf>)> {
+    let pool = data.join("meta.pool");
+    match Engine::open(&pool) {
+        Ok(e) => Ok((e, None)),
+        Err(solofs_meta::Error::Locked(_)) => {
+            let mut head = pool.clone().into_os_string();
+            head.push(".head");
+            if !Path::new(&head).exists() {
+                bail!(
+                    "{} is in use by a running server: a running volume can be dumped if it was made with --durability sync; stop the server to dump this one",
+                    pool.display()
+                );
+            }
+            let copy = data.join(format!("meta.pool.dump-{}", std::process::id()));
+            let r = solofs_meta::pool::checkpoint::snapshot(&pool, &copy)
+                .context("taking a snapshot of the running volume")
+                .and_then(|()| Engine::open_copy(&copy).context("opening the snapshot"));
+            match r {
+                Ok(e) => Ok((e, Some(copy))),
+                Err(e) => {
+                    let _ = std::fs::remove_file(&copy);
+                    Err(e)
+                }
+            }
+        }
+        Err(e) => Err(e).with_context(|| format!("opening {}", pool.display())),
+    }
+}
+
+pub fn dump(args: Vec<std::ffi::OsString>) -> Result<()> {
+    use lexopt::prelude::*;
+    let mut p = lexopt::Parser::from_args(args);
+    let (mut data, mut out): (Option<PathBuf>, Option<PathBuf>) = (None, None);
+    while let Some(a) = p.next()? {
+        match a {
+            Long("data") => data = Some(p.value()?.into()),
+            Long("output") | Short('o') => out = Some(p.value()?.into()),
+            Long("help") | Short('h') => {
+                println!("solofs dump --data DIR [-o FILE]   (default: standard output)");
+                return Ok(());
+            }
+            _ => return Err(a.unexpected().into()),
+        }
+    }
+    let data = data.context("dump needs --data DIR")?;
+    let (e, copy) = open_for_dump(&data)?;
+    let sink: Box<dyn Write> = match &out {
+        Some(f) if f.as_os_str() != "-" => {
+            Box::new(std::fs::File::create(f).with_context(|| format!("creating {}", f.display()))?)
+        }
+        _ => Box::new(std::io::stdout().lock()),
+    };
+    let r = write_dump(&e, BufWriter::with_capacity(1 << 20, sink));
+    drop(e);
+    if let Some(c) = copy {
+        let _ = std::fs::remove_file(c);
+    }
+    let (inodes, entries) = r?;
+    eprintln!("dumped {inodes} inodes, {entries} names");
+    Ok(())
+}
+
+/// Writes the stream; returns (inodes, names).
+pub fn write_dump<W: Write>(e: &Engine, w: W) -> Result<(u64, u64)> {
+    let mut o = Out {
+        w,
+        crc: !0,
+        buf: Vec::new(),
+    };
+    o.raw(MAGIC)?;
+    o.raw(&VERSION.to_le_bytes())?;
+    o.rec(b'V', |b| {
+        put_u64(b, e.block_size());
+        put_u64(b, e.inline_max());
+        put_u32(b, e.shard_count());
+        put_bytes(b, e.storage_url().as_bytes());
+        b.extend_from_slice(&e.volume_id());
+    })?;
+    let root = Cred::root();
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let ra = e.getattr(ROOT_INO)?;
+    let ri = Inode::read(e, &ra)?;
+    o.rec(b'I', |b| ri.encode(b))?;
+    let (mut inodes, mut entries) = (1u64, 0u64);
+    let mut seen: HashSet<u64> = HashSet::new();
+    let mut dirs = VecDeque::from([ROOT_INO]);
+    while let Some(d) = dirs.pop_front() {
+        let mut cookie = 0;
+        loop {
+            let v = e.readdir_plus(&root, d, cookie, 1024)?;
+            let Some(last) = v.last() else { break };
+            cookie = last.0.cookie;
+            for (de, a) in v {
+                if d == ROOT_INO && de.name == TMPFILES {
+                    continue;
+                }
+                if seen.insert(de.ino) {
+                    let n = Inode::read(e, &a)?;
+                    o.rec(b'I', |b| n.encode(b))?;
+                    inodes += 1;
+                    if de.kind == FileType::Directory {
+                        dirs.push_back(de.ino);
+                    }
+                }
+                o.rec(b'E', |b| {
+                    put_u64(b, d);
+                    put_bytes(b, &de.name);
+                    put_u64(b, de.ino);
+                })?;
+                entries += 1;
+                if tty && entries % 65536 == 0 {
+                    eprint!("\r{entries} names, {inodes} inodes");
+                }
+            }
+        }
+    }
+    if tty {
+        eprint!("\r");
+    }
+    // The end: the counts, then the check of everything before it.
+    let mut end = Vec::new();
+    end.push(b'Z');
+    put_u32(&mut end, 16);
+    put_u64(&mut end, inodes);
+    put_u64(&mut end, entries);
+    o.raw(&end)?;
+    let c = o.crc;
+    o.w.write_all(&c.to_le_bytes())?;
+    o.w.flush()?;
+    Ok((inodes, entries))
+}
+
+pub fn load(args: Vec<std::ffi::OsString>) -> Result<()> {
+    use lexopt::prelude::*;
+    let mut p = lexopt::Parser::from_args(args);
+    let (mut data, mut input): (Option<PathBuf>, Option<PathBuf>) = (None, None);
+    let mut durability = solofs_meta::Durability::Process;
+    let mut storage: Option<String> = None;
+    while let Some(a) = p.next()? {
+        match a {
+            Long("data") => data = Some(p.value()?.into()),
+            Long("input") | Short('i') => input = Some(p.value()?.into()),
+            Long("storage") => storage = Some(p.value()?.parse()?),
+            Long("durability") => {
+                let v: String = p.value()?.parse()?;
+                durability = solofs_meta::Durability::parse(&v)
+                    .context("durability is process, pmem or sync")?;
+            }
+            Long("help") | Short('h') => {
+                println!("solofs load --data DIR [-i FILE] [--storage URL] [--durability process|pmem|sync]\n  builds a new volume in DIR (absent or empty) from a dump (default: standard input);\n  its blocks stay where the dumped volume's are unless --storage says otherwise");
+                return Ok(());
+            }
+            _ => return Err(a.unexpected().into()),
+        }
+    }
+    let data = data.context("load needs --data DIR")?;
+    if std::fs::read_dir(&data).is_ok_and(|mut d| d.next().is_some()) {
+        bail!("{} is not empty: load builds a new volume", data.display());
+    }
+    let src: Box<dyn Read> = match &input {
+        Some(f) if f.as_os_str() != "-" => {
+            Box::new(std::fs::File::open(f).with_context(|| format!("opening {}", f.display()))?)
+        }
+        _ => Box::new(std::io::stdin().lock()),
+    };
+    let existed = data.exists();
+    match read_dump(
+        BufReader::with_capacity(1 << 20, src),
+        &data,
+        durability,
+        storage,
+    ) {
+        Ok((i, n)) => {
+            println!("loaded {i} inodes, {n} names into {}", data.display());
+            Ok(())
+        }
+        Err(e) => {
+            // Nothing half-loaded stays.
+            if existed {
+                if let Ok(d) = std::fs::read_dir(&data) {
+                    for x in d.flatten() {
+                        let _ = std::fs::remove_dir_all(x.path())
+                            .or_else(|_| std::fs::remove_file(x.path()));
+                    }
+                }
+            } else {
+                let _ = std::fs::remove_dir_all(&data);
+            }
+            Err(e.context("the dump was refused; nothing was loaded"))
+        }
+    }
+}
+
+/// A stream reader that keeps the check of everything read.
+struct In<R: Read> {
+    r: R,
+    crc: u32,
+}
+
+impl<R: Read> In<R> {
+    fn exact(&mut self, b: &mut [u8]) -> Result<()> {
+        self.r
+            .read_exact(b)
+            .context("the dump ends early (truncated?)")?;
+        self.crc = solofs_meta::pool::wal::crc32c(self.crc, b);
+        Ok(())
+    }
+}
+
+fn read_dump<R: Read>(
+    r: R,
+    data: &Path,
+    durability: solofs_meta::Durability,
+    storage: Option<String>,
+) -> Result<(u64, u64)> {
+    let mut i = In { r, crc: !0 };
+    let mut h = [0u8; 12];
+    i.exact(&mut h)?;
+    if &h[..8] != MAGIC {
+        bail!("not a SoloFS dump (bad magic)");
+    }
+    let v = u32::from_le_bytes(h[8..].try_into()?);
+    if v != VERSION {
+        bail!("dump format version {v}; this build reads version {VERSION}");
+    }
+    let mut payload = Vec::new();
+    let next = |i: &mut In<R>, payload: &mut Vec<u8>| -> Result<u8> {
+        let mut h = [0u8; 5];
+        i.exact(&mut h)?;
+        let len = u32::from_le_bytes(h[1..].try_into()?);
+        if len > MAX_RECORD {
+            bail!("a record of {len} bytes: the dump is damaged");
+        }
+        payload.resize(len as usize, 0);
+        i.exact(payload)?;
+        Ok(h[0])
+    };
+    if next(&mut i, &mut payload)? != b'V' {
+        bail!("the dump does not start with the volume's settings");
+    }
+    let mut rd = Rd(&payload);
+    let mut cfg = solofs_meta::Config {
+        block_size: rd.u64()?,
+        inline_max: rd.u64()?,
+        shards: rd.u32()?,
+        durability,
+        ..Default::default()
+    };
+    cfg.storage = String::from_utf8(rd.bytes()?.to_vec())?;
+    if let Some(s) = storage {
+        cfg.storage = s;
+    }
+    cfg.volume_id = Some(rd.take(16)?.try_into()?);
+    let e = crate::mount::format_data_dir(data, cfg)?;
+    let root = Cred::root();
+    let mut pending: HashMap<u64, Inode> = HashMap::new();
+    let mut made: HashSet<u64> = HashSet::from([ROOT_INO]);
+    let mut dirs: Vec<Inode> = Vec::new();
+    let (mut inodes, mut names, mut max) = (0u64, 0u64, ROOT_INO);
+    loop {
+        let tag = next(&mut i, &mut payload)?;
+        let mut rd = Rd(&payload);
+        match tag {
+            b'I' => {
+                let n = Inode::decode(&mut rd)?;
+                inodes += 1;
+                max = max.max(n.a.ino);
+                if n.a.ino == ROOT_INO || n.kind() == solofs_meta::S_IFDIR {
+                    dirs.push(n.clone());
+                }
+                if n.a.ino != ROOT_INO {
+                    pending.insert(n.a.ino, n);
+                }
+            }
+            b'E' => {
+                let parent = rd.u64()?;
+                let name = rd.bytes()?.to_vec();
+                let ino = rd.u64()?;
+                names += 1;
+                if !made.contains(&parent) {
+                    bail!("a name in directory {parent} before the directory itself");
+                }
+                if made.contains(&ino) {
+                    e.link(&root, ino, parent, &name)?;
+                } else {
+                    let n = pending
+                        .remove(&ino)
+                        .context("a name of an inode the dump never described")?;
+                    make(&e, parent, &name, &n)?;
+                    made.insert(ino);
+                }
+            }
+            b'Z' => {
+                let (ci, cn) = (rd.u64()?, rd.u64()?);
+                let before = i.crc;
+                let mut c = [0u8; 4];
+                i.r.read_exact(&mut c)
+                    .context("the dump ends early (truncated?)")?;
+                if u32::from_le_bytes(c) != before {
+                    bail!("the dump's check does not match: it is damaged");
+                }
+                if (ci, cn) != (inodes, names) {
+                    bail!(
+                        "the dump says {ci} inodes and {cn} names but holds {inodes} and {names}"
+                    );
+                }
+                if i.r.read(&mut [0u8; 1])? != 0 {
+                    bail!("bytes after the end of the dump");
+                }
+                break;
+            }
+            t => bail!("unknown record {t:#x}: the dump is damaged"),
+        }
+    }
+    if !pending.is_empty() {
+        bail!("{} inodes of the dump have no name", pending.len());
+    }
+    // Directories last: creating their children changed their times.
+    for d in &dirs {
+        finish(&e, d)?;
+    }
+    e.keep_inos_above(max)?;
+    e.close()?;
+    Ok((inodes, names))
+}
+
+/// Creates `n` as `name` in `parent`, keeping its inode number.
+fn make(e: &Engine, parent: u64, name: &[u8], n: &Inode) -> Result<()> {
+    let root = Cred::root();
+    let perm = n.a.mode & 0o7777;
+    e.with_ino(n.a.ino, || match n.kind() {
+        solofs_meta::S_IFDIR => e.mkdir(&root, parent, name, perm),
+        solofs_meta::S_IFREG => e.create(&root, parent, name, perm),
+        solofs_meta::S_IFLNK => e.symlink(&root, parent, name, &n.target),
+        _ => e.mknod(&root, parent, name, n.a.mode, n.a.rdev),
+    })
+    .with_context(|| format!("creating {}", String::from_utf8_lossy(name)))?;
+    if n.kind() == solofs_meta::S_IFREG {
+        match &n.inline {
+            Some(d) => {
+                e.write_inline(&root, n.a.ino, d, n.a.mtime, false)?;
+            }
+            None if n.a.size > 0 => {
+                e.write_commit(&root, n.a.ino, n.a.size, n.a.mtime, false, &n.map)?;
+            }
+            None => {}
+        }
+    }
+    if n.kind() != solofs_meta::S_IFDIR {
+        finish(e, n)?;
+    }
+    Ok(())
+}
+
+/// Owner, mode, extended attributes and times of an inode already made.
+fn finish(e: &Engine, n: &Inode) -> Result<()> {
+    let root = Cred::root();
+    for (k, v) in &n.xattrs {
+        e.setxattr(&root, n.a.ino, k, v, 0)?;
+    }
+    let sa = SetAttr {
+        mode: (n.kind() != solofs_meta::S_IFLNK).then_some(n.a.mode & 0o7777),
+        uid: Some(n.a.uid),
+        gid: Some(n.a.gid),
+        atime: TimeSet::At(n.a.atime),
+        mtime: TimeSet::At(n.a.mtime),
+        ..Default::default()
+    };
+    e.setattr(&root, n.a.ino, &sa)?;
+    Ok(())
+}
