@@ -231,12 +231,14 @@ pub fn dump(args: Vec<std::ffi::OsString>) -> Result<()> {
     use lexopt::prelude::*;
     let mut p = lexopt::Parser::from_args(args);
     let (mut data, mut out): (Option<PathBuf>, Option<PathBuf>) = (None, None);
+    let mut gzip = false;
     while let Some(a) = p.next()? {
         match a {
             Long("data") => data = Some(p.value()?.into()),
             Long("output") | Short('o') => out = Some(p.value()?.into()),
+            Long("gzip") | Short('z') => gzip = true,
             Long("help") | Short('h') => {
-                println!("solofs dump --data DIR [-o FILE]   (default: standard output)");
+                println!("solofs dump --data DIR [-o FILE] [--gzip]   (default: standard output)\n  --gzip  compress the stream (gzip; load recognizes it, and so does gunzip)");
                 return Ok(());
             }
             _ => return Err(a.unexpected().into()),
@@ -250,7 +252,13 @@ pub fn dump(args: Vec<std::ffi::OsString>) -> Result<()> {
         }
         _ => Box::new(std::io::stdout().lock()),
     };
-    let r = write_dump(&e, BufWriter::with_capacity(1 << 20, sink));
+    let r = if gzip {
+        let mut z = flate2::write::GzEncoder::new(sink, flate2::Compression::fast());
+        write_dump(&e, BufWriter::with_capacity(1 << 20, &mut z))
+            .and_then(|n| z.finish().map(|_| n).map_err(Into::into))
+    } else {
+        write_dump(&e, BufWriter::with_capacity(1 << 20, sink))
+    };
     drop(e);
     if let Some(c) = copy {
         let _ = std::fs::remove_file(c);
@@ -364,12 +372,14 @@ pub fn load(args: Vec<std::ffi::OsString>) -> Result<()> {
         _ => Box::new(std::io::stdin().lock()),
     };
     let existed = data.exists();
-    match read_dump(
-        BufReader::with_capacity(1 << 20, src),
-        &data,
-        durability,
-        storage,
-    ) {
+    // A gzip stream (`dump --gzip`) is recognized by its first two bytes.
+    let mut src = BufReader::with_capacity(1 << 20, src);
+    let gz = std::io::BufRead::fill_buf(&mut src).is_ok_and(|b| b.starts_with(&[0x1f, 0x8b]));
+    let src: Box<dyn Read> = match gz {
+        true => Box::new(BufReader::new(flate2::read::GzDecoder::new(src))),
+        false => Box::new(src),
+    };
+    match read_dump(src, &data, durability, storage) {
         Ok((i, n)) => {
             println!("loaded {i} inodes, {n} names into {}", data.display());
             Ok(())

@@ -144,6 +144,17 @@ fn round_trip_keeps_everything_and_bad_dumps_are_refused() {
     assert_fsck_clean(&b);
     let after = walk(&b.join("meta.pool"));
     assert_eq!(before, after);
+    // The same through a gzip stream.
+    let gz = a.path.with_extension("dump.gz");
+    let out = solofs(&["dump", "--data", p(&a.path), "--gzip", "-o", p(&gz)]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(std::fs::read(&gz).unwrap()[..2], [0x1f, 0x8b]);
+    let g = a.path.with_extension("g");
+    let _ = std::fs::remove_dir_all(&g);
+    let out = solofs(&["load", "--data", p(&g), "-i", p(&gz)]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(before, walk(&g.join("meta.pool")));
+    let _ = std::fs::remove_dir_all(&g);
     // The loaded volume keeps the dumped one's id (its blocks' names) and
     // hands out inode numbers none of the loaded ones has.
     let e = Engine::open(&b.join("meta.pool")).unwrap();
@@ -165,8 +176,13 @@ fn round_trip_keeps_everything_and_bad_dumps_are_refused() {
     let c = a.path.with_extension("c");
     let bad = a.path.with_extension("bad");
     let mut rng = Rng(7);
-    for case in 0..12 {
-        let mut v = bytes.clone();
+    let zbytes = std::fs::read(&gz).unwrap();
+    for case in 0..16 {
+        let mut v = if case < 12 {
+            bytes.clone()
+        } else {
+            zbytes.clone()
+        };
         if case % 2 == 0 {
             v.truncate(rng.below(v.len() as u64) as usize);
         } else {
@@ -184,7 +200,7 @@ fn round_trip_keeps_everything_and_bad_dumps_are_refused() {
         );
         assert!(!c.exists(), "case {case} left {}", c.display());
     }
-    for x in [&dump, &bad] {
+    for x in [&dump, &bad, &gz] {
         let _ = std::fs::remove_file(x);
     }
     let _ = std::fs::remove_dir_all(&b);
