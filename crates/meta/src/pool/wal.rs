@@ -151,12 +151,13 @@ impl Wal {
     }
 
     /// Appends one record to the buffer (never across a segment end).
-    fn push(log: &mut Log, kind: u16, off: u64, len: u64, payload: &[u8]) {
-        let size = HEAD + (payload.len() as u64).next_multiple_of(8);
+    /// Makes sure a record of `size` bytes starting at the head does not
+    /// cross a segment's end (a `PAD` record, or zeros, fill the rest).
+    fn room(log: &mut Log, size: u64) {
         let rest = SEGMENT - log.head % SEGMENT;
         if rest < size {
             if rest >= HEAD {
-                Wal::push(log, K_PAD, 0, rest - HEAD, &[]);
+                Wal::seal(log, log.buf.len(), K_PAD, 0, rest - HEAD, 0);
                 log.buf.resize(log.buf.len() + (rest - HEAD) as usize, 0);
                 log.head += rest - HEAD;
             } else {
@@ -164,38 +165,56 @@ impl Wal {
                 log.head += rest;
             }
         }
+    }
+
+    /// Writes the header of the record at `at` of the buffer, whose
+    /// `payload` bytes (a multiple of 8) follow it there, and moves the
+    /// head past it.
+    fn seal(log: &mut Log, at: usize, kind: u16, off: u64, len: u64, payload: usize) {
         let mut h = [0u8; HEAD as usize];
         h[..8].copy_from_slice(&log.head.to_le_bytes());
         h[8..16].copy_from_slice(&off.to_le_bytes());
         h[16..20].copy_from_slice(&(len as u32).to_le_bytes());
         h[20..22].copy_from_slice(&kind.to_le_bytes());
-        let c = check(&h, payload);
+        if log.buf.len() < at + HEAD as usize {
+            log.buf.resize(at + HEAD as usize, 0);
+        }
+        let body = &log.buf[at + HEAD as usize..at + HEAD as usize + payload];
+        let c = check(&h, body);
         h[24..].copy_from_slice(&c.to_le_bytes());
-        log.buf.extend_from_slice(&h);
-        log.buf.extend_from_slice(payload);
-        let pad = (payload.len() as u64).next_multiple_of(8) - payload.len() as u64;
-        log.buf.resize(log.buf.len() + pad as usize, 0);
-        log.head += size;
+        log.buf[at..at + HEAD as usize].copy_from_slice(&h);
+        log.head += HEAD + payload as u64;
+    }
+
+    /// Appends one record without payload.
+    fn push(log: &mut Log, kind: u16, off: u64, len: u64) {
+        Wal::room(log, HEAD);
+        let at = log.buf.len();
+        Wal::seal(log, at, kind, off, len, 0);
     }
 
     /// Records the bytes of `[off, off+len)` (widened to whole words) as
-    /// they are now.
+    /// they are now. They are read straight into the buffer.
     pub(crate) fn capture(&self, pool: &Pool, off: u64, len: u64) {
         let a = off & !7;
         let end = (off + len.max(1)).next_multiple_of(8).min(pool.len());
-        let mut scratch = Vec::new();
         let mut log = self.log.lock();
         let mut p = a;
         while p < end {
             let n = (end - p).min(PIECE);
-            scratch.resize(n as usize, 0);
-            if pool.read_bytes(p, &mut scratch).is_err() {
+            Wal::room(&mut log, HEAD + n);
+            let at = log.buf.len();
+            let body = at + HEAD as usize;
+            log.buf.resize(body + n as usize, 0);
+            if pool.read_bytes(p, &mut log.buf[body..]).is_err() {
+                log.buf.truncate(at);
                 break;
             }
-            if n >= 4096 && scratch.iter().all(|&b| b == 0) {
-                Wal::push(&mut log, K_ZERO, p, n, &[]);
+            if n >= 4096 && log.buf[body..].iter().all(|&b| b == 0) {
+                log.buf.truncate(at);
+                Wal::seal(&mut log, at, K_ZERO, p, n, 0);
             } else {
-                Wal::push(&mut log, K_BYTES, p, n, &scratch);
+                Wal::seal(&mut log, at, K_BYTES, p, n, n as usize);
             }
             p += n;
         }
@@ -204,7 +223,7 @@ impl Wal {
     /// Records that the pool grew to `len` bytes.
     pub(crate) fn grow(&self, len: u64) {
         let mut log = self.log.lock();
-        Wal::push(&mut log, K_GROW, len, 0, &[]);
+        Wal::push(&mut log, K_GROW, len, 0);
     }
 
     /// The position after the last record.
