@@ -203,9 +203,7 @@ fn open_for_dump(data: &Path) -> Result<(Engine, Option<PathBuf>)> {
     match Engine::open(&pool) {
         Ok(e) => Ok((e, None)),
         Err(solofs_meta::Error::Locked(_)) => {
-            let mut head = pool.clone().into_os_string();
-            head.push(".head");
-            if !Path::new(&head).exists() {
+            if !solofs_meta::pool::checkpoint::is_sync(&pool) {
                 bail!(
                     "{} is in use by a running server: a running volume can be dumped if it was made with --durability sync; stop the server to dump this one",
                     pool.display()

@@ -238,7 +238,7 @@ impl Committer {
         while !shared.stop.load(Ordering::SeqCst) {
             {
                 let mut w = self.want.lock();
-                let durable = shared.engine.sync_journal().map_or(u64::MAX, |j| j.1);
+                let durable = shared.engine.sync_durable().unwrap_or(u64::MAX);
                 if *w <= durable {
                     self.asked
                         .wait_for(&mut w, std::time::Duration::from_millis(100));

@@ -114,8 +114,6 @@ struct Conn {
     /// of `outbuf` on, nothing leaves before the journal is durable up to
     /// this position of its own. Oldest first.
     holds: std::collections::VecDeque<(usize, u64)>,
-    /// The engine, if its pool has a journal to wait for.
-    durable_in: Option<Arc<solofs_meta::Engine>>,
 }
 
 /// EBUSY, for a refusal because of the connection limit.
@@ -203,10 +201,6 @@ pub fn worker(
                                 waker: waker.clone(),
                                 caps: None,
                                 holds: Default::default(),
-                                durable_in: shared
-                                    .engine
-                                    .sync_journal()
-                                    .map(|_| shared.engine.clone()),
                             },
                         );
                         m.connections.fetch_add(1, Ordering::Relaxed);
@@ -230,7 +224,10 @@ pub fn worker(
                 // the journal has made durable since.
                 let told: Vec<usize> = conns
                     .iter_mut()
-                    .filter_map(|(&t, c)| (!(tell(c, &m) && flush(c, &m))).then_some(t))
+                    .filter_map(|(&t, c)| {
+                        let d = durable(&shared);
+                        (!(tell(c, &m, d) && flush(c, &m, d))).then_some(t)
+                    })
                     .collect();
                 for t in told {
                     close(&shared, &poll, &mut conns, t, &m);
@@ -310,7 +307,7 @@ fn service(shared: &Shared, c: &mut Conn, m: &Metrics, replies: &mut Vec<Reply>)
             }
         }
         process(shared, c, m, replies);
-        if !flush(c, m) {
+        if !flush(c, m, durable(shared)) {
             return false;
         }
         if c.state == State::Closing && c.outbuf.is_empty() {
@@ -327,22 +324,28 @@ fn service(shared: &Shared, c: &mut Conn, m: &Metrics, replies: &mut Vec<Reply>)
 
 /// Writes the notices queued for `c`; false if it must be closed (it let
 /// too many pile up).
-fn tell(c: &mut Conn, m: &Metrics) -> bool {
+fn tell(c: &mut Conn, m: &Metrics, durable: u64) -> bool {
     let Some(w) = &c.watcher else { return true };
     match w.take() {
         None => false,
         Some(list) if list.is_empty() => true,
         Some(list) => {
             solofs_proto::put_notices(&mut c.outbuf, &list);
-            flush(c, m)
+            flush(c, m, durable)
         }
     }
 }
 
-fn flush(c: &mut Conn, m: &Metrics) -> bool {
+/// How far a sync pool's journal is durable (everything, for other pools).
+fn durable(shared: &Shared) -> u64 {
+    shared.engine.sync_durable().unwrap_or(u64::MAX)
+}
+
+/// Writes what `c` may send: its output, up to the first reply still
+/// waiting for the journal to be durable past what `durable` says.
+fn flush(c: &mut Conn, m: &Metrics, durable: u64) -> bool {
     let mut limit = c.outbuf.len();
     if !c.holds.is_empty() {
-        let durable = c.durable();
         while c.holds.front().is_some_and(|h| h.1 <= durable) {
             c.holds.pop_front();
         }
@@ -518,15 +521,6 @@ fn frame(
         }
         (State::Ready, FrameType::Requests) => requests(shared, c, m, &mut r, replies),
         _ => fail(c, m, "unexpected frame for the connection's state"),
-    }
-}
-
-impl Conn {
-    /// How far the journal is durable (everything, if there is none).
-    fn durable(&self) -> u64 {
-        self.durable_in
-            .as_ref()
-            .map_or(u64::MAX, |e| e.sync_journal().map_or(u64::MAX, |j| j.1))
     }
 }
 

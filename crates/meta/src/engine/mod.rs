@@ -429,6 +429,12 @@ impl Engine {
         self.pool.journal()
     }
 
+    /// How far a `sync` pool's journal is durable (no lock taken).
+    /// `None` in other modes.
+    pub fn sync_durable(&self) -> Option<u64> {
+        self.pool.journal_durable()
+    }
+
     /// Takes a checkpoint of a `sync` pool if one is due: more than
     /// `max_bytes` of journal to replay, or `max_age` since the last one.
     /// Returns whether it took one.

@@ -20,7 +20,7 @@
 //! records died with the process).
 
 use super::disk;
-use super::wal::{self, Rec, Wal, CHUNK};
+use super::wal::{self, Rec, Wal};
 use super::Pool;
 use crate::error::{Error, Result};
 use std::fs::{File, OpenOptions};
@@ -28,6 +28,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
+/// Granule of the copy that brings the image level with the pool after a
+/// process crash.
+const CHUNK: u64 = 64 << 10;
 const HEAD_MAGIC: u64 = 0x4b43_4853_464f_4c4f; // "OLOFSHCK"
 const SLOT: u64 = 512;
 
@@ -144,6 +147,11 @@ fn write_head(f: &File, path: &Path, h: Head) -> Result<()> {
     disk::sync(f, path)
 }
 
+/// Is the pool at `pool` a `sync` pool (has it a checkpoint head)?
+pub fn is_sync(pool: &Path) -> bool {
+    Paths::of(pool).head.exists()
+}
+
 /// Makes the files of a new sync pool: the image is a copy of the freshly
 /// formatted (and flushed) pool file, the journal is empty.
 pub(crate) fn initialize(pool: &Path) -> Result<()> {
@@ -187,10 +195,10 @@ pub(crate) fn initialize(pool: &Path) -> Result<()> {
 /// pages are never read then: the machine may have written back any mix of
 /// them). The journal is cut after its last valid record.
 pub fn prepare(pool: &Path) -> Result<Option<Start>> {
-    let paths = Paths::of(pool);
-    if !paths.head.exists() {
+    if !is_sync(pool) {
         return Ok(None);
     }
+    let paths = Paths::of(pool);
     let lock = OpenOptions::new()
         .read(true)
         .write(true)

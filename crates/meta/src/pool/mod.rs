@@ -518,13 +518,19 @@ impl Pool {
         self.synced.get().map(|s| (s.wal.head(), s.wal.durable()))
     }
 
+    /// The journal's durable position (`sync` pools), without a lock.
+    pub fn journal_durable(&self) -> Option<u64> {
+        self.synced.get().map(|s| s.wal.durable())
+    }
+
     /// Is a checkpoint due (`sync` pools)?
     pub fn checkpoint_due(&self, max_bytes: u64, max_age: std::time::Duration) -> bool {
         self.synced.get().is_some_and(|s| s.due(max_bytes, max_age))
     }
 
-    /// Takes a checkpoint (`sync` pools; `all`: every chunk, not only the
-    /// changed ones).
+    /// Takes a checkpoint (`sync` pools): applies the durable journal to
+    /// the image; `all` (only before anything runs) copies the whole pool
+    /// into the image instead.
     pub fn checkpoint(&self, all: bool) -> Result<()> {
         match self.synced.get() {
             Some(s) => s.checkpoint(self, all),
@@ -536,7 +542,7 @@ impl Pool {
     /// that says the next start is clean.
     pub fn stop_sync(&self) -> Result<()> {
         if let Some(s) = self.synced.get() {
-            s.wal.commit(s.wal.head())?;
+            self.commit()?;
             s.checkpoint(self, false)?;
             s.stopped()?;
         }

@@ -36,9 +36,6 @@ pub const SEGMENT: u64 = 64 << 20;
 const HEAD: u64 = 32;
 /// Largest payload of one record (a longer range becomes several).
 const PIECE: u64 = 1 << 20;
-/// Granule of the copy that brings the image level with the pool after a
-/// process crash.
-pub const CHUNK: u64 = 64 << 10;
 
 pub(crate) const K_BYTES: u16 = 1;
 pub(crate) const K_ZERO: u16 = 2;
