@@ -14,6 +14,8 @@ fn every_command_has_help() {
         "serve",
         "stats",
         "fsck",
+        "dump",
+        "load",
         "bench",
         "crash-test",
         "memfs",
