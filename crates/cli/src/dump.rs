@@ -196,24 +196,29 @@ impl<'a> Rd<'a> {
 }
 
 /// Opens the volume in `data` for reading its whole namespace: directly if
-/// no server holds it; a running `sync` volume through a snapshot of its
-/// checkpoint and journal (the returned path, removed by the caller).
+/// no server holds it; if one does, through a copy as of one moment (the
+/// returned path, removed by the caller): a `sync` volume's is built from
+/// its checkpoint and journal, any other is asked of the server, which
+/// takes it with changing operations held (docs/dump.md).
 fn open_for_dump(data: &Path) -> Result<(Engine, Option<PathBuf>)> {
     let pool = data.join("meta.pool");
     match Engine::open(&pool) {
         Ok(e) => Ok((e, None)),
         Err(solofs_meta::Error::Locked(_)) => {
-            if !solofs_meta::pool::checkpoint::is_sync(&pool) {
-                bail!(
-                    "{} is in use by a running server: a running volume can be dumped if it was made with --durability sync; stop the server to dump this one",
-                    pool.display()
-                );
-            }
-            let copy = data.join(format!("meta.pool.dump-{}", std::process::id()));
-            let r = solofs_meta::pool::checkpoint::snapshot(&pool, &copy)
-                .context("taking a snapshot of the running volume")
-                .and_then(|()| Engine::open_copy(&copy).context("opening the snapshot"));
-            match r {
+            let copy = if solofs_meta::pool::checkpoint::is_sync(&pool) {
+                let copy = data.join(format!("meta.pool.dump-{}", std::process::id()));
+                solofs_meta::pool::checkpoint::snapshot(&pool, &copy)
+                    .context("taking a snapshot of the running volume")
+                    .map(|()| copy.clone())
+                    .inspect_err(|_| {
+                        let _ = std::fs::remove_file(&copy);
+                    })?
+            } else {
+                solofs_server::snapshots::request(&pool, std::time::Duration::from_secs(10))
+                    .map_err(|e| anyhow::anyhow!("{e}"))
+                    .with_context(|| format!("{} is in use by a running server", pool.display()))?
+            };
+            match Engine::open_copy(&copy).context("opening the snapshot") {
                 Ok(e) => Ok((e, Some(copy))),
                 Err(e) => {
                     let _ = std::fs::remove_file(&copy);

@@ -1,8 +1,10 @@
 //! `solofs dump` and `solofs load` with the real binary: a round trip
 //! keeps every inode number, name, attribute, extended attribute, hard
 //! link, symlink, special file, inline data and data map; a truncated or
-//! damaged dump is refused and leaves nothing; a running `sync` volume is
-//! dumped while a client keeps writing.
+//! damaged dump is refused and leaves nothing; a running volume (`sync`:
+//! from its checkpoint and journal; `process`: a copy the server takes with
+//! changing operations held) is dumped three times while two clients keep
+//! writing, and each dump is one moment.
 
 mod common;
 use common::*;
@@ -208,76 +210,136 @@ fn round_trip_keeps_everything_and_bad_dumps_are_refused() {
 
 #[test]
 fn a_running_sync_volume_is_dumped_while_it_takes_writes() {
-    let data = std::env::temp_dir().join(format!("solofs-dump-sync-{}", std::process::id()));
+    dumped_while_taking_writes("sync");
+}
+
+#[test]
+fn a_running_process_volume_is_dumped_while_it_takes_writes() {
+    dumped_while_taking_writes("process");
+}
+
+/// Three dumps while two clients write: each is one moment of the volume.
+fn dumped_while_taking_writes(durability: &str) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let data =
+        std::env::temp_dir().join(format!("solofs-dump-{durability}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
-    let out = solofs(&["mkfs", "--durability", "sync", "--data", p(&data)]);
+    let out = solofs(&["mkfs", "--durability", durability, "--data", p(&data)]);
     assert!(out.status.success(), "{out:?}");
     let srv = ServerProc::start_with(&data, "127.0.0.1:0", &[]);
     let secret = std::fs::read_to_string(data.join("secret")).unwrap();
     let c = solofs_client::Client::connect(&srv.addr, secret.trim().as_bytes()).unwrap();
     let r = Cred::root();
-    c.mkdir(&r, solofs_client::path("/w"), 0o755).unwrap();
-    for i in 0..2000 {
-        c.create(&r, solofs_client::path(&format!("/w/before-{i}")), 0o644)
-            .unwrap();
+    let at = |s: &str| solofs_client::path(s);
+    for d in ["/w", "/a", "/b"] {
+        c.mkdir(&r, at(d), 0o755).unwrap();
     }
-    // A writer goes on while the dump runs.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = {
+    c.create(&r, at("/a/x"), 0o644).unwrap();
+    for i in 0..2000 {
+        c.create(&r, at(&format!("/w/before-{i}")), 0o644).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let client = |stop: &Arc<AtomicBool>| {
         let (addr, secret, stop) = (srv.addr.clone(), secret.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let c = solofs_client::Client::connect(&addr, secret.trim().as_bytes()).unwrap();
-            let mut n = 0;
-            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                c.create(
-                    &Cred::root(),
-                    solofs_client::path(&format!("/w/during-{n}")),
-                    0o644,
-                )
-                .unwrap();
-                n += 1;
-            }
-            n
-        })
+        let c = solofs_client::Client::connect(&addr, secret.trim().as_bytes()).unwrap();
+        (c, stop)
     };
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let dump = data.with_extension("dump");
-    let out = solofs(&["dump", "--data", p(&data), "-o", p(&dump)]);
+    // Creates, each acknowledged before the next: a dump holds a prefix.
+    let (cw, st) = client(&stop);
+    let writer = std::thread::spawn(move || {
+        let mut n = 0;
+        while !st.load(Ordering::SeqCst) {
+            cw.create(
+                &Cred::root(),
+                solofs_client::path(&format!("/w/during-{n}")),
+                0o644,
+            )
+            .unwrap();
+            n += 1;
+        }
+        n
+    });
+    // One file moves between two directories: a dump holds it once.
+    let (cr, st) = client(&stop);
+    let mover = std::thread::spawn(move || {
+        let mut n = 0u64;
+        while !st.load(Ordering::SeqCst) {
+            let (from, to) = if n % 2 == 0 {
+                ("/a/x", "/b/x")
+            } else {
+                ("/b/x", "/a/x")
+            };
+            cr.rename(
+                &Cred::root(),
+                solofs_client::path(from),
+                solofs_client::path(to),
+                0,
+            )
+            .unwrap();
+            n += 1;
+        }
+        n
+    });
+    let mut dumps = Vec::new();
+    for k in 0..3 {
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        let dump = data.with_extension(format!("dump{k}"));
+        let out = solofs(&["dump", "--data", p(&data), "-o", p(&dump)]);
+        assert!(out.status.success(), "{out:?}");
+        dumps.push(dump);
+    }
     std::thread::sleep(std::time::Duration::from_millis(100));
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    stop.store(true, Ordering::SeqCst);
     let written = writer.join().unwrap();
-    assert!(out.status.success(), "{out:?}");
-    assert!(written > 0);
-    let copy = data.with_extension("copy");
-    let _ = std::fs::remove_dir_all(&copy);
-    let out = solofs(&["load", "--data", p(&copy), "-i", p(&dump)]);
-    assert!(out.status.success(), "{out:?}");
-    assert_fsck_clean(&copy);
-    let t = walk(&copy.join("meta.pool"));
-    for i in 0..2000 {
-        assert!(
-            t.contains_key(&format!("/w/before-{i}")),
-            "before-{i} missing"
-        );
+    let moved = mover.join().unwrap();
+    assert!(written > 0 && moved > 0);
+    if durability != "sync" {
+        // The server took the three copies, with no store from outside an
+        // operation while it copied.
+        let page = metrics_page(&srv.metrics);
+        assert_eq!(metric_sum(&page, "solofs_snapshots_total"), 3, "{page}");
+        assert_eq!(metric_sum(&page, "solofs_snapshot_stray_stores_total"), 0);
     }
-    // One moment: the files written during the dump are a prefix of what
-    // the writer made (each one was acknowledged before the next began).
-    let during = t.keys().filter(|k| k.starts_with("/w/during-")).count();
-    for i in 0..during {
-        assert!(
-            t.contains_key(&format!("/w/during-{i}")),
-            "during-{i} missing of {during}"
+    let mut seen = Vec::new();
+    for dump in &dumps {
+        let copy = data.with_extension("copy");
+        let _ = std::fs::remove_dir_all(&copy);
+        let out = solofs(&["load", "--data", p(&copy), "-i", p(dump)]);
+        assert!(out.status.success(), "{out:?}");
+        assert_fsck_clean(&copy);
+        let t = walk(&copy.join("meta.pool"));
+        for i in 0..2000 {
+            assert!(
+                t.contains_key(&format!("/w/before-{i}")),
+                "before-{i} missing"
+            );
+        }
+        // One moment: the files written during the dump are a prefix of
+        // what the writer made.
+        let during = t.keys().filter(|k| k.starts_with("/w/during-")).count();
+        for i in 0..during {
+            assert!(
+                t.contains_key(&format!("/w/during-{i}")),
+                "during-{i} missing of {during}"
+            );
+        }
+        assert!(during <= written);
+        assert_eq!(
+            t.contains_key("/a/x") as u32 + t.contains_key("/b/x") as u32,
+            1,
+            "the moving file is not in exactly one place"
         );
+        seen.push(during);
+        let _ = std::fs::remove_dir_all(&copy);
+        let _ = std::fs::remove_file(dump);
     }
-    assert!(during <= written);
+    assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
     // The running volume is untouched: no snapshot left beside it.
     assert!(std::fs::read_dir(&data)
         .unwrap()
         .flatten()
         .all(|e| !e.file_name().to_string_lossy().contains("dump")));
     drop(srv);
-    for x in [&data, &copy] {
-        let _ = std::fs::remove_dir_all(x);
-    }
-    let _ = std::fs::remove_file(&dump);
+    let _ = std::fs::remove_dir_all(&data);
 }

@@ -39,6 +39,7 @@ mod local;
 pub mod metrics;
 mod opens;
 mod replies;
+pub mod snapshots;
 pub mod tmpfiles;
 mod watch;
 
@@ -161,6 +162,8 @@ pub(crate) struct Shared {
     pub locks: filelocks::FileLocks,
     /// Client keys (keys.rs), from `keys` beside the pool.
     pub keys: keys::Keys,
+    /// Copies of the pool taken for dumps (snapshots.rs).
+    pub snapshots: snapshots::SnapshotStats,
 }
 
 /// Stops a running server from another thread (or a signal handler thread).
@@ -274,6 +277,7 @@ impl Server {
         if gone > 0 {
             eprintln!("solofs: removed {gone} anonymous files (O_TMPFILE) left by the last run");
         }
+        snapshots::clean(engine.path());
         let watch = watch::Watch::new(cfg.watch_cap);
         let marker = engine.path().with_extension("locks");
         let locks = filelocks::FileLocks::new(cfg.lock_grace, Some(marker));
@@ -293,6 +297,7 @@ impl Server {
             replies,
             deleter: Default::default(),
             watch,
+            snapshots: Default::default(),
         });
         let handle = Handle {
             shared: shared.clone(),
@@ -395,8 +400,13 @@ impl Server {
         }
         let mut events = Events::with_capacity(64);
         let mut next = 0usize;
+        let mut looked = Instant::now();
         while !self.shared.stop.load(Ordering::SeqCst) {
             self.shared.locks.tick();
+            if looked.elapsed() >= Duration::from_millis(200) {
+                looked = Instant::now();
+                snapshots::serve_requests(&self.shared);
+            }
             if let Err(e) = self
                 .poll
                 .poll(&mut events, Some(Duration::from_millis(500)))

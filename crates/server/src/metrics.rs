@@ -220,6 +220,10 @@ pub(crate) fn render(shared: &Shared, ms: &[Arc<Metrics>]) -> String {
     let _ = writeln!(s, "# HELP solofs_tofree_entries_total To-free queue entries finished.\n# TYPE solofs_tofree_entries_total counter\nsolofs_tofree_entries_total {}", d.entries.load(Ordering::Relaxed));
     let _ = writeln!(s, "# HELP solofs_tofree_waiting To-free entries waiting for a release or a retry.\n# TYPE solofs_tofree_waiting gauge\nsolofs_tofree_waiting {}", d.waiting.load(Ordering::Relaxed));
     let _ = writeln!(s, "# HELP solofs_tofree_errors_total Object store errors while deleting blocks.\n# TYPE solofs_tofree_errors_total counter\nsolofs_tofree_errors_total {}", d.errors.load(Ordering::Relaxed));
+    let p = &shared.snapshots;
+    let _ = writeln!(s, "# HELP solofs_snapshots_total Pool copies taken for dumps of the running volume.\n# TYPE solofs_snapshots_total counter\nsolofs_snapshots_total {}", p.taken.load(Ordering::Relaxed));
+    let _ = writeln!(s, "# HELP solofs_snapshot_hold_seconds_total Time changing operations were held for those copies.\n# TYPE solofs_snapshot_hold_seconds_total counter\nsolofs_snapshot_hold_seconds_total {}", p.held_us.load(Ordering::Relaxed) as f64 / 1e6);
+    let _ = writeln!(s, "# HELP solofs_snapshot_stray_stores_total Pool stores made outside any operation during a copy (0 expected).\n# TYPE solofs_snapshot_stray_stores_total counter\nsolofs_snapshot_stray_stores_total {}", p.strays.load(Ordering::Relaxed));
     s
 }
 

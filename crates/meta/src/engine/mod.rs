@@ -248,6 +248,19 @@ impl Engine {
         Engine::open_inner(path, Config::default().reserve, false)
     }
 
+    /// Writes to the new file `out` a copy of the pool as of one moment
+    /// while the engine serves: operations that change the pool are held
+    /// at their start while the copy is written (readers go on). The copy
+    /// is a pool between two operations; [`Engine::open_copy`] opens it.
+    /// `Busy` if the operations running did not finish within 30 s.
+    pub fn snapshot_to(&self, out: &Path) -> Result<crate::pool::gate::Quiet> {
+        let limit = std::time::Duration::from_secs(30);
+        match self.pool.gate().quiesce(limit, || self.pool.copy_to(out)) {
+            Some((r, q)) => r.map(|()| q),
+            None => Err(Error::Busy),
+        }
+    }
+
     /// Opens `path` reserving `reserve` bytes of address space for growth.
     pub fn open_with(path: &Path, reserve: u64) -> Result<Engine> {
         Engine::open_inner(path, reserve, true)
@@ -541,15 +554,16 @@ impl Engine {
         Error::Poisoned(why)
     }
 
-    /// Runs `f` with this thread's context.
+    /// Runs `f` with this thread's context, inside the pool's writers'
+    /// gate (so [`Engine::snapshot_to`] sees no operation half done).
     pub(crate) fn with_ctx<T>(&self, f: impl FnOnce(&mut Ctx) -> Result<T>) -> Result<T> {
-        let r = ctx::with_ctx(self.id, &self.ctxs, &self.alloc, |ctx| {
+        ctx::with_ctx(self.id, &self.ctxs, &self.alloc, |ctx| {
+            let _pass = self.pool.gate().enter();
             let r = f(ctx);
             self.release_freed(ctx);
+            self.free_abandoned()?;
             r
-        });
-        self.free_abandoned()?;
-        r
+        })
     }
 
     /// Frees what crash repair of the indexes found unreferenced.

@@ -24,7 +24,7 @@ use super::wal::{self, Rec, Wal};
 use super::Pool;
 use crate::error::{Error, Result};
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
@@ -490,6 +490,7 @@ fn copy_image(paths: &Paths, to: &Path) -> Result<File> {
         .write(true)
         .create(true)
         .truncate(true)
+        .mode(0o600)
         .open(to)
         .map_err(|e| io("open", to, e))?;
     std::io::copy(&mut src, &mut dst).map_err(|e| io("copy the image into", to, e))?;

@@ -18,6 +18,7 @@ pub mod checkpoint;
 mod disk;
 mod durability;
 mod file;
+pub mod gate;
 pub mod wal;
 pub use file::free_space;
 use file::*;
@@ -52,6 +53,8 @@ pub struct Pool {
     huge: Mutex<Option<HugeWorker>>,
     /// The journal and checkpoints of a `sync` pool.
     synced: std::sync::OnceLock<checkpoint::Synced>,
+    /// Holds writers off while a copy of the pool is taken.
+    gate: gate::Gate,
 }
 
 /// Background collapse of the mapping into 2 MiB pages (`MADV_COLLAPSE`).
@@ -179,6 +182,7 @@ impl Pool {
             durability,
             huge: Mutex::new(None),
             synced: std::sync::OnceLock::new(),
+            gate: gate::Gate::default(),
         };
         pool.map_extent(0, len as usize)?;
         pool.mapped.store(len as usize, Ordering::Release);
@@ -470,6 +474,9 @@ impl Pool {
                 }
             }
         }
+        if self.gate.closed() {
+            self.gate.stray();
+        }
     }
 
     /// A store that needs no ordering point while the page cache keeps
@@ -480,7 +487,40 @@ impl Pool {
     pub fn note(&self, off: u64, len: u64) {
         if self.durability != Durability::Process {
             self.persist(off, len);
+        } else if self.gate.closed() {
+            self.gate.stray();
         }
+    }
+
+    /// The writers' gate (see [`gate`]).
+    pub fn gate(&self) -> &gate::Gate {
+        &self.gate
+    }
+
+    /// Writes the whole pool to a new file `out` (sparse where the pool is
+    /// zero). Consistent only while no writer runs: call it inside
+    /// [`gate::Gate::quiesce`].
+    pub fn copy_to(&self, out: &Path) -> Result<()> {
+        use std::os::unix::fs::{FileExt, OpenOptionsExt};
+        let io = |e: std::io::Error| Error::io(format!("writing {}", out.display()), e);
+        let f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(out)
+            .map_err(io)?;
+        let len = self.len();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut off = 0;
+        while off < len {
+            let n = (len - off).min(buf.len() as u64) as usize;
+            self.read_bytes(off, &mut buf[..n])?;
+            if buf[..n].iter().any(|&b| b != 0) {
+                f.write_all_at(&buf[..n], off).map_err(io)?;
+            }
+            off += n as u64;
+        }
+        f.set_len(len).map_err(io)
     }
 
     /// Gives a `sync` pool its journal (from [`checkpoint::prepare`]).
