@@ -452,6 +452,8 @@ impl Engine {
     /// `max_bytes` of journal to replay, or `max_age` since the last one.
     /// Returns whether it took one.
     pub fn checkpoint_if_due(&self, max_bytes: u64, max_age: std::time::Duration) -> Result<bool> {
+        // The journal's next segment is zero-filled here, off the commits.
+        self.pool.prepare_journal()?;
         if !self.pool.checkpoint_due(max_bytes, max_age) {
             return Ok(false);
         }

@@ -31,7 +31,10 @@ use std::sync::atomic::Ordering;
 /// Granule of the copy that brings the image level with the pool after a
 /// process crash.
 const CHUNK: u64 = 64 << 10;
-const HEAD_MAGIC: u64 = 0x4b43_4853_464f_4c4f; // "OLOFSHCK"
+/// Journal format 2 (frames; docs/format.md §10).
+const HEAD_MAGIC: u64 = 0x3243_4853_464f_4c4f; // "OLOFSHC2"
+/// Journal format 1 (one record per persist), session 17's.
+const HEAD_MAGIC_1: u64 = 0x4b43_4853_464f_4c4f; // "OLOFSHCK"
 const SLOT: u64 = 512;
 
 /// The files of the sync pool at `pool`.
@@ -109,23 +112,28 @@ fn boot_id() -> String {
         .unwrap_or_default()
 }
 
-fn read_head(f: &File, path: &Path) -> Result<Head> {
-    let mut best: Option<Head> = None;
+/// The head with the higher `seq` of the two valid slots, and whether it
+/// was written for journal format 1.
+fn read_head(f: &File, path: &Path) -> Result<(Head, bool)> {
+    let mut best: Option<(Head, bool)> = None;
     for slot in 0..2 {
         let mut b = [0u8; 32];
         if f.read_exact_at(&mut b, slot * SLOT).is_err() {
             continue;
         }
         let w = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
-        if w(0) != HEAD_MAGIC || crate::hash::name_key(HEAD_MAGIC, &b[..24]) != w(24) {
+        let Some(magic) = [HEAD_MAGIC, HEAD_MAGIC_1]
+            .into_iter()
+            .find(|&m| w(0) == m && crate::hash::name_key(m, &b[..24]) == w(24))
+        else {
             continue;
-        }
+        };
         let h = Head {
             seq: w(8),
             replay_from: w(16),
         };
-        if best.is_none_or(|b| b.seq < h.seq) {
-            best = Some(h);
+        if best.is_none_or(|(b, _)| b.seq < h.seq) {
+            best = Some((h, magic == HEAD_MAGIC_1));
         }
     }
     best.ok_or_else(|| {
@@ -205,12 +213,24 @@ pub fn prepare(pool: &Path) -> Result<Option<Start>> {
         .open(&paths.head)
         .map_err(|e| io("open", &paths.head, e))?;
     super::file::lock_exclusive(&lock, pool)?;
-    let head = read_head(&lock, &paths.head)?;
+    let (mut head, format_1) = read_head(&lock, &paths.head)?;
     let last = match std::fs::read_to_string(&paths.run) {
         Err(_) => LastStop::Clean,
         Ok(id) if id.trim() == boot_id() => LastStop::ProcessCrash,
         Ok(_) => LastStop::PowerCut,
     };
+    if format_1 {
+        // A clean stop left nothing to replay: the head is written again
+        // in format 2. Anything else needs the journal read.
+        if last != LastStop::Clean {
+            return Err(Error::Corrupt(format!(
+                "{}: the journal was written by an older solofs (format 1) and the volume was not stopped cleanly; start it once with that version, stop it cleanly, then use this one",
+                paths.head.display()
+            )));
+        }
+        head.seq += 1;
+        write_head(&lock, &paths.head, head)?;
+    }
     let end = if last == LastStop::PowerCut {
         let dst = copy_image(&paths, pool)?;
         let end = wal::scan(&paths.wal, (head.replay_from, u64::MAX), |r| {
@@ -290,6 +310,11 @@ impl Synced {
 
     /// Is a checkpoint due: more journal than `max_bytes` to replay, or
     /// `max_age` since the last one and something to replay?
+    /// Makes the journal's next segment ahead of need.
+    pub(crate) fn prepare(&self) -> Result<()> {
+        self.wal.prepare_next()
+    }
+
     pub(crate) fn due(&self, max_bytes: u64, max_age: std::time::Duration) -> bool {
         let b = self.wal.backlog();
         b > max_bytes || (b > 0 && self.running.lock().elapsed() >= max_age)
@@ -471,12 +496,18 @@ pub fn snapshot(pool: &Path, out: &Path) -> Result<()> {
     let paths = Paths::of(pool);
     let head_file = File::open(&paths.head).map_err(|e| io("open", &paths.head, e))?;
     for _ in 0..20 {
-        let head = read_head(&head_file, &paths.head)?;
+        let (head, format_1) = read_head(&head_file, &paths.head)?;
+        if format_1 {
+            return Err(Error::Corrupt(format!(
+                "{}: the running server writes an older journal format (1); dump with its version of solofs",
+                paths.head.display()
+            )));
+        }
         let dst = copy_image(&paths, out)?;
         wal::scan(&paths.wal, (head.replay_from, u64::MAX), |r| {
             apply(&dst, r).map_err(|e| io("replay into", out, e))
         })?;
-        if read_head(&head_file, &paths.head)?.seq == head.seq {
+        if read_head(&head_file, &paths.head)?.0.seq == head.seq {
             return Ok(());
         }
     }

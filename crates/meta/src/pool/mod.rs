@@ -563,6 +563,11 @@ impl Pool {
         self.synced.get().map(|s| s.wal.durable())
     }
 
+    /// Makes the journal's next segment file ahead of need (`sync` pools).
+    pub fn prepare_journal(&self) -> Result<()> {
+        self.synced.get().map_or(Ok(()), |s| s.prepare())
+    }
+
     /// Is a checkpoint due (`sync` pools)?
     pub fn checkpoint_due(&self, max_bytes: u64, max_age: std::time::Duration) -> bool {
         self.synced.get().is_some_and(|s| s.due(max_bytes, max_age))
