@@ -138,6 +138,24 @@ impl Allocator {
 
     /// Allocates a zeroed object of at least `size` bytes for `shard`.
     pub fn alloc(&self, pool: &Pool, cache: &mut AllocCache, shard: u32, size: u32) -> Result<u64> {
+        self.alloc_owned(pool, cache, shard, size, |_| Ok(()))
+    }
+
+    /// As [`Allocator::alloc`], but `own(object)` runs before the bitmap
+    /// bit of each candidate is set: the caller records the object where
+    /// recovery looks (an intent word, a journal record) while it is still
+    /// free, so a crash right after the bit is set leaks nothing. Recovery
+    /// ignores a recorded object that is not allocated. A later `own` call
+    /// names the candidate that replaces the one before.
+    pub fn alloc_owned(
+        &self,
+        pool: &Pool,
+        cache: &mut AllocCache,
+        shard: u32,
+        size: u32,
+        mut own: impl FnMut(u64) -> Result<()>,
+    ) -> Result<u64> {
+        let own: &mut dyn FnMut(u64) -> Result<()> = &mut own;
         let class = class_of(size).ok_or(Error::TooBig)?;
         let off = if class < SMALL_CLASSES {
             let i = shard as usize * SMALL_CLASSES + class;
@@ -145,7 +163,7 @@ impl Allocator {
                 let seg = cache.cur[i];
                 if seg != NONE {
                     let from = cache.word[i] as u64;
-                    if let Some((off, w)) = self.take_slot(pool, seg as u64, class, from)? {
+                    if let Some((off, w)) = self.take_slot(pool, seg as u64, class, from, own)? {
                         cache.word[i] = w as u32;
                         break off;
                     }
@@ -158,7 +176,7 @@ impl Allocator {
             let mut cur = self.medium[class].lock();
             loop {
                 if *cur != NONE {
-                    if let Some((off, _)) = self.take_slot(pool, *cur as u64, class, 0)? {
+                    if let Some((off, _)) = self.take_slot(pool, *cur as u64, class, 0, own)? {
                         break off;
                     }
                     self.release(pool, *cur, 0, class);
@@ -178,6 +196,7 @@ impl Allocator {
         seg: u64,
         class: usize,
         from: u64,
+        own: &mut dyn FnMut(u64) -> Result<()>,
     ) -> Result<Option<(u64, u64)>> {
         let (n, data) = geometry(class);
         let base = seg_off(seg);
@@ -196,6 +215,7 @@ impl Allocator {
                 if slot >= n {
                     break;
                 }
+                own(base + data + slot * CLASSES[class] as u64)?;
                 crate::crash_point!("alloc.before_bitmap_set");
                 match word.compare_exchange(
                     cur,
@@ -205,6 +225,7 @@ impl Allocator {
                 ) {
                     Ok(_) => {
                         pool.persist(base + SG_BITMAP + 8 * w, 8);
+                        crate::crash_point!("alloc.after_bitmap_set");
                         return Ok(Some((base + data + slot * CLASSES[class] as u64, w)));
                     }
                     Err(now) => cur = now,

@@ -84,12 +84,13 @@ pub const JOURNAL_OPS: [&str; 11] = [
 /// Steps of a journaled operation.
 pub const JOURNAL_STEPS: [&str; 2] = ["after_commit", "after_apply"];
 /// Crash points with a fixed name (literal `crash_point!` calls in the source).
-pub const FIXED_POINTS: [&str; 16] = [
+pub const FIXED_POINTS: [&str; 17] = [
     "tofree.queued",
     "blob.after_listed",
     "tofree.finish",
     "pool.grow.before_extend",
     "alloc.before_bitmap_set",
+    "alloc.after_bitmap_set",
     "alloc.segment_claim",
     "index.split.after_copy",
     "index.split.after_mark",
@@ -176,6 +177,6 @@ mod tests {
         dedup.sort();
         dedup.dedup();
         assert_eq!(dedup.len(), all.len(), "duplicate crash point names");
-        assert_eq!(all.len(), 16 + 4 * 5 + 11 * 2);
+        assert_eq!(all.len(), 17 + 4 * 5 + 11 * 2);
     }
 }

@@ -69,6 +69,8 @@ pub const C_TOFREE: u64 = 32; // first page of this context's to-free queue
 pub const C_TOFREE_NEW: u64 = 40; // a to-free page being linked
 pub const C_DATA: u64 = 48; // data granules added minus removed by this context
 pub const C_JOURNAL: u64 = 64; // journal state word; ops follow
+pub const C_PEND_OBJ: u64 = 72; // a list page or node being installed
+pub const C_PEND_AT: u64 = 80; // the word it is being installed in
 pub const C_JOURNAL_OPS: u64 = 128;
 /// Most journal operations in one record (3 words each).
 pub const JOURNAL_MAX_OPS: usize = ((CTX_SIZE - C_JOURNAL_OPS) / 24) as usize;

@@ -23,8 +23,11 @@ use std::sync::atomic::Ordering;
 pub trait Mem {
     /// The pool.
     fn pool(&self) -> &Pool;
-    /// Allocates a zeroed object.
-    fn alloc(&mut self, size: u32) -> Result<u64>;
+    /// Allocates a zeroed object that will be installed in the word at
+    /// `at`; until [`Mem::settled`], a crash frees it unless `at` holds it.
+    fn alloc_for(&mut self, size: u32, at: u64) -> Result<u64>;
+    /// The object of the last `alloc_for` is installed, or freed.
+    fn settled(&mut self) -> Result<()>;
     /// Frees an object.
     fn free(&mut self, off: u64) -> Result<()>;
 }
@@ -77,29 +80,35 @@ pub fn get(pool: &Pool, root: u64, pos: u64) -> Result<u64> {
     }
 }
 
-fn new_page<M: Mem>(m: &mut M) -> Result<u64> {
-    let p = m.alloc(PAGE_SIZE)?;
+/// A new page, to be installed at `at` (`Mem::alloc_for`).
+fn new_page<M: Mem>(m: &mut M, at: u64) -> Result<u64> {
+    let p = m.alloc_for(PAGE_SIZE, at)?;
     m.pool().st(p, state(K_PAGE, S_NORMAL, 0))?;
     m.pool().persist(p, PAGE_SIZE as u64);
     Ok(p)
 }
 
-fn new_node<M: Mem>(m: &mut M) -> Result<u64> {
-    let p = m.alloc(NODE_SIZE)?;
+/// A new node, to be installed at `at` (`Mem::alloc_for`).
+fn new_node<M: Mem>(m: &mut M, at: u64) -> Result<u64> {
+    let p = m.alloc_for(NODE_SIZE, at)?;
     m.pool().persist(p, NODE_SIZE as u64);
     Ok(p)
 }
 
-/// Installs `child` in the word at `at` if it is 0; frees `child` if another
-/// thread won. Returns the word's final value.
-fn install<M: Mem>(m: &mut M, at: u64, child: u64) -> Result<u64> {
+/// Installs `child` in the word at `at` if it holds `old`, as
+/// `child | tag`; frees `child` if another thread won. Either way the
+/// allocation is settled first. Returns the word's final value.
+fn install<M: Mem>(m: &mut M, at: u64, old: u64, child: u64, tag: u64) -> Result<u64> {
     let w = m.pool().u64(at)?;
-    match w.compare_exchange(0, child, Ordering::AcqRel, Ordering::Acquire) {
+    match w.compare_exchange(old, child | tag, Ordering::AcqRel, Ordering::Acquire) {
         Ok(_) => {
             m.pool().persist(at, 8);
-            Ok(child)
+            m.settled()?;
+            Ok(child | tag)
         }
         Err(cur) => {
+            // Settled first: once freed, `child` may be another's.
+            m.settled()?;
             m.free(child)?;
             Ok(cur)
         }
@@ -112,32 +121,18 @@ pub fn slot_mut<M: Mem>(m: &mut M, root: u64, pos: u64) -> Result<u64> {
         let rw = m.pool().ld(root)?;
         let (node, depth) = read_root(m.pool(), root)?;
         if node == 0 {
-            let p = new_page(m)?;
-            let w = m.pool().u64(root)?;
-            if w.compare_exchange(0, p, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-            {
-                m.free(p)?;
-            } else {
-                m.pool().persist(root, 8);
-            }
+            let p = new_page(m, root)?;
+            install(m, root, 0, p, 0)?;
             continue;
         }
         if pos >= capacity(depth) {
             if depth >= MAX_LIST_DEPTH {
                 return Err(Error::NoSpace);
             }
-            let n = new_node(m)?;
+            let n = new_node(m, root)?;
             m.pool().st(n, node)?;
             m.pool().persist(n, 8);
-            let w = m.pool().u64(root)?;
-            if w.compare_exchange(rw, n | (depth + 1), Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-            {
-                m.free(n)?;
-            } else {
-                m.pool().persist(root, 8);
-            }
+            install(m, root, rw, n, depth + 1)?;
             continue;
         }
         let leaf = pos / PAGE_SLOTS;
@@ -148,11 +143,11 @@ pub fn slot_mut<M: Mem>(m: &mut M, root: u64, pos: u64) -> Result<u64> {
             let mut child = m.pool().ld(at)?;
             if child == 0 {
                 let c = if level == 0 {
-                    new_page(m)?
+                    new_page(m, at)?
                 } else {
-                    new_node(m)?
+                    new_node(m, at)?
                 };
-                child = install(m, at, c)?;
+                child = install(m, at, 0, c, 0)?;
             }
             cur = child;
         }

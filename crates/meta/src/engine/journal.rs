@@ -186,6 +186,44 @@ impl Engine {
         Ok(())
     }
 
+    /// Allocates an object for the operation, listed in its record (as
+    /// `New`) before the allocator sets its bitmap bit, so a crash right
+    /// after leaks nothing: recovery frees a listed object that is still
+    /// zeroed, and skips one that is not allocated.
+    pub(crate) fn j_alloc(
+        &self,
+        cache: &mut crate::alloc::AllocCache,
+        j: &mut Journal,
+        shard: u32,
+        size: u64,
+        state_word: u64,
+    ) -> Result<u64> {
+        let mut listed = false;
+        let unlist = |j: &mut Journal| {
+            j.ops.pop();
+            j.written = j.written.min(j.ops.len());
+        };
+        let r = self
+            .alloc
+            .alloc_owned(&self.pool, cache, shard, size as u32, |o| {
+                if listed {
+                    unlist(j);
+                }
+                listed = true;
+                self.j_new(j, o, state_word)
+            });
+        if r.is_err() && listed {
+            unlist(j);
+            if j.ops.is_empty() {
+                self.pool.st(j.area, 0)?;
+                self.pool.persist(j.area, 8);
+            } else {
+                self.set_jstate(j, PREPARED)?;
+            }
+        }
+        r
+    }
+
     /// Records an object allocated for the operation (freed if it aborts).
     pub(crate) fn j_new(&self, j: &mut Journal, obj: u64, state_word: u64) -> Result<()> {
         j.ops.push(Op::New {

@@ -452,13 +452,13 @@ impl Engine {
     /// `max_bytes` of journal to replay, or `max_age` since the last one.
     /// Returns whether it took one.
     pub fn checkpoint_if_due(&self, max_bytes: u64, max_age: std::time::Duration) -> Result<bool> {
+        let due = self.pool.checkpoint_due(max_bytes, max_age);
+        if due {
+            self.pool.checkpoint(false)?;
+        }
         // The journal's next segment is zero-filled here, off the commits.
         self.pool.prepare_journal()?;
-        if !self.pool.checkpoint_due(max_bytes, max_age) {
-            return Ok(false);
-        }
-        self.pool.checkpoint(false)?;
-        Ok(true)
+        Ok(due)
     }
 
     /// How a `sync` pool's last run ended (`None` for other modes).
@@ -585,9 +585,28 @@ impl Engine {
     pub(crate) fn mem<'a>(&'a self, ctx: &'a mut Ctx, shard: u32) -> EMem<'a> {
         EMem {
             e: self,
+            area: ctx_area(ctx.id),
             cache: &mut ctx.cache,
             shard,
         }
+    }
+
+    /// At open: frees a list page or node a crash left allocated but not
+    /// installed (`C_PEND_OBJ`, §3 of docs/format.md).
+    pub(crate) fn recover_pending(&self, area: u64) -> Result<()> {
+        let o = self.pool.ld(area + C_PEND_OBJ)?;
+        if o == 0 {
+            return Ok(());
+        }
+        let at = self.pool.ld(area + C_PEND_AT)?;
+        // An unreadable `at` keeps the object (a leak, not a double use).
+        let installed = self.pool.ld(at).map_or(true, |w| w & !15 == o);
+        if !installed && self.alloc.is_allocated(&self.pool, o) {
+            self.alloc.free(&self.pool, o)?;
+        }
+        self.pool.st(area + C_PEND_OBJ, 0)?;
+        self.pool.persist(area + C_PEND_OBJ, 8);
+        Ok(())
     }
 
     pub(crate) fn ixmem<'a>(&'a self, ctx: &'a mut Ctx, shard: u32) -> IxMem<'a> {
@@ -655,6 +674,8 @@ const SHARD_MEMO: usize = 1024;
 /// List maintenance memory for one shard.
 pub(crate) struct EMem<'a> {
     e: &'a Engine,
+    /// The context area (its `C_PEND_*` words).
+    area: u64,
     cache: &'a mut AllocCache,
     shard: u32,
 }
@@ -663,10 +684,29 @@ impl Mem for EMem<'_> {
     fn pool(&self) -> &Pool {
         &self.e.pool
     }
-    fn alloc(&mut self, size: u32) -> Result<u64> {
-        self.e
+    fn alloc_for(&mut self, size: u32, at: u64) -> Result<u64> {
+        let (p, a) = (&self.e.pool, self.area);
+        // Named before the allocator takes it (see `Allocator::alloc_owned`).
+        let own = |o| {
+            p.st(a + C_PEND_AT, at)?;
+            p.st(a + C_PEND_OBJ, o)?;
+            p.persist(a + C_PEND_OBJ, 16);
+            Ok(())
+        };
+        let r = self
+            .e
             .alloc
-            .alloc(&self.e.pool, self.cache, self.shard, size)
+            .alloc_owned(p, self.cache, self.shard, size, own);
+        if r.is_err() {
+            self.settled()?;
+        }
+        r
+    }
+    fn settled(&mut self) -> Result<()> {
+        let p = &self.e.pool;
+        p.st(self.area + C_PEND_OBJ, 0)?;
+        p.persist(self.area + C_PEND_OBJ, 8);
+        Ok(())
     }
     fn free(&mut self, off: u64) -> Result<()> {
         self.e.alloc.free(&self.e.pool, off)

@@ -87,18 +87,50 @@ impl Engine {
     }
 
     pub(super) fn set_intent(&self, ctx: &Ctx, obj: u64) -> Result<()> {
-        let a = ctx_area(ctx.id);
+        self.set_intent_of(ctx.id, obj)
+    }
+
+    fn set_intent_of(&self, id: usize, obj: u64) -> Result<()> {
+        let a = ctx_area(id);
         self.pool.st(a + C_INTENT_EPOCH, self.epoch as u64)?;
         self.pool.st(a + C_INTENT, obj)?;
         self.pool.persist(a, 16);
         Ok(())
     }
 
-    pub(super) fn set_intent2(&self, ctx: &Ctx, obj: u64) -> Result<()> {
-        let a = ctx_area(ctx.id);
+    fn set_intent2_of(&self, id: usize, obj: u64) -> Result<()> {
+        let a = ctx_area(id);
         self.pool.st(a + C_INTENT2, obj)?;
         self.pool.persist(a + C_INTENT2, 8);
         Ok(())
+    }
+
+    /// Allocates an object named by the context's intent word (`second`:
+    /// the second intent word) from before its bitmap bit is set, so that a
+    /// crash anywhere after leaks nothing. On failure the word is cleared:
+    /// it never names a free object that another operation may take.
+    pub(super) fn alloc_intent(
+        &self,
+        ctx: &mut Ctx,
+        shard: u32,
+        size: u64,
+        second: bool,
+    ) -> Result<u64> {
+        let id = ctx.id;
+        let own = |o| match second {
+            false => self.set_intent_of(id, o),
+            true => self.set_intent2_of(id, o),
+        };
+        let r = self
+            .alloc
+            .alloc_owned(&self.pool, &mut ctx.cache, shard, size as u32, own);
+        if r.is_err() {
+            match second {
+                false => self.set_intent_of(id, 0)?,
+                true => self.set_intent2_of(id, 0)?,
+            }
+        }
+        r
     }
 
     pub(super) fn clear_intent(&self, ctx: &Ctx, inodes: i64) -> Result<()> {
@@ -201,10 +233,7 @@ impl Engine {
             let shard = self.shard_of(parent);
             let nl = name.len() as u64;
             let bytes = F_NAME + pad8(nl) + pad8(target.len() as u64);
-            let f = self
-                .alloc
-                .alloc(&self.pool, &mut ctx.cache, shard, bytes as u32)?;
-            self.set_intent(ctx, f)?;
+            let f = self.alloc_intent(ctx, shard, bytes, false)?;
             self.touch_epoch(content)?;
             let pos = self
                 .pool
@@ -349,26 +378,15 @@ impl Engine {
             let a_bytes = D_NAME + pad8(nl);
             // Each object is recorded as soon as it is allocated, so a crash
             // between the two allocations leaks neither.
-            let a = self.alloc.alloc(
-                &self.pool,
-                &mut ctx.cache,
-                self.shard_of(parent),
-                a_bytes as u32,
-            )?;
-            self.set_intent(ctx, a)?;
-            let c =
-                match self
-                    .alloc
-                    .alloc(&self.pool, &mut ctx.cache, self.shard_of(ino), DIRC_SIZE)
-                {
-                    Ok(c) => c,
-                    Err(e) => {
-                        self.alloc.free(&self.pool, a)?;
-                        self.clear_intent(ctx, 0)?;
-                        return Err(e);
-                    }
-                };
-            self.set_intent2(ctx, c)?;
+            let a = self.alloc_intent(ctx, self.shard_of(parent), a_bytes, false)?;
+            let c = match self.alloc_intent(ctx, self.shard_of(ino), DIRC_SIZE as u64, true) {
+                Ok(c) => c,
+                Err(e) => {
+                    self.alloc.free(&self.pool, a)?;
+                    self.clear_intent(ctx, 0)?;
+                    return Err(e);
+                }
+            };
             self.touch_epoch(content)?;
             let pos = self
                 .pool
@@ -444,15 +462,15 @@ impl Engine {
             let t = self.clock.now(&self.pool);
             let n = newname.len() as u64;
             let bytes = L_NAME + pad8(n);
-            let l = self.alloc.alloc(
-                &self.pool,
-                &mut ctx.cache,
-                self.shard_of(newparent),
-                bytes as u32,
-            )?;
             let creating = state(K_LINK, S_CREATING, self.epoch);
             let mut j = self.journal(ctx);
-            self.j_new(&mut j, l, creating)?;
+            let l = self.j_alloc(
+                &mut ctx.cache,
+                &mut j,
+                self.shard_of(newparent),
+                bytes,
+                creating,
+            )?;
             self.touch_epoch(content)?;
             let pos = self
                 .pool

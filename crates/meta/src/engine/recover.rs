@@ -50,6 +50,7 @@ impl Engine {
             for id in 0..MAX_CTX as usize {
                 let a = ctx_area(id);
                 self.recover_free_pages(a)?;
+                self.recover_pending(a)?;
                 let obj = self.pool.ld(a + C_INTENT)?;
                 let content = self.pool.ld(a + C_INTENT2)?;
                 if obj != 0 {

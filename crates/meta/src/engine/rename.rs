@@ -239,11 +239,8 @@ impl Engine {
             0
         };
         let bytes = name_off + pad8(n) + pad8(extra);
-        let new = self
-            .alloc
-            .alloc(p, &mut ctx.cache, self.shard_of(parent), bytes as u32)?;
         let creating = state(kind, S_CREATING, self.epoch);
-        self.j_new(j, new, creating)?;
+        let new = self.j_alloc(&mut ctx.cache, j, self.shard_of(parent), bytes, creating)?;
         let mut f = 8;
         while f < name_off {
             p.st(new + f, p.ld(e + f)?)?;

@@ -105,9 +105,23 @@ impl Engine {
     /// page is named in `C_TOFREE_NEW` while it is linked, so a crash there
     /// leaks nothing (`recover_free_pages`).
     fn new_free_page(&self, ctx: &mut Ctx, area: u64) -> Result<u64> {
-        let page = self.alloc.alloc(&self.pool, &mut ctx.cache, 0, TF_PAGE)?;
-        self.pool.st(area + C_TOFREE_NEW, page)?;
-        self.pool.persist(area + C_TOFREE_NEW, 8);
+        // Named before the allocator takes it (`Allocator::alloc_owned`).
+        let own = |o| {
+            self.pool.st(area + C_TOFREE_NEW, o)?;
+            self.pool.persist(area + C_TOFREE_NEW, 8);
+            Ok(())
+        };
+        let page = match self
+            .alloc
+            .alloc_owned(&self.pool, &mut ctx.cache, 0, TF_PAGE, own)
+        {
+            Ok(p) => p,
+            Err(e) => {
+                self.pool.st(area + C_TOFREE_NEW, 0)?;
+                self.pool.persist(area + C_TOFREE_NEW, 8);
+                return Err(e);
+            }
+        };
         self.pool
             .write_bytes(page + 8, &[0u8; TF_PAGE as usize - 8])?;
         self.pool

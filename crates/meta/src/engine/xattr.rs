@@ -215,14 +215,14 @@ impl Engine {
             data.extend_from_slice(n);
             data.extend_from_slice(v);
         }
-        let b = self.alloc.alloc(
-            &self.pool,
-            &mut ctx.cache,
-            self.shard_of(ino),
-            (X_DATA + data.len() as u64) as u32,
-        )?;
         let st = state(K_XATTR, S_NORMAL, self.epoch);
-        self.j_new(j, b, st)?;
+        let b = self.j_alloc(
+            &mut ctx.cache,
+            j,
+            self.shard_of(ino),
+            X_DATA + data.len() as u64,
+            st,
+        )?;
         // Listed, not yet written: recovery frees it (still zeroed).
         crate::crash_point!("blob.after_listed");
         self.pool.st(b + X_OWNER, ino)?;

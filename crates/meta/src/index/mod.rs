@@ -63,11 +63,19 @@ pub struct IxMem<'a> {
 
 impl IxMem<'_> {
     fn alloc(&mut self, size: u64) -> Result<u64> {
+        self.alloc_owned(size, |_| Ok(()))
+    }
+
+    /// As `Allocator::alloc_owned`: `own` records the object where crash
+    /// repair looks before it is taken (a huge run: right after).
+    fn alloc_owned(&mut self, size: u64, mut own: impl FnMut(u64) -> Result<()>) -> Result<u64> {
         if class_of(size as u32).is_some() && size <= u32::MAX as u64 {
             self.alloc
-                .alloc(self.pool, self.cache, self.shard, size as u32)
+                .alloc_owned(self.pool, self.cache, self.shard, size as u32, own)
         } else {
-            self.alloc.alloc_huge(self.pool, size)
+            let o = self.alloc.alloc_huge(self.pool, size)?;
+            own(o)?;
+            Ok(o)
         }
     }
 }

@@ -20,12 +20,23 @@ impl HashIndex {
         if l == g {
             self.double(pool, dir, g, m)?;
         }
-        let new = m.alloc(ISEG_SIZE as u64)?;
-        // Record the new segment first, so a crash while it is filled frees
-        // it instead of leaking it.
-        pool.st(seg + IS_SPLIT_EPOCH, self.epoch as u64)?;
-        pool.st(seg + IS_SPLIT, new | PREPARING)?;
-        pool.persist(seg + IS_SPLIT, 16);
+        // Record the new segment before the allocator takes it, so a crash
+        // while it is taken or filled frees it instead of leaking it (crash
+        // repair skips a recorded segment that is not allocated).
+        let record = |o: u64| {
+            pool.st(seg + IS_SPLIT_EPOCH, self.epoch as u64)?;
+            pool.st(seg + IS_SPLIT, o | PREPARING)?;
+            pool.persist(seg + IS_SPLIT, 16);
+            Ok(())
+        };
+        let new = match m.alloc_owned(ISEG_SIZE as u64, record) {
+            Ok(n) => n,
+            Err(e) => {
+                pool.st(seg + IS_SPLIT, 0)?;
+                pool.persist(seg + IS_SPLIT, 8);
+                return Err(e);
+            }
+        };
         st.ver.fetch_add(1, Ordering::AcqRel);
         let prefix = pool.ld(seg + IS_PREFIX)?;
         pool.st(new, state(K_ISEG, S_NORMAL, 0))?;
@@ -168,7 +179,23 @@ impl HashIndex {
         if pool.ld(self.root + IR_DIR)? != dir {
             return Ok(());
         }
-        let nd = m.alloc(dir_size(g + 1))?;
+        // Recorded before it is taken: crash repair frees a new directory
+        // that is not the current one (and skips one not allocated).
+        let record = |o: u64| {
+            pool.st(self.root + IR_NEW_DIR, o)?;
+            pool.st(self.root + IR_OLD_DIR, dir)?;
+            pool.persist(self.root + IR_NEW_DIR, 16);
+            Ok(())
+        };
+        let nd = match m.alloc_owned(dir_size(g + 1), record) {
+            Ok(n) => n,
+            Err(e) => {
+                pool.st(self.root + IR_NEW_DIR, 0)?;
+                pool.st(self.root + IR_OLD_DIR, 0)?;
+                pool.persist(self.root + IR_NEW_DIR, 16);
+                return Err(e);
+            }
+        };
         pool.st(nd, state(K_IDIR, S_NORMAL, 0))?;
         pool.st(nd + ID_DEPTH, g + 1)?;
         for i in 0..1u64 << (g + 1) {
@@ -178,9 +205,6 @@ impl HashIndex {
             )?;
         }
         pool.persist(nd, dir_size(g + 1));
-        pool.st(self.root + IR_NEW_DIR, nd)?;
-        pool.st(self.root + IR_OLD_DIR, dir)?;
-        pool.persist(self.root + IR_NEW_DIR, 16);
         self.dir_ver.fetch_add(1, Ordering::AcqRel);
         crate::crash_point!("index.double.before_swap");
         pool.st(self.root + IR_DIR, nd)?;

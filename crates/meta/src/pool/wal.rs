@@ -430,10 +430,15 @@ impl Wal {
         Ok(())
     }
 
-    /// Makes the segment after the head's, if it is not there yet, so
-    /// that the commit that first needs it does not wait for its zeros.
+    /// Makes the segment after the head's, once the head is past the
+    /// middle of its own and if it is not there yet, so that the commit
+    /// that first needs it does not wait for its zeros.
     pub(crate) fn prepare_next(&self) -> Result<()> {
-        let next = seg_path(&self.dir, self.head() / SEGMENT + 1);
+        let head = self.head();
+        if head % SEGMENT < SEGMENT / 2 {
+            return Ok(());
+        }
+        let next = seg_path(&self.dir, head / SEGMENT + 1);
         let _m = self.making.lock();
         if !next.exists() {
             open_segment(&self.dir, &next)?;
@@ -627,6 +632,7 @@ mod tests {
         };
         let mut at_commit = (model.clone(), 0u64);
         let mut n = 0u64;
+        let mut prepared = 0;
         while wal.head() < SEGMENT + (8 << 20) {
             // A range of 1..64 words, sometimes the same one twice in a row.
             let words = 1 + rnd() % 64;
@@ -647,6 +653,17 @@ mod tests {
                 model[z as usize..z as usize + 8192].fill(0);
             }
             n += 1;
+            if n % 997 == 0 {
+                // As the checkpoint thread does: past the middle of a
+                // segment, the next one is made, full of zeros.
+                wal.prepare_next().unwrap();
+                let h = wal.head();
+                if h % SEGMENT >= SEGMENT / 2 {
+                    let next = seg_path(&dir.join("wal"), h / SEGMENT + 1);
+                    assert_eq!(std::fs::metadata(&next).unwrap().len(), SEGMENT);
+                    prepared += 1;
+                }
+            }
             if n % 97 == 0 {
                 wal.commit(wal.head()).unwrap();
                 at_commit = (model.clone(), wal.durable());
@@ -668,6 +685,7 @@ mod tests {
         };
         let (img, end) = replay(u64::MAX);
         assert_eq!(end, wal.durable());
+        assert!(prepared > 0);
         assert!(img == model, "replay differs from the captured bytes");
         // Tear the last frame: the journal ends where it began.
         let last = at_commit.1;
