@@ -33,21 +33,29 @@ impl Engine {
         }
     }
 
-    /// Removes a non-directory entry.
-    pub fn unlink(&self, cred: &Cred, parent: u64, name: &[u8]) -> Result<()> {
-        self.check_writable()?;
-        if is_dot(name) {
-            return Err(Error::IsDir);
-        }
-        check_name(name)?;
-        self.with_ctx(|ctx| loop {
+    /// The shared start of unlink and rmdir: opens `parent`, checks
+    /// search permission, probes `name` without locks, lets `check` refuse
+    /// the entry (or ask to look again), takes the locks (parent read, name
+    /// and inode write) and checks again under them: a parent that changed
+    /// or was modified in a crashed epoch, or another entry of the same
+    /// name meanwhile, start over; so does `check` asking again on the
+    /// entry as re-read under the locks (its `locked` argument is then
+    /// true).
+    pub(crate) fn lock_entry(
+        &self,
+        cred: &Cred,
+        parent: u64,
+        name: &[u8],
+        mut check: impl FnMut(&Obj, u64, bool) -> Result<Probe>,
+    ) -> Result<LockedEntry<'_>> {
+        loop {
             let (access, content) = self.open_dir(parent)?;
             perm::check(cred, self.dir_owner(access)?, X)?;
             let (e, o, ino) = self.probe_entry(parent, name)?;
-            if matches!(o, Obj::Dir { .. }) {
-                return Err(Error::IsDir);
+            if let Probe::Again = check(&o, ino, false)? {
+                continue;
             }
-            let _g = self.locks.lock(&[
+            let guard = self.locks.lock(&[
                 (hash::ino_key(parent), Mode::Read),
                 (hash::name_key(parent, name), Mode::Write),
                 (hash::ino_key(ino), Mode::Write),
@@ -60,10 +68,39 @@ impl Engine {
             {
                 continue;
             }
-            let o = self.obj(e)?;
-            if matches!(o, Obj::Dir { .. }) {
-                return Err(Error::IsDir);
+            let obj = self.obj(e)?;
+            if let Probe::Again = check(&obj, ino, true)? {
+                continue;
             }
+            return Ok(LockedEntry {
+                access,
+                content,
+                obj,
+                ino,
+                guard,
+            });
+        }
+    }
+
+    /// Removes a non-directory entry.
+    pub fn unlink(&self, cred: &Cred, parent: u64, name: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        if is_dot(name) {
+            return Err(Error::IsDir);
+        }
+        check_name(name)?;
+        self.with_ctx(|ctx| {
+            let LockedEntry {
+                access,
+                content,
+                obj: o,
+                ino,
+                guard: _g,
+                ..
+            } = self.lock_entry(cred, parent, name, |o, _, _| match o {
+                Obj::Dir { .. } => Err(Error::IsDir),
+                _ => Ok(Probe::Lock),
+            })?;
             let target = self.inode(ino)?;
             let towner = self.owner_of(target)?;
             perm::may_delete(cred, self.dir_owner(access)?, towner.uid)?;
@@ -137,7 +174,7 @@ impl Engine {
                 }
                 Obj::Dir { .. } => unreachable!("checked above"),
             }
-            return Ok(());
+            Ok(())
         })
     }
 
@@ -280,38 +317,35 @@ impl Engine {
             _ => {}
         }
         check_name(name)?;
-        self.with_ctx(|ctx| loop {
-            let (access, content) = self.open_dir(parent)?;
-            perm::check(cred, self.dir_owner(access)?, X)?;
-            let (e, o, ino) = self.probe_entry(parent, name)?;
-            let Obj::Dir { content: dc, .. } = o else {
-                return Err(Error::NotDir);
+        self.with_ctx(|ctx| {
+            // A directory modified in a crashed epoch is repaired first
+            // (not under the locks: the repair takes the inode's).
+            let stale = |o: &Obj, ino: u64, locked: bool| -> Result<Probe> {
+                let Obj::Dir { content: dc, .. } = *o else {
+                    return Err(Error::NotDir);
+                };
+                if self.pool.ld(dc + C_MOD_EPOCH)? >= self.epoch as u64 {
+                    return Ok(Probe::Lock);
+                }
+                if !locked {
+                    self.repair_dir(ino)?;
+                }
+                Ok(Probe::Again)
             };
-            if self.pool.ld(dc + C_MOD_EPOCH)? < self.epoch as u64 {
-                self.repair_dir(ino)?;
-                continue;
-            }
-            let _g = self.locks.lock(&[
-                (hash::ino_key(parent), Mode::Read),
-                (hash::name_key(parent, name), Mode::Write),
-                (hash::ino_key(ino), Mode::Write),
-            ]);
-            if self.find_ino(parent)? != Some(content)
-                || self.pool.ld(content + C_MOD_EPOCH)? < self.epoch as u64
-                || !self.same_entry(parent, name, e, ino)?
-            {
-                continue;
-            }
+            let LockedEntry {
+                access,
+                content,
+                obj,
+                guard: _g,
+                ..
+            } = self.lock_entry(cred, parent, name, stale)?;
             let Obj::Dir {
                 access: da,
                 content: dc,
-            } = self.obj(e)?
+            } = obj
             else {
                 return Err(Error::NotDir);
             };
-            if self.pool.ld(dc + C_MOD_EPOCH)? < self.epoch as u64 {
-                continue;
-            }
             perm::may_delete(cred, self.dir_owner(access)?, self.dir_owner(da)?.uid)?;
             if self.pool.ld(dc + C_NDENTS)? != 0 {
                 return Err(Error::NotEmpty);
@@ -339,7 +373,7 @@ impl Engine {
             crate::crash_point!("rmdir.after_unpublish");
             self.free_dir_objects(ctx, da, dc)?;
             self.clear_intent(ctx, -1)?;
-            return Ok(());
+            Ok(())
         })
     }
 
@@ -354,4 +388,26 @@ impl Engine {
         self.alloc.free(&self.pool, content)?;
         self.alloc.free(&self.pool, access)
     }
+}
+
+/// What `Engine::lock_entry`'s check decides about an entry.
+pub(crate) enum Probe {
+    /// Go on (take the locks, or return the locked entry).
+    Lock,
+    /// Look again from the start.
+    Again,
+}
+
+/// An entry locked for removal (`Engine::lock_entry`).
+pub(crate) struct LockedEntry<'a> {
+    /// The parent's access object.
+    pub access: u64,
+    /// The parent's content object.
+    pub content: u64,
+    /// What the entry is, as read under the locks.
+    pub obj: Obj,
+    /// Its inode number.
+    pub ino: u64,
+    /// The locks, held while this lives.
+    pub guard: crate::locks::Guard<'a>,
 }
