@@ -4,7 +4,8 @@
 //! damaged dump is refused and leaves nothing; a running volume (`sync`:
 //! from its checkpoint and journal; `process`: a copy the server takes with
 //! changing operations held) is dumped three times while two clients keep
-//! writing, and each dump is one moment.
+//! writing, and each dump is one moment; a server that does not take a
+//! dump's request up makes it fail cleanly.
 
 mod common;
 use common::*;
@@ -341,5 +342,61 @@ fn dumped_while_taking_writes(durability: &str) {
         .flatten()
         .all(|e| !e.file_name().to_string_lossy().contains("dump")));
     drop(srv);
+    let _ = std::fs::remove_dir_all(&data);
+}
+
+/// A server that does not take the request up (stopped with SIGSTOP) makes
+/// the dump fail with a message after its wait, leaving nothing behind;
+/// the files of a requester that is gone are removed at the next start.
+#[test]
+fn a_dump_the_server_does_not_answer_fails_cleanly() {
+    let data = std::env::temp_dir().join(format!("solofs-dump-stop-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let out = solofs(&["mkfs", "--data", p(&data)]);
+    assert!(out.status.success(), "{out:?}");
+    // Left by a dump that died (no process has this pid).
+    let stale = data.join("meta.pool.dump-999999999");
+    std::fs::write(&stale, b"old copy").unwrap();
+    std::fs::write(data.join("meta.pool.dump-999999999.want"), b"").unwrap();
+    let srv = ServerProc::start_with(&data, "127.0.0.1:0", &[]);
+    let left = |d: &Path| -> Vec<String> {
+        std::fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains("dump"))
+            .collect()
+    };
+    assert!(
+        left(&data).is_empty(),
+        "stale dump files kept: {:?}",
+        left(&data)
+    );
+    let pid = srv.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let target = data.with_extension("dump");
+    let dump = || solofs(&["dump", "--data", p(&data), "-o", p(&target)]);
+    let t0 = std::time::Instant::now();
+    let out = dump();
+    let waited = t0.elapsed();
+    assert!(Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("did not take up the request"), "{err}");
+    assert!(waited >= std::time::Duration::from_secs(9), "{waited:?}");
+    assert!(left(&data).is_empty(), "{:?}", left(&data));
+    // Once running again it serves a dump.
+    let out = dump();
+    assert!(out.status.success(), "{out:?}");
+    drop(srv);
+    let _ = std::fs::remove_file(&target);
     let _ = std::fs::remove_dir_all(&data);
 }
