@@ -206,7 +206,7 @@ fn open_for_dump(data: &Path) -> Result<(Engine, Option<PathBuf>)> {
         Ok(e) => Ok((e, None)),
         Err(solofs_meta::Error::Locked(_)) => {
             let copy = if solofs_meta::pool::checkpoint::is_sync(&pool) {
-                let copy = data.join(format!("meta.pool.dump-{}", std::process::id()));
+                let copy = solofs_server::snapshots::copy_path(&pool);
                 solofs_meta::pool::checkpoint::snapshot(&pool, &copy)
                     .context("taking a snapshot of the running volume")
                     .map(|()| copy.clone())

@@ -71,6 +71,13 @@ fn entries(pool: &Path) -> Vec<(u32, String, PathBuf)> {
         .collect()
 }
 
+/// Where this process's copy of `pool` goes (a server writes it for a
+/// `process` volume; `dump` makes it itself for a `sync` one). A server
+/// start removes it once this process is gone.
+pub fn copy_path(pool: &Path) -> PathBuf {
+    named(pool, std::process::id(), "")
+}
+
 /// At start: removes the files of requesters that are gone.
 pub(crate) fn clean(pool: &Path) {
     for (pid, _, path) in entries(pool) {
@@ -141,7 +148,7 @@ pub fn request(pool: &Path, pickup: Duration) -> Result<PathBuf, String> {
         named(pool, pid, ".want"),
         named(pool, pid, ".taking"),
         named(pool, pid, ".failed"),
-        named(pool, pid, ""),
+        copy_path(pool),
     );
     for p in [&taking, &failed, &done] {
         let _ = std::fs::remove_file(p);

@@ -4,8 +4,10 @@
 mod attr;
 mod ctx;
 mod datamap;
+mod durable;
 mod inline;
 mod journal;
+mod memory;
 mod mutate;
 mod objects;
 mod path;
@@ -18,13 +20,12 @@ mod xattr;
 pub use recover::RepairStats;
 pub use tofree::FreeJob;
 
-use crate::alloc::{AllocCache, Allocator};
+use crate::alloc::Allocator;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::hash;
 use crate::index::{self, HashIndex, IxMem};
 use crate::layout::*;
-use crate::list::Mem;
 use crate::locks::LockTable;
 use crate::pool::{Durability, Pool};
 use ctx::{Ctx, CtxPool};
@@ -248,19 +249,6 @@ impl Engine {
         Engine::open_inner(path, Config::default().reserve, false)
     }
 
-    /// Writes to the new file `out` a copy of the pool as of one moment
-    /// while the engine serves: operations that change the pool are held
-    /// at their start while the copy is written (readers go on). The copy
-    /// is a pool between two operations; [`Engine::open_copy`] opens it.
-    /// `Busy` if the operations running did not finish within 30 s.
-    pub fn snapshot_to(&self, out: &Path) -> Result<crate::pool::gate::Quiet> {
-        let limit = std::time::Duration::from_secs(30);
-        match self.pool.gate().quiesce(limit, || self.pool.copy_to(out)) {
-            Some((r, q)) => r.map(|()| q),
-            None => Err(Error::Busy),
-        }
-    }
-
     /// Opens `path` reserving `reserve` bytes of address space for growth.
     pub fn open_with(path: &Path, reserve: u64) -> Result<Engine> {
         Engine::open_inner(path, reserve, true)
@@ -427,45 +415,6 @@ impl Engine {
         self.pool.stop_sync()
     }
 
-    /// Makes every change made so far durable (`sync` pools: the journal
-    /// is written and `fdatasync`ed, shared with every other caller
-    /// waiting; other modes: nothing). A server calls it before replies
-    /// leave.
-    #[inline]
-    pub fn commit(&self) -> Result<()> {
-        self.pool.commit()
-    }
-
-    /// A `sync` pool's journal: (position after the last change made,
-    /// position up to which it is durable). `None` in other modes.
-    pub fn sync_journal(&self) -> Option<(u64, u64)> {
-        self.pool.journal()
-    }
-
-    /// How far a `sync` pool's journal is durable (no lock taken).
-    /// `None` in other modes.
-    pub fn sync_durable(&self) -> Option<u64> {
-        self.pool.journal_durable()
-    }
-
-    /// Takes a checkpoint of a `sync` pool if one is due: more than
-    /// `max_bytes` of journal to replay, or `max_age` since the last one.
-    /// Returns whether it took one.
-    pub fn checkpoint_if_due(&self, max_bytes: u64, max_age: std::time::Duration) -> Result<bool> {
-        let due = self.pool.checkpoint_due(max_bytes, max_age);
-        if due {
-            self.pool.checkpoint(false)?;
-        }
-        // The journal's next segment is zero-filled here, off the commits.
-        self.pool.prepare_journal()?;
-        Ok(due)
-    }
-
-    /// How a `sync` pool's last run ended (`None` for other modes).
-    pub fn last_stop(&self) -> Option<crate::pool::checkpoint::LastStop> {
-        self.pool.last_stop()
-    }
-
     /// The volume id recorded at format time.
     pub fn volume_id(&self) -> [u8; 16] {
         let mut v = [0u8; 16];
@@ -582,42 +531,6 @@ impl Engine {
         Ok(())
     }
 
-    pub(crate) fn mem<'a>(&'a self, ctx: &'a mut Ctx, shard: u32) -> EMem<'a> {
-        EMem {
-            e: self,
-            area: ctx_area(ctx.id),
-            cache: &mut ctx.cache,
-            shard,
-        }
-    }
-
-    /// At open: frees a list page or node a crash left allocated but not
-    /// installed (`C_PEND_OBJ`, §3 of docs/format.md).
-    pub(crate) fn recover_pending(&self, area: u64) -> Result<()> {
-        let o = self.pool.ld(area + C_PEND_OBJ)?;
-        if o == 0 {
-            return Ok(());
-        }
-        let at = self.pool.ld(area + C_PEND_AT)?;
-        // An unreadable `at` keeps the object (a leak, not a double use).
-        let installed = self.pool.ld(at).map_or(true, |w| w & !15 == o);
-        if !installed && self.alloc.is_allocated(&self.pool, o) {
-            self.alloc.free(&self.pool, o)?;
-        }
-        self.pool.st(area + C_PEND_OBJ, 0)?;
-        self.pool.persist(area + C_PEND_OBJ, 8);
-        Ok(())
-    }
-
-    pub(crate) fn ixmem<'a>(&'a self, ctx: &'a mut Ctx, shard: u32) -> IxMem<'a> {
-        IxMem {
-            pool: &self.pool,
-            alloc: &self.alloc,
-            cache: &mut ctx.cache,
-            shard,
-        }
-    }
-
     pub(crate) fn next_ino(&self, ctx: &mut Ctx) -> Result<u64> {
         if let Some(ino) = FORCED_INO.with(|f| f.take()) {
             return Ok(ino);
@@ -670,48 +583,6 @@ impl Engine {
 const DIR_HINTS: usize = 256;
 /// Entries of the shard memo.
 const SHARD_MEMO: usize = 1024;
-
-/// List maintenance memory for one shard.
-pub(crate) struct EMem<'a> {
-    e: &'a Engine,
-    /// The context area (its `C_PEND_*` words).
-    area: u64,
-    cache: &'a mut AllocCache,
-    shard: u32,
-}
-
-impl Mem for EMem<'_> {
-    fn pool(&self) -> &Pool {
-        &self.e.pool
-    }
-    fn alloc_for(&mut self, size: u32, at: u64) -> Result<u64> {
-        let (p, a) = (&self.e.pool, self.area);
-        // Named before the allocator takes it (see `Allocator::alloc_owned`).
-        let own = |o| {
-            p.st(a + C_PEND_AT, at)?;
-            p.st(a + C_PEND_OBJ, o)?;
-            p.persist(a + C_PEND_OBJ, 16);
-            Ok(())
-        };
-        let r = self
-            .e
-            .alloc
-            .alloc_owned(p, self.cache, self.shard, size, own);
-        if r.is_err() {
-            self.settled()?;
-        }
-        r
-    }
-    fn settled(&mut self) -> Result<()> {
-        let p = &self.e.pool;
-        p.st(self.area + C_PEND_OBJ, 0)?;
-        p.persist(self.area + C_PEND_OBJ, 8);
-        Ok(())
-    }
-    fn free(&mut self, off: u64) -> Result<()> {
-        self.e.alloc.free(&self.e.pool, off)
-    }
-}
 
 /// (offset of the word whose bits 16..24 hold the name length, name offset).
 pub(crate) fn entry_name_offsets(kind: u8) -> (u64, u64) {

@@ -16,8 +16,12 @@
 //! worse than a power cut in `pmem` mode, which the ordered updates survive.
 //! Tests assert that no stray happens.
 
+use super::Pool;
+use crate::error::{Error, Result};
 use parking_lot::{Condvar, Mutex};
 use std::cell::Cell;
+use std::fs::OpenOptions;
+use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -210,6 +214,39 @@ impl Drop for Pass<'_> {
                 g.cv.notify_all();
             }
         }
+    }
+}
+
+impl Pool {
+    /// The writers' gate (see this module).
+    pub fn gate(&self) -> &Gate {
+        &self.gate
+    }
+
+    /// Writes the whole pool to a new file `out` (sparse where the pool is
+    /// zero). Consistent only while no writer runs: call it inside
+    /// [`Gate::quiesce`].
+    pub fn copy_to(&self, out: &Path) -> Result<()> {
+        use std::os::unix::fs::{FileExt, OpenOptionsExt};
+        let io = |e: std::io::Error| Error::io(format!("writing {}", out.display()), e);
+        let f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(out)
+            .map_err(io)?;
+        let len = self.len();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut off = 0;
+        while off < len {
+            let n = (len - off).min(buf.len() as u64) as usize;
+            self.read_bytes(off, &mut buf[..n])?;
+            if buf[..n].iter().any(|&b| b != 0) {
+                f.write_all_at(&buf[..n], off).map_err(io)?;
+            }
+            off += n as u64;
+        }
+        f.set_len(len).map_err(io)
     }
 }
 

@@ -492,37 +492,6 @@ impl Pool {
         }
     }
 
-    /// The writers' gate (see [`gate`]).
-    pub fn gate(&self) -> &gate::Gate {
-        &self.gate
-    }
-
-    /// Writes the whole pool to a new file `out` (sparse where the pool is
-    /// zero). Consistent only while no writer runs: call it inside
-    /// [`gate::Gate::quiesce`].
-    pub fn copy_to(&self, out: &Path) -> Result<()> {
-        use std::os::unix::fs::{FileExt, OpenOptionsExt};
-        let io = |e: std::io::Error| Error::io(format!("writing {}", out.display()), e);
-        let f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(out)
-            .map_err(io)?;
-        let len = self.len();
-        let mut buf = vec![0u8; 1 << 20];
-        let mut off = 0;
-        while off < len {
-            let n = (len - off).min(buf.len() as u64) as usize;
-            self.read_bytes(off, &mut buf[..n])?;
-            if buf[..n].iter().any(|&b| b != 0) {
-                f.write_all_at(&buf[..n], off).map_err(io)?;
-            }
-            off += n as u64;
-        }
-        f.set_len(len).map_err(io)
-    }
-
     /// Gives a `sync` pool its journal (from [`checkpoint::prepare`]).
     /// After a process crash the image is brought level with the pool
     /// first: the pool holds changes whose records died with the process.

@@ -172,6 +172,11 @@ fn crc32c_sw(mut c: u32, b: &[u8]) -> u32 {
     c
 }
 
+/// An entry's tag: pool offset | kind | words << 48 (docs/format.md §10).
+fn tag_word(kind: u64, off: u64, words: u64) -> u64 {
+    (off & OFF_MASK) | kind | (words << 48)
+}
+
 fn seg_path(dir: &Path, seg: u64) -> PathBuf {
     dir.join(format!("{seg:016x}"))
 }
@@ -241,8 +246,8 @@ impl Wal {
 
     /// Appends an entry's tag (its payload, if any, follows).
     fn tag(log: &mut Log, kind: u64, off: u64, words: u64) {
-        let t = (off & OFF_MASK) | kind | (words << 48);
-        log.buf.extend_from_slice(&t.to_le_bytes());
+        log.buf
+            .extend_from_slice(&tag_word(kind, off, words).to_le_bytes());
         log.head += 8;
     }
 
@@ -284,8 +289,7 @@ impl Wal {
                 Wal::tag(&mut log, K_ZERO, p, n / 8);
                 log.last = None;
             } else {
-                let t = p | K_BYTES | ((n / 8) << 48);
-                log.buf[at - 8..at].copy_from_slice(&t.to_le_bytes());
+                log.buf[at - 8..at].copy_from_slice(&tag_word(K_BYTES, p, n / 8).to_le_bytes());
                 log.head += 8 + n;
                 log.last = Some((at, p, n));
             }
@@ -588,164 +592,4 @@ pub(crate) fn cut(dir: &Path, end: u64) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn crc32c_matches_the_standard_and_the_instruction() {
-        // The check value of CRC-32C (RFC 3720): "123456789" -> e3069283.
-        assert_eq!(crc32c_sw(!0, b"123456789") ^ !0, 0xE306_9283);
-        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7 + i / 13) as u8).collect();
-        if std::is_x86_feature_detected!("sse4.2") {
-            for n in [0, 1, 7, 8, 9, 100, 1000] {
-                // SAFETY: the CPU has SSE 4.2 (checked above).
-                let hw = unsafe { crc32c_hw(!0, &data[..n]) };
-                assert_eq!(hw, crc32c_sw(!0, &data[..n]), "{n} bytes");
-            }
-        }
-    }
-
-    /// Captures over a pool, committed in groups, replay to the same bytes,
-    /// across a segment's end; a torn last frame ends the journal at the
-    /// commit before it.
-    #[test]
-    fn frames_replay_to_the_captured_bytes_across_segments_and_a_torn_tail() {
-        let dir = std::env::temp_dir().join(format!("solofs-wal-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("wal")).unwrap();
-        let pool = Pool::create(
-            &dir.join("pool"),
-            4 << 20,
-            1 << 30,
-            super::super::Durability::Process,
-        )
-        .unwrap();
-        let len = pool.len();
-        let wal = Wal::new(&dir.join("wal"), 0, 0);
-        let mut model = vec![0u8; len as usize];
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let mut rnd = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        let mut at_commit = (model.clone(), 0u64);
-        let mut n = 0u64;
-        let mut prepared = 0;
-        while wal.head() < SEGMENT + (8 << 20) {
-            // A range of 1..64 words, sometimes the same one twice in a row.
-            let words = 1 + rnd() % 64;
-            let off = (rnd() % (len / 8 - words)) * 8;
-            for _ in 0..(1 + (rnd() % 2)) {
-                for w in 0..words {
-                    pool.st(off + 8 * w, rnd()).unwrap();
-                }
-                wal.capture(&pool, off, words * 8);
-                pool.read_bytes(off, &mut model[off as usize..(off + 8 * words) as usize])
-                    .unwrap();
-            }
-            // Sometimes a whole zeroed piece.
-            if rnd() % 50 == 0 {
-                let z = (rnd() % (len / 8192 - 1)) * 8192;
-                pool.zero(z, 8192).unwrap();
-                wal.capture(&pool, z, 8192);
-                model[z as usize..z as usize + 8192].fill(0);
-            }
-            n += 1;
-            if n % 997 == 0 {
-                // As the checkpoint thread does: past the middle of a
-                // segment, the next one is made, full of zeros.
-                wal.prepare_next().unwrap();
-                let h = wal.head();
-                if h % SEGMENT >= SEGMENT / 2 {
-                    let next = seg_path(&dir.join("wal"), h / SEGMENT + 1);
-                    assert_eq!(std::fs::metadata(&next).unwrap().len(), SEGMENT);
-                    prepared += 1;
-                }
-            }
-            if n % 97 == 0 {
-                wal.commit(wal.head()).unwrap();
-                at_commit = (model.clone(), wal.durable());
-            }
-        }
-        wal.commit(wal.head()).unwrap();
-        let replay = |until: u64| {
-            let mut img = vec![0u8; len as usize];
-            let end = scan(&dir.join("wal"), (0, until), |r| {
-                match r {
-                    Rec::Bytes(o, b) => img[o as usize..o as usize + b.len()].copy_from_slice(b),
-                    Rec::Zero(o, l) => img[o as usize..(o + l) as usize].fill(0),
-                    Rec::Grow(_) => {}
-                }
-                Ok(())
-            })
-            .unwrap();
-            (img, end)
-        };
-        let (img, end) = replay(u64::MAX);
-        assert_eq!(end, wal.durable());
-        assert!(prepared > 0);
-        assert!(img == model, "replay differs from the captured bytes");
-        // Tear the last frame: the journal ends where it began.
-        let last = at_commit.1;
-        let path = seg_path(&dir.join("wal"), end / SEGMENT);
-        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        use std::os::unix::fs::FileExt;
-        let torn = last + (end - last) / 2;
-        assert_eq!(torn / SEGMENT, end / SEGMENT);
-        assert!(last / SEGMENT == 1 && end > last);
-        f.write_all_at(&[0xA5; 8], torn % SEGMENT).unwrap();
-        let (img, end2) = replay(u64::MAX);
-        assert_eq!(end2, last);
-        assert!(img == at_commit.0, "replay after a torn frame differs");
-        drop(pool);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    /// A journal opened again at its end (mid-page) goes on from there: the
-    /// page it rewrites keeps the frames before.
-    #[test]
-    fn a_reopened_journal_continues_mid_page() {
-        let dir = std::env::temp_dir().join(format!("solofs-wal2-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("wal")).unwrap();
-        let pool = Pool::create(
-            &dir.join("pool"),
-            4 << 20,
-            1 << 30,
-            super::super::Durability::Process,
-        )
-        .unwrap();
-        let mut model = vec![0u8; pool.len() as usize];
-        let mut end = 0;
-        for round in 0..3u64 {
-            let wal = Wal::new(&dir.join("wal"), end, 0);
-            for k in 0..20u64 {
-                let off = 8192 * (round * 20 + k);
-                pool.st(off, round * 1000 + k + 1).unwrap();
-                wal.capture(&pool, off, 8);
-                model[off as usize..off as usize + 8]
-                    .copy_from_slice(&(round * 1000 + k + 1).to_le_bytes());
-                if k % 7 == 0 {
-                    wal.commit(wal.head()).unwrap();
-                }
-            }
-            wal.commit(wal.head()).unwrap();
-            end = wal.durable();
-            assert_ne!(end % PAGE, 0, "the test wants a journal ending mid-page");
-        }
-        let mut img = vec![0u8; model.len()];
-        let got = scan(&dir.join("wal"), (0, u64::MAX), |r| {
-            if let Rec::Bytes(o, b) = r {
-                img[o as usize..o as usize + b.len()].copy_from_slice(b);
-            }
-            Ok(())
-        })
-        .unwrap();
-        assert_eq!(got, end);
-        assert!(img == model);
-        drop(pool);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-}
+mod tests;

@@ -1,0 +1,61 @@
+//! What a server of a `sync` pool (docs/durability.md) and `solofs dump`
+//! ask of the engine: commits, the journal's positions, checkpoints, and a
+//! copy of the pool as of one moment.
+
+use super::Engine;
+use crate::error::{Error, Result};
+use std::path::Path;
+
+impl Engine {
+    /// Writes to the new file `out` a copy of the pool as of one moment
+    /// while the engine serves: operations that change the pool are held
+    /// at their start while the copy is written (readers go on). The copy
+    /// is a pool between two operations; [`Engine::open_copy`] opens it.
+    /// `Busy` if the operations running did not finish within 30 s.
+    pub fn snapshot_to(&self, out: &Path) -> Result<crate::pool::gate::Quiet> {
+        let limit = std::time::Duration::from_secs(30);
+        match self.pool.gate().quiesce(limit, || self.pool.copy_to(out)) {
+            Some((r, q)) => r.map(|()| q),
+            None => Err(Error::Busy),
+        }
+    }
+
+    /// Makes every change made so far durable (`sync` pools: the journal
+    /// is written and `fdatasync`ed, shared with every other caller
+    /// waiting; other modes: nothing). A server calls it before replies
+    /// leave.
+    #[inline]
+    pub fn commit(&self) -> Result<()> {
+        self.pool.commit()
+    }
+
+    /// A `sync` pool's journal: (position after the last change made,
+    /// position up to which it is durable). `None` in other modes.
+    pub fn sync_journal(&self) -> Option<(u64, u64)> {
+        self.pool.journal()
+    }
+
+    /// How far a `sync` pool's journal is durable (no lock taken).
+    /// `None` in other modes.
+    pub fn sync_durable(&self) -> Option<u64> {
+        self.pool.journal_durable()
+    }
+
+    /// Takes a checkpoint of a `sync` pool if one is due: more than
+    /// `max_bytes` of journal to replay, or `max_age` since the last one.
+    /// Returns whether it took one.
+    pub fn checkpoint_if_due(&self, max_bytes: u64, max_age: std::time::Duration) -> Result<bool> {
+        let due = self.pool.checkpoint_due(max_bytes, max_age);
+        if due {
+            self.pool.checkpoint(false)?;
+        }
+        // The journal's next segment is zero-filled here, off the commits.
+        self.pool.prepare_journal()?;
+        Ok(due)
+    }
+
+    /// How a `sync` pool's last run ended (`None` for other modes).
+    pub fn last_stop(&self) -> Option<crate::pool::checkpoint::LastStop> {
+        self.pool.last_stop()
+    }
+}
