@@ -51,6 +51,7 @@ fn mount_flag(a: &Arg, p: &mut lexopt::Parser, o: &mut MountOptions) -> Result<b
         "threads" => o.threads = p.value()?.parse()?,
         "read-ahead" => o.read_ahead = p.value()?.parse()?,
         "allow-other" => o.allow_other = true,
+        "no-io-uring" => o.io_uring = false,
         "cache-dir" => o.cache_dir = Some(p.value()?.into()),
         "cache-size" => o.cache_size = Some(parse_size(&p.value()?.string()?)?),
         _ => return Ok(false),
@@ -84,7 +85,7 @@ pub(crate) fn parse_size(s: &str) -> Result<u64> {
 }
 
 const MOUNT_FLAGS: &str =
-    "[--attr-timeout S] [--entry-timeout S] [--threads N] [--read-ahead BLOCKS] [--allow-other] [--cache-dir DIR] [--cache-size BYTES]";
+    "[--attr-timeout S] [--entry-timeout S] [--threads N] [--read-ahead BLOCKS] [--allow-other] [--cache-dir DIR] [--cache-size BYTES] [--no-io-uring]";
 
 /// SIGINT/SIGTERM received (set by the signal handlers, cleared when a
 /// busy mount was detached and keeps serving).
@@ -194,6 +195,15 @@ fn mount_client(
         .with_context(|| format!("mounting at {}", mnt.display()))
 }
 
+/// How the kernel's requests reach the mount, for its start-up line.
+fn uring_note(s: &fuser::BackgroundSession) -> &'static str {
+    if s.io_uring() {
+        " (requests through io_uring)"
+    } else {
+        ""
+    }
+}
+
 /// Refuses a mount point that already has a file system mounted on it (a
 /// second volume would hide the first without a word).
 fn check_not_mounted(mnt: &Path) -> Result<()> {
@@ -264,7 +274,11 @@ pub fn mount(args: Vec<OsString>) -> Result<()> {
         secret_file.context("mount needs --secret-file FILE (or SOLOFS_SECRET_FILE)")?;
     let secret = serve::read_secret_file(&secret_file)?;
     let session = connect_and_mount(&server, &secret, &mnt, opts, retry)?;
-    println!("mounted {server} at {}", mnt.display());
+    println!(
+        "mounted {server} at {}{}",
+        mnt.display(),
+        uring_note(&session)
+    );
     use std::io::Write;
     std::io::stdout().flush()?;
     let stop = stop_flag()?;
@@ -407,9 +421,10 @@ pub fn up(args: Vec<OsString>) -> Result<()> {
         }
     };
     println!(
-        "SoloFS is mounted at {} (volume in {}, server {addr}).\nOther mounts: solofs mount --server {addr} --secret-file {} MOUNTPOINT\nCtrl-C unmounts.",
+        "SoloFS is mounted at {} (volume in {}, server {addr}){}.\nOther mounts: solofs mount --server {addr} --secret-file {} MOUNTPOINT\nCtrl-C unmounts.",
         mnt.display(),
         data.display(),
+        uring_note(&session),
         serve::secret_path(&data).display()
     );
     use std::io::Write;

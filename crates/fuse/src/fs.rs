@@ -68,6 +68,11 @@ impl Filesystem for SoloFs {
         let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
         // Locks are the server's (locking.rs), so they hold across mounts.
         let _ = config.add_capabilities(InitFlags::FUSE_POSIX_LOCKS | InitFlags::FUSE_FLOCK_LOCKS);
+        // Served per CPU through io_uring when the kernel offers it (the
+        // fuser patch, vendor/fuser/src/uring.rs).
+        if self.opts.io_uring {
+            let _ = config.add_capabilities(InitFlags::FUSE_OVER_IO_URING);
+        }
         let _ = config.set_max_write(1 << 20);
         let _ = config.set_max_readahead(1 << 20);
         Ok(())

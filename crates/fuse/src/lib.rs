@@ -70,6 +70,9 @@ pub struct MountOptions {
     /// Most bytes the read cache holds (`None`: 1 GiB if there is a cache
     /// directory or the volume is on S3, else no cache; 0: no cache).
     pub cache_size: Option<u64>,
+    /// Take requests through FUSE over io_uring when the kernel has it:
+    /// one queue per CPU, served by threads pinned to that CPU.
+    pub io_uring: bool,
 }
 
 /// How long the kernel may cache attributes and names unless told
@@ -128,6 +131,7 @@ impl Default for MountOptions {
             read_ahead: 2,
             cache_dir: None,
             cache_size: None,
+            io_uring: true,
         }
     }
 }
@@ -159,11 +163,28 @@ pub fn mount(
     opts: MountOptions,
 ) -> std::io::Result<fuser::BackgroundSession> {
     let cfg = session_config("solofs", opts.threads, opts.allow_other);
+    if opts.io_uring {
+        kernel_uring();
+    }
     let fs = SoloFs::new(client, store, opts);
     let coh = fs.coherence();
     let s = fuser::spawn_mount(fs, mountpoint, &cfg)?;
     coh.set_notifier(s.notifier());
     Ok(s)
+}
+
+/// The kernel's switch for FUSE over io_uring (Linux 6.14+), off by default.
+const URING_SWITCH: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Turns on the kernel's FUSE-over-io_uring switch if it is off and this
+/// process may (root). The switch only lets FUSE servers that ask for
+/// io_uring use it; others are unaffected. Returns whether it is on.
+pub fn kernel_uring() -> bool {
+    match std::fs::read_to_string(URING_SWITCH) {
+        Ok(v) if v.trim() == "Y" => true,
+        Ok(_) => std::fs::write(URING_SWITCH, "1").is_ok(),
+        Err(_) => false,
+    }
 }
 
 /// Opens the block store a connected client's volume names.

@@ -53,7 +53,7 @@ impl Channel {
     pub(crate) fn sender(&self) -> ChannelSender {
         // Since write/writev syscalls are threadsafe, we can simply create
         // a sender by using the same file and use it in other threads.
-        ChannelSender(self.0.clone())
+        ChannelSender(self.0.clone(), None)
     }
 
     /// Clone the FUSE device fd using FUSE_DEV_IOC_CLONE ioctl.
@@ -79,11 +79,22 @@ impl Channel {
     }
 }
 
+/// SoloFS patch: a reply to a request that came through an io_uring entry
+/// goes back through that entry (`uring.rs`); notifications and replies to
+/// `/dev/fuse` reads are written to the device.
 #[derive(Clone, Debug)]
-pub(crate) struct ChannelSender(Arc<DevFuse>);
+pub(crate) struct ChannelSender(Arc<DevFuse>, Option<crate::uring::UringSlot>);
 
 impl ChannelSender {
+    /// SoloFS patch: the sender for a request that came through a ring entry.
+    pub(crate) fn for_ring(ch: &Channel, slot: crate::uring::UringSlot) -> ChannelSender {
+        ChannelSender(ch.0.clone(), Some(slot))
+    }
+
     pub(crate) fn send(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<()> {
+        if let Some(slot) = &self.1 {
+            return slot.send(bufs);
+        }
         let rc = nix::sys::uio::writev(&self.0, bufs)?;
         // writev is atomic, so do not need to check how many bytes are written.
         // libfuse does not do it either

@@ -104,6 +104,7 @@ mod request;
 mod request_param;
 mod session;
 mod time;
+mod uring; // SoloFS patch
 
 /// We generally support async reads
 #[cfg(not(target_os = "macos"))]
@@ -386,6 +387,13 @@ impl KernelConfig {
             None => (u32::from(self.max_background) * 3 / 4) as u16,
             Some(value) => min(value, self.max_background),
         }
+    }
+
+    /// SoloFS patch: the payload buffer a ring entry needs (the kernel's
+    /// `max(FUSE_MIN_READ_BUFFER, max_write, max_pages * PAGE_SIZE)`).
+    pub(crate) fn max_payload(&self) -> usize {
+        let pages = usize::from(self.max_pages()) * page_size::get();
+        pages.max(self.max_write as usize).max(8192)
     }
 
     fn max_pages(&self) -> u16 {

@@ -139,6 +139,8 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// SoloFS patch: set when INIT agreed on FUSE over io_uring.
+    pub(crate) uring: Option<crate::uring::UringParams>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +188,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            uring: None,
         };
 
         session.handshake()?;
@@ -214,6 +217,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            uring: None,
         };
 
         session.handshake()?;
@@ -225,6 +229,7 @@ impl<FS: Filesystem> Session<FS> {
     /// the filesystem is unmounted and the given session ends.
     pub fn spawn(self) -> io::Result<BackgroundSession> {
         let sender = self.ch.sender();
+        let uring = self.uring.is_some();
         // Take the fuse_session, so that we can unmount it
         let mount = std::mem::take(&mut *self.mount.mount.lock());
         let guard = thread::Builder::new()
@@ -234,6 +239,7 @@ impl<FS: Filesystem> Session<FS> {
             guard,
             sender,
             mount,
+            uring,
         })
     }
 
@@ -252,9 +258,12 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            uring,
         } = self;
 
-        let n_threads = config.n_threads.unwrap_or(1);
+        // SoloFS patch: with io_uring the rings serve every request but
+        // forgets and interrupts; one classic reader is enough for those.
+        let n_threads = if uring.is_some() { 1 } else { config.n_threads.unwrap_or(1) };
 
         if !cfg!(target_os = "linux") && n_threads != 1 {
             // TODO: check whether it works on macOS/FreeBSD and enable if it works.
@@ -289,6 +298,21 @@ impl<FS: Filesystem> Session<FS> {
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
+        if let Some(p) = uring {
+            let ring_ch = channels[0].clone();
+            let fs = filesystem.clone();
+            threads.extend(crate::uring::start(
+                &ring_ch,
+                |thread_name| SessionEventLoop {
+                    thread_name,
+                    filesystem: fs.clone(),
+                    ch: ring_ch.clone(),
+                    allowed,
+                    session_owner,
+                },
+                p,
+            )?);
+        }
 
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
@@ -469,6 +493,13 @@ impl<FS: Filesystem> Session<FS> {
                 config.max_write
             );
 
+            // SoloFS patch: FUSE over io_uring, when both sides agreed.
+            if (init.capabilities() & config.requested).contains(InitFlags::FUSE_OVER_IO_URING) {
+                self.uring = Some(crate::uring::UringParams {
+                    max_payload: config.max_payload(),
+                    threads_per_queue: self.config.n_threads.unwrap_or(1),
+                });
+            }
             let response = init.reply(&config);
             <ReplyRaw as Reply>::new(request.unique(), ReplySender::Channel(self.ch.sender()))
                 .send_ll(&response);
@@ -564,9 +595,17 @@ pub struct BackgroundSession {
     sender: ChannelSender,
     /// Ensures the filesystem is unmounted when the session ends
     mount: Option<Mount>,
+    /// SoloFS patch: requests come through io_uring.
+    uring: bool,
 }
 
 impl BackgroundSession {
+    /// SoloFS patch: whether the kernel's requests come through io_uring
+    /// (ring threads per CPU) rather than reads of `/dev/fuse`.
+    pub fn io_uring(&self) -> bool {
+        self.uring
+    }
+
     /// Unmount the filesystem and join the background thread.
     pub fn umount_and_join(mut self) -> io::Result<()> {
         if let Some(mount) = self.mount.take() {

@@ -207,7 +207,7 @@ impl MountProc {
             };
             if let Some(rest) = l.strip_prefix("SoloFS is mounted at ") {
                 let a = rest.split("server ").nth(1).unwrap_or_default();
-                break a.trim_end_matches(").").to_string();
+                break a.split(')').next().unwrap_or_default().to_string();
             }
             seen.push(l);
         };
