@@ -203,3 +203,27 @@ fn tools_on_a_mount_with_blocks_on_s3() {
     full_check(false, "s3", Some(&url), Some(&root.join("vol")), 150, &env);
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// A name over 255 bytes is "too long" wherever it is looked up, also in a
+/// directory this mount just made (whose absent names the mount answers
+/// itself; pjdfstest chmod/02.t run within a minute of its directory's
+/// creation found ENOENT there).
+#[test]
+fn an_overlong_name_is_too_long_in_a_new_directory() {
+    if !is_root() {
+        eprintln!("skipped: needs root (FUSE)");
+        return;
+    }
+    let s = Scratch::new("longname");
+    let mnt = s.path.with_extension("mnt");
+    let (m, _) = MountProc::up(&s.path, &mnt, &[]);
+    let dir = mnt.join("new");
+    std::fs::create_dir(&dir).unwrap();
+    let long = dir.join("x".repeat(256));
+    let e = std::fs::metadata(&long).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(36) /* ENAMETOOLONG */, "{e}");
+    let e = std::fs::write(&long, b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(36) /* ENAMETOOLONG */, "{e}");
+    std::fs::write(dir.join("x".repeat(255)), b"x").unwrap();
+    m.stop();
+}

@@ -80,7 +80,11 @@ impl Filesystem for SoloFs {
 
     fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
         self.coh.begin();
-        let r = if self.new_dirs.absent(parent.0, n.as_bytes()) {
+        let r = if n.len() > solofs_types::NAME_MAX {
+            // As the server would answer; a new directory's "absent" must
+            // not turn it into ENOENT.
+            Err(Errno::ENAMETOOLONG)
+        } else if self.new_dirs.absent(parent.0, n.as_bytes()) {
             Err(Errno::ENOENT)
         } else {
             let r = self
