@@ -255,11 +255,24 @@ impl Ring {
     }
     fn commit(&mut self, i: usize, reply: &[u8]) -> io::Result<()> {
         let ent = &mut self.entries[i];
-        let body = reply.get(16..).unwrap_or(&[]);
-        let n = body.len().min(self.max_payload);
-        ent.hdr()[..16.min(reply.len())].copy_from_slice(&reply[..16.min(reply.len())]);
-        ent.hdr()[PAYLOAD_SZ..PAYLOAD_SZ + 4].copy_from_slice(&(n as u32).to_ne_bytes());
-        ent.bytes()[LEAD..LEAD + n].copy_from_slice(&body[..n]);
+        let mut head = [0u8; 16];
+        let n = reply.len().min(16);
+        head[..n].copy_from_slice(&reply[..n]);
+        let mut body = reply.get(16..).unwrap_or(&[]);
+        if body.len() > self.max_payload {
+            // More than the entry holds (no request asks for that): answer
+            // EIO rather than cut the reply short.
+            warn!(
+                "fuse io_uring: a {} byte reply is over the ring's {}",
+                body.len(),
+                self.max_payload
+            );
+            head[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
+            body = &[];
+        }
+        ent.hdr()[..16].copy_from_slice(&head);
+        ent.hdr()[PAYLOAD_SZ..PAYLOAD_SZ + 4].copy_from_slice(&(body.len() as u32).to_ne_bytes());
+        ent.bytes()[LEAD..LEAD + body.len()].copy_from_slice(body);
         ent.armed = true;
         let e = sqe(
             self.fd,
