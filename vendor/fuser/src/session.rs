@@ -263,7 +263,11 @@ impl<FS: Filesystem> Session<FS> {
 
         // SoloFS patch: with io_uring the rings serve every request but
         // forgets and interrupts; one classic reader is enough for those.
-        let n_threads = if uring.is_some() { 1 } else { config.n_threads.unwrap_or(1) };
+        let n_threads = if uring.is_some() {
+            1
+        } else {
+            config.n_threads.unwrap_or(1)
+        };
 
         if !cfg!(target_os = "linux") && n_threads != 1 {
             // TODO: check whether it works on macOS/FreeBSD and enable if it works.
@@ -494,11 +498,19 @@ impl<FS: Filesystem> Session<FS> {
             );
 
             // SoloFS patch: FUSE over io_uring, when both sides agreed.
+            // The rings are made first: a connection that agreed waits for
+            // them, so a process that cannot have them does not agree.
             if (init.capabilities() & config.requested).contains(InitFlags::FUSE_OVER_IO_URING) {
-                self.uring = Some(crate::uring::UringParams {
-                    max_payload: config.max_payload(),
-                    threads_per_queue: self.config.n_threads.unwrap_or(1),
-                });
+                let threads = self.config.n_threads.unwrap_or(1);
+                match crate::uring::UringParams::prepare(config.max_payload(), threads) {
+                    Ok(p) => self.uring = Some(p),
+                    Err(e) => {
+                        eprintln!(
+                            "solofs: FUSE over io_uring unavailable ({e}); reading /dev/fuse"
+                        );
+                        config.requested.remove(InitFlags::FUSE_OVER_IO_URING);
+                    }
+                }
             }
             let response = init.reply(&config);
             <ReplyRaw as Reply>::new(request.unique(), ReplySender::Channel(self.ch.sender()))
@@ -552,7 +564,7 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
-    fn event_loop(&self) -> io::Result<()> {
+    pub(crate) fn event_loop(&self) -> io::Result<()> {
         // Buffer for receiving requests from the kernel. Only one is allocated and
         // it is reused immediately after dispatching to conserve memory and allocations.
         let mut buf = FuseReadBuf::new();

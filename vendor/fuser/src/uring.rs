@@ -98,11 +98,47 @@ impl UringSlot {
     }
 }
 
-/// What the ring threads need to know, decided at INIT.
-#[derive(Debug, Clone, Copy)]
+/// What the ring threads need, made before INIT is answered: the kernel
+/// holds every request of a connection that agreed on io_uring until each
+/// queue has an entry, so a process that cannot make its rings (io_uring
+/// disabled for it, no memory) must not agree.
+#[derive(Debug)]
 pub(crate) struct UringParams {
     pub(crate) max_payload: usize,
-    pub(crate) threads_per_queue: usize,
+    /// One per thread, queue by queue.
+    rings: Vec<Prepared>,
+}
+
+struct Prepared {
+    ring: IoUring<squeue::Entry128, cqueue::Entry>,
+    wake: OwnedFd,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Prepared")
+    }
+}
+
+impl UringParams {
+    /// Makes the rings and wake-up descriptors for `threads_per_queue`
+    /// threads on each possible CPU.
+    pub(crate) fn prepare(max_payload: usize, threads_per_queue: usize) -> io::Result<UringParams> {
+        let n = possible_cpus() * threads_per_queue.max(1);
+        let mut rings = Vec::with_capacity(n);
+        for _ in 0..n {
+            let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(RING_SIZE)?;
+            // SAFETY: eventfd returns a new descriptor or -1.
+            let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+            if efd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: efd is a fresh descriptor nobody else owns.
+            let wake = unsafe { OwnedFd::from_raw_fd(efd) };
+            rings.push(Prepared { ring, wake });
+        }
+        Ok(UringParams { max_payload, rings })
+    }
 }
 
 /// The number of queues the kernel makes: one per possible CPU.
@@ -200,17 +236,18 @@ pub(crate) fn start<FS: Filesystem>(
     p: UringParams,
 ) -> io::Result<Vec<std::thread::JoinHandle<io::Result<()>>>> {
     let mut out = Vec::new();
-    for q in 0..possible_cpus() {
-        for t in 0..p.threads_per_queue.max(1) {
-            let name = format!("fuser-ring-{q}.{t}");
-            let ev = se(name.clone());
-            let ch = ch.clone();
-            out.push(
-                std::thread::Builder::new()
-                    .name(name)
-                    .spawn(move || run(&ev, &ch, q as u16, p))?,
-            );
-        }
+    let per_queue = p.rings.len() / possible_cpus();
+    let max_payload = p.max_payload;
+    for (i, prep) in p.rings.into_iter().enumerate() {
+        let (q, t) = (i / per_queue.max(1), i % per_queue.max(1));
+        let name = format!("fuser-ring-{q}.{t}");
+        let ev = se(name.clone());
+        let ch = ch.clone();
+        out.push(
+            std::thread::Builder::new()
+                .name(name)
+                .spawn(move || run(&ev, &ch, q as u16, prep, max_payload))?,
+        );
     }
     Ok(out)
 }
@@ -286,21 +323,46 @@ impl Ring {
     }
 }
 
+/// How a ring thread's loop ended.
+enum Ended {
+    /// The connection closed (unmount).
+    Closed,
+    /// The kernel refused the ring while the connection lives.
+    Refused(io::Error),
+}
+
 fn run<FS: Filesystem>(
     se: &SessionEventLoop<FS>,
     ch: &Channel,
     qid: u16,
-    p: UringParams,
+    prep: Prepared,
+    max_payload: usize,
 ) -> io::Result<()> {
     pin(qid as usize);
-    let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(RING_SIZE)?;
-    // SAFETY: eventfd returns a new descriptor or -1.
-    let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-    if efd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: efd is a fresh descriptor nobody else owns.
-    let wake = unsafe { OwnedFd::from_raw_fd(efd) };
+    let why = match ring_loop(se, ch, qid, prep, max_payload) {
+        Ok(Ended::Closed) => return Ok(()),
+        Ok(Ended::Refused(e)) | Err(e) => e,
+    };
+    // No ring here (io_uring disabled for this process, or refused): the
+    // thread reads /dev/fuse instead, so the mount keeps its threads; the
+    // kernel serves the connection the classic way until every queue has
+    // an entry.
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        eprintln!("solofs: FUSE over io_uring unavailable ({why}); reading /dev/fuse")
+    });
+    se.event_loop()
+}
+
+fn ring_loop<FS: Filesystem>(
+    se: &SessionEventLoop<FS>,
+    ch: &Channel,
+    qid: u16,
+    prep: Prepared,
+    max_payload: usize,
+) -> io::Result<Ended> {
+    let Prepared { ring, wake } = prep;
+    let efd = wake.as_raw_fd();
     let outbox = Arc::new(Outbox {
         replies: Mutex::new(Vec::new()),
         wake,
@@ -311,7 +373,7 @@ fn run<FS: Filesystem>(
         fd: ch.as_fd().as_raw_fd(),
         qid,
         entries: Vec::new(),
-        max_payload: p.max_payload,
+        max_payload,
     };
     // The eventfd read may still be in flight while the ring is torn down,
     // so its 8 bytes are never freed.
@@ -325,14 +387,15 @@ fn run<FS: Filesystem>(
     arm_wake(&mut r, word)?;
     r.register()?;
     let mut scratch = Vec::new();
-    let mut refused = false;
+    let mut refused: Option<i32> = None;
     loop {
         let armed = r.entries.iter().filter(|e| e.armed).count();
         if armed == 0 {
-            if refused {
-                return Ok(());
+            match refused {
+                Some(e) if e == libc::ENOTCONN || e == libc::ECANCELED => return Ok(Ended::Closed),
+                Some(e) => return Ok(Ended::Refused(io::Error::from_raw_os_error(e))),
+                None => r.register()?,
             }
-            r.register()?;
         }
         match r.ring.submit_and_wait(1) {
             Ok(_) => {}
@@ -353,15 +416,8 @@ fn run<FS: Filesystem>(
             r.entries[i].armed = false;
             if res < 0 {
                 // ENOTCONN at unmount; EOPNOTSUPP/EINVAL when the kernel
-                // will not run this connection over io_uring (the classic
-                // reader serves it then).
-                if res != -libc::ENOTCONN && res != -libc::ECANCELED {
-                    warn!(
-                        "fuse io_uring queue {qid}: {}",
-                        io::Error::from_raw_os_error(-res)
-                    );
-                }
-                refused = true;
+                // will not run this connection over io_uring.
+                refused = Some(-res);
                 continue;
             }
             serve(se, ch, &mut r, i, &outbox, &mut scratch);
