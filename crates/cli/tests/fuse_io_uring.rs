@@ -157,6 +157,8 @@ fn requests_come_through_a_ring_per_cpu_and_not_with_no_io_uring() {
     run_workload(&mnt2);
     assert!(threads(m.child.id(), "fuser-ring-").is_empty());
     m.stop();
+    let _ = std::fs::remove_dir(&mnt);
+    let _ = std::fs::remove_dir(&mnt2);
     assert_fsck_clean(&s.path);
 }
 
@@ -273,5 +275,6 @@ fn blocked_lock_waiters_on_one_cpu_do_not_stop_its_other_requests() {
         }
     }
     m.stop();
+    let _ = std::fs::remove_dir(&mnt);
     assert_fsck_clean(&s.path);
 }

@@ -61,5 +61,6 @@ fn a_mount_that_may_not_use_io_uring_serves_through_dev_fuse() {
         .count();
     assert_eq!(rings, 0, "ring threads without io_uring");
     m.stop();
+    let _ = std::fs::remove_dir(&mnt);
     assert_fsck_clean(&s.path);
 }

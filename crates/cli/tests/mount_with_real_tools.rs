@@ -226,4 +226,5 @@ fn an_overlong_name_is_too_long_in_a_new_directory() {
     assert_eq!(e.raw_os_error(), Some(36) /* ENAMETOOLONG */, "{e}");
     std::fs::write(dir.join("x".repeat(255)), b"x").unwrap();
     m.stop();
+    let _ = std::fs::remove_dir(&mnt);
 }
