@@ -16,7 +16,9 @@
 //! run* of contiguous segments; those are never freed.
 
 use crate::error::{Error, Result};
-use crate::layout::*;
+use crate::format::layout::{
+    CLASSES, CLASS_HUGE, SEG_BASE, SEG_MAGIC, SEG_SIZE, SG_BITMAP, SMALL_CLASSES,
+};
 use crate::pool::Pool;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -203,7 +205,7 @@ impl Allocator {
         let words = n.div_ceil(64);
         let from = from.min(words);
         for w in (from..words).chain(0..from) {
-            let word = pool.u64(base + SG_BITMAP + 8 * w)?;
+            let word = pool.seg_head(base).bitmap_word(w).atomic()?;
             let mut cur = word.load(Ordering::Acquire);
             loop {
                 let free = !cur;
@@ -224,7 +226,7 @@ impl Allocator {
                     Ordering::Acquire,
                 ) {
                     Ok(_) => {
-                        pool.persist(base + SG_BITMAP + 8 * w, 8);
+                        pool.seg_head(base).bitmap_word(w).persist();
                         crate::crash_point!("alloc.after_bitmap_set");
                         return Ok(Some((base + data + slot * CLASSES[class] as u64, w)));
                     }
@@ -253,7 +255,7 @@ impl Allocator {
         let (n, _) = geometry(class);
         let base = seg_off(seg);
         (0..n.div_ceil(64)).any(|w| {
-            let v = pool.ld(base + SG_BITMAP + 8 * w).unwrap_or(u64::MAX);
+            let v = pool.seg_head(base).bitmap_word(w).get().unwrap_or(u64::MAX);
             let valid = if (w + 1) * 64 <= n {
                 u64::MAX
             } else {
@@ -286,7 +288,7 @@ impl Allocator {
             if seg >= self.rescan_end {
                 return Ok(None);
             }
-            let tag = pool.ld(seg_off(seg) + SG_TAG)?;
+            let tag = pool.seg_head(seg_off(seg)).tag().get()?;
             if tag == 0 {
                 self.fresh.lock().push(seg as u32);
                 continue;
@@ -326,15 +328,15 @@ impl Allocator {
     /// record's apply) ask for this first.
     pub fn headroom(&self, pool: &Pool, n: u64) -> Result<()> {
         let _g = self.claim_lock.lock();
-        let end = seg_off(pool.ld(H_SEG_NEXT)? + n);
+        let end = seg_off(pool.header().seg_next().get()? + n);
         if end <= pool.len() {
             return Ok(());
         }
         let before = pool.len();
         pool.grow_to(end)?;
         if pool.len() != before {
-            pool.st(H_POOL_LEN, pool.len())?;
-            pool.persist(H_POOL_LEN, 8);
+            pool.header().pool_len().set(pool.len())?;
+            pool.header().pool_len().persist();
         }
         Ok(())
     }
@@ -348,7 +350,7 @@ impl Allocator {
             }
         }
         let _g = self.claim_lock.lock();
-        let next = pool.u64(H_SEG_NEXT)?;
+        let next = pool.header().seg_next().atomic()?;
         let seg = next.load(Ordering::Acquire);
         let end = seg_off(seg + n);
         if end.saturating_add(GROW_AHEAD) > pool.len() {
@@ -365,8 +367,8 @@ impl Allocator {
                 Err(e) => return Err(e),
             }
             if pool.len() != before {
-                pool.st(H_POOL_LEN, pool.len())?;
-                pool.persist(H_POOL_LEN, 8);
+                pool.header().pool_len().set(pool.len())?;
+                pool.header().pool_len().persist();
             }
         }
         if seg + n > self.seg_state.len() as u64 {
@@ -374,7 +376,7 @@ impl Allocator {
         }
         crate::crash_point!("alloc.segment_claim");
         next.store(seg + n, Ordering::Release);
-        pool.persist(H_SEG_NEXT, 8);
+        pool.header().seg_next().persist();
         Ok(seg)
     }
 
@@ -385,10 +387,10 @@ impl Allocator {
         }
         let (_, data) = geometry(class);
         pool.zero(base + 8, data - 8)?;
-        pool.persist(base, data);
+        pool.object(base).persist(data);
         let tag = SEG_MAGIC as u64 | (class as u64) << 32 | (shard as u64) << 40;
-        pool.st(base + SG_TAG, tag)?;
-        pool.persist(base, 8);
+        pool.seg_head(base).tag().set(tag)?;
+        pool.object(base).persist(8);
         Ok(())
     }
 
@@ -398,14 +400,14 @@ impl Allocator {
         let seg = self.claim(pool, n)?;
         let base = seg_off(seg);
         for i in 1..n {
-            pool.st(seg_off(seg + i) + SG_TAG, TAG_HUGE_BODY)?;
+            pool.seg_head(seg_off(seg + i)).tag().set(TAG_HUGE_BODY)?;
         }
-        pool.st(base + SG_RUN, n)?;
+        pool.seg_head(base).run().set(n)?;
         pool.zero(base + 64, n * SEG_SIZE - 64)?;
-        pool.persist(base, n * SEG_SIZE);
+        pool.object(base).persist(n * SEG_SIZE);
         let tag = SEG_MAGIC as u64 | (CLASS_HUGE as u64) << 32;
-        pool.st(base + SG_TAG, tag)?;
-        pool.persist(base, 8);
+        pool.seg_head(base).tag().set(tag)?;
+        pool.object(base).persist(8);
         Ok(base + 64)
     }
 
@@ -415,18 +417,21 @@ impl Allocator {
         let (seg, class, slot) = self.locate(pool, off)?;
         pool.st(off, 0)?;
         pool.persist(off, 8);
-        let word = pool.u64(seg_off(seg) + SG_BITMAP + 8 * (slot / 64))?;
+        let word = pool
+            .seg_head(seg_off(seg))
+            .bitmap_word(slot / 64)
+            .atomic()?;
         let old = word.fetch_and(!(1u64 << (slot % 64)), Ordering::AcqRel);
         if old & (1 << (slot % 64)) == 0 {
             return Err(Error::Corrupt(format!("double free of object {off:#x}")));
         }
-        pool.persist(seg_off(seg) + SG_BITMAP + 8 * (slot / 64), 8);
+        pool.seg_head(seg_off(seg)).bitmap_word(slot / 64).persist();
         let st = &self.seg_state[seg as usize];
         if st
             .compare_exchange(IDLE, QUEUED, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
         {
-            let tag = pool.ld(seg_off(seg))?;
+            let tag = pool.seg_head(seg_off(seg)).tag().get()?;
             let owner = if class < SMALL_CLASSES {
                 (tag >> 40) as u8 as usize
             } else {
@@ -447,7 +452,7 @@ impl Allocator {
             return Err(bad());
         }
         let seg = (off - SEG_BASE) / SEG_SIZE;
-        let tag = pool.ld(seg_off(seg))?;
+        let tag = pool.seg_head(seg_off(seg)).tag().get()?;
         let class = (tag >> 32) as u8;
         if tag as u32 != SEG_MAGIC || class as usize >= CLASSES.len() {
             return Err(bad());
@@ -468,16 +473,18 @@ impl Allocator {
             return false;
         }
         let seg = (off - SEG_BASE) / SEG_SIZE;
-        pool.ld(seg_off(seg))
+        pool.seg_head(seg_off(seg))
+            .tag()
+            .get()
             .is_ok_and(|t| t as u32 == SEG_MAGIC && (t >> 32) as u8 == CLASS_HUGE)
     }
 
     /// Segments `[seg, seg + n)` that the segment at `seg` heads: a huge
     /// run's length, or 1 (fsck).
     pub fn run_length(&self, pool: &Pool, seg: u64) -> u64 {
-        match pool.ld(seg_off(seg)) {
+        match pool.seg_head(seg_off(seg)).tag().get() {
             Ok(t) if t as u32 == SEG_MAGIC && (t >> 32) as u8 == CLASS_HUGE => {
-                pool.ld(seg_off(seg) + SG_RUN).unwrap_or(1).max(1)
+                pool.seg_head(seg_off(seg)).run().get().unwrap_or(1).max(1)
             }
             _ => 1,
         }
@@ -487,7 +494,9 @@ impl Allocator {
     pub fn is_allocated(&self, pool: &Pool, off: u64) -> bool {
         match self.locate(pool, off) {
             Ok((seg, _, slot)) => pool
-                .ld(seg_off(seg) + SG_BITMAP + 8 * (slot / 64))
+                .seg_head(seg_off(seg))
+                .bitmap_word(slot / 64)
+                .get()
                 .map(|w| w & (1 << (slot % 64)) != 0)
                 .unwrap_or(false),
             Err(_) => false,
@@ -496,9 +505,9 @@ impl Allocator {
 
     /// Calls `f(offset, class size)` for every allocated slot (fsck).
     pub fn for_each_allocated(&self, pool: &Pool, mut f: impl FnMut(u64, u64)) -> Result<()> {
-        let end = pool.ld(H_SEG_NEXT)?;
+        let end = pool.header().seg_next().get()?;
         for seg in 0..end {
-            let tag = pool.ld(seg_off(seg))?;
+            let tag = pool.seg_head(seg_off(seg)).tag().get()?;
             if tag as u32 != SEG_MAGIC {
                 continue;
             }
@@ -509,7 +518,7 @@ impl Allocator {
             let (n, data) = geometry(class);
             let size = CLASSES[class] as u64;
             for slot in 0..n {
-                let w = pool.ld(seg_off(seg) + SG_BITMAP + 8 * (slot / 64))?;
+                let w = pool.seg_head(seg_off(seg)).bitmap_word(slot / 64).get()?;
                 if w & (1 << (slot % 64)) != 0 {
                     f(seg_off(seg) + data + slot * size, size);
                 }
@@ -520,7 +529,7 @@ impl Allocator {
 
     /// Number of segments claimed so far.
     pub fn segments(&self, pool: &Pool) -> u64 {
-        pool.ld(H_SEG_NEXT).unwrap_or(0)
+        pool.header().seg_next().get().unwrap_or(0)
     }
 }
 

@@ -5,7 +5,6 @@
 //! restarts even if the wall clock steps back: no timestamp above the lease is
 //! handed out before the lease, persisted, is raised.
 
-use crate::layout::H_TS_LIMIT;
 use crate::pool::Pool;
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -28,7 +27,7 @@ pub fn wall_ns() -> i64 {
 impl Clock {
     /// Starts the clock above everything handed out before (the lease).
     pub fn open(pool: &Pool) -> Clock {
-        let lease = pool.ld(H_TS_LIMIT).unwrap_or(0) as i64;
+        let lease = pool.header().ts_limit().get().unwrap_or(0) as i64;
         Clock {
             last: AtomicI64::new(lease),
             limit: AtomicI64::new(lease),
@@ -61,9 +60,9 @@ impl Clock {
     fn extend(&self, pool: &Pool, t: i64) {
         let new = t + LEASE_NS;
         if self.limit.fetch_max(new, Ordering::AcqRel) < new {
-            if let Ok(w) = pool.u64(H_TS_LIMIT) {
+            if let Ok(w) = pool.header().ts_limit().atomic() {
                 w.fetch_max(new as u64, Ordering::AcqRel);
-                pool.persist(H_TS_LIMIT, 8);
+                pool.header().ts_limit().persist();
             }
         }
     }

@@ -9,8 +9,11 @@
 use crate::alloc::seg_off;
 use crate::engine::{Engine, Obj};
 use crate::error::Result;
+use crate::format::layout::{
+    C_LIST, GRANULE, K_DIR, K_FILE, K_LINK, SEG_BASE, SEG_MAGIC, SEG_SIZE, S_DETACHED, S_NORMAL,
+};
+use crate::format::{kind_of, status_of};
 use crate::hash;
-use crate::layout::*;
 use crate::list;
 use std::collections::{HashMap, HashSet};
 
@@ -129,24 +132,24 @@ impl Engine {
         match *p {
             Problem::WrongCount { dir, actual, .. } => {
                 let c = self.dir_content(dir)?;
-                pool.st(c + C_NDENTS, actual)?;
+                pool.content(c).ndents().set(actual)?;
             }
             Problem::WrongSubdirs { dir, actual, .. } => {
                 let c = self.dir_content(dir)?;
-                pool.st(c + C_NSUBDIRS, actual)?;
+                pool.content(c).nsubdirs().set(actual)?;
             }
             Problem::WrongNlink { ino, actual, .. } => {
                 if let Obj::File(f) = self.inode(ino)? {
-                    let mw = pool.ld(f + F_MODE)?;
-                    pool.st(f + F_MODE, (mw & 0xFFFF_FFFF) | (actual as u64) << 32)?;
+                    let mw = pool.file(f).mode_word()?;
+                    pool.file(f).mode().set(mw.with_nlink(actual).0)?;
                 }
             }
             Problem::Leaked { obj } => self.alloc.free(pool, obj)?,
-            Problem::NextInoBehind { needed, .. } => pool.st(H_NEXT_INO, needed)?,
-            Problem::SegmentCountBehind { needed, .. } => pool.st(H_SEG_NEXT, needed)?,
+            Problem::NextInoBehind { needed, .. } => pool.header().next_ino().set(needed)?,
+            Problem::SegmentCountBehind { needed, .. } => pool.header().seg_next().set(needed)?,
             _ => return Ok(false),
         }
-        pool.persist(0, 0);
+        pool.header().persist(0);
         Ok(true)
     }
 
@@ -168,7 +171,7 @@ impl Engine {
             r.dirs += 1;
             reach.insert(c);
             inode_objs.insert(dir, c);
-            let x = pool.ld(c + C_XATTR)?;
+            let x = pool.content(c).xattr().get()?;
             if x != 0 {
                 reach.insert(x);
             }
@@ -176,15 +179,15 @@ impl Engine {
                 reach.insert(n);
                 Ok(())
             })?;
-            if pool.ld(c + C_PARENT)? != parent {
+            if pool.content(c).parent().get()? != parent {
                 r.problems.push(Problem::WrongParent { dir });
             }
-            let pending = pool.ld(c + C_MOD_EPOCH)? < self.epoch as u64;
+            let pending = pool.content(c).mod_epoch().get()? < self.epoch as u64;
             if pending {
                 r.pending_repair.push(dir);
             }
-            let ctime = pool.ld(c + C_CTIME)? as i64;
-            let end = pool.ld(c + C_NEXT_POS)?;
+            let ctime = pool.content(c).ctime().get()? as i64;
+            let end = pool.content(c).next_pos().get()?;
             let (mut count, mut subdirs, mut late) = (0u64, 0u64, false);
             let mut slots = Vec::new();
             list::scan(pool, c + C_LIST, 0, end, &mut |pos, o| {
@@ -192,23 +195,23 @@ impl Engine {
                 Ok(true)
             })?;
             for (pos, o) in slots {
-                let s = pool.ld(o).unwrap_or(0);
-                let k = st_kind(s);
+                let s = pool.object(o).state().get().unwrap_or(0);
+                let k = kind_of(s);
                 let ok = self.alloc.is_allocated(pool, o)
                     && (k == K_FILE || k == K_DIR || k == K_LINK)
-                    && pool.ld(o + E_PARENT)? == dir
-                    && pool.ld(o + E_POS)? == pos;
+                    && pool.entry(o).parent().get()? == dir
+                    && pool.entry(o).pos().get()? == pos;
                 if !ok {
                     r.problems.push(Problem::BadListSlot { dir, pos });
                     continue;
                 }
                 reach.insert(o);
                 entries.insert(o);
-                if st_status(s) != S_NORMAL && !pending {
+                if status_of(s) != S_NORMAL && !pending {
                     r.problems.push(Problem::InProgress { obj: o });
                 }
                 count += 1;
-                if pool.ld(o + E_BDTIME)? as i64 > ctime {
+                if pool.entry(o).bdtime().get()? as i64 > ctime {
                     late = true;
                 }
                 let name = self.entry_name(o)?;
@@ -218,12 +221,12 @@ impl Engine {
                         name: name.clone(),
                     });
                 }
-                let ino = pool.ld(o + E_INO)?;
+                let ino = pool.entry(o).ino().get()?;
                 match k {
                     K_DIR => {
                         subdirs += 1;
-                        let dc = pool.ld(o + D_CONTENT)?;
-                        if pool.ld(dc + C_ACCESS)? != o {
+                        let dc = pool.access(o).content().get()?;
+                        if pool.content(dc).access().get()? != o {
                             r.problems.push(Problem::WrongParent { dir: ino });
                         }
                         stack.push((ino, dir));
@@ -232,9 +235,9 @@ impl Engine {
                         r.files += 1;
                         inode_objs.insert(ino, o);
                         *names_of.entry(ino).or_default() += 1;
-                        nlink_of.insert(ino, (pool.ld(o + F_MODE)? >> 32) as u32);
-                        if pool.ld(o + F_XATTR)? != 0 {
-                            reach.insert(pool.ld(o + F_XATTR)?);
+                        nlink_of.insert(ino, pool.file(o).mode_word()?.nlink());
+                        if pool.file(o).xattr().get()? != 0 {
+                            reach.insert(pool.file(o).xattr().get()?);
                         }
                     }
                     _ => {
@@ -245,7 +248,7 @@ impl Engine {
             }
             // A directory pending repair gets its counters from the repair
             // (after a power cut they are what the journal last held).
-            let stored = pool.ld(c + C_NDENTS)?;
+            let stored = pool.content(c).ndents().get()?;
             if stored != count && !pending {
                 r.problems.push(Problem::WrongCount {
                     dir,
@@ -253,7 +256,7 @@ impl Engine {
                     actual: count,
                 });
             }
-            let stored = pool.ld(c + C_NSUBDIRS)?;
+            let stored = pool.content(c).nsubdirs().get()?;
             if stored != subdirs && !pending {
                 r.problems.push(Problem::WrongSubdirs {
                     dir,
@@ -270,15 +273,15 @@ impl Engine {
             let obj = match inode_objs.get(&ino) {
                 Some(&o) => o,
                 None => match self.find_ino(ino)? {
-                    Some(o) if st_status(pool.ld(o)?) == S_DETACHED => {
+                    Some(o) if status_of(pool.object(o).state().get()?) == S_DETACHED => {
                         r.files += 1;
                         reach.insert(o);
-                        let x = pool.ld(o + F_XATTR)?;
+                        let x = pool.file(o).xattr().get()?;
                         if x != 0 {
                             reach.insert(x);
                         }
                         inode_objs.insert(ino, o);
-                        nlink_of.insert(ino, (pool.ld(o + F_MODE)? >> 32) as u32);
+                        nlink_of.insert(ino, pool.file(o).mode_word()?.nlink());
                         o
                     }
                     _ => {
@@ -311,7 +314,7 @@ impl Engine {
                 if !entries.contains(&o) {
                     r.problems.push(Problem::StrayNameEntry { obj: o });
                 } else {
-                    let parent = pool.ld(o + E_PARENT)?;
+                    let parent = pool.entry(o).parent().get()?;
                     let h = hash::name_key(parent, &self.entry_name(o)?);
                     if !sh.name.routed_here(pool, h, slot)? {
                         r.problems.push(Problem::Misrouted { obj: o });
@@ -331,8 +334,8 @@ impl Engine {
                 Ok(())
             })?;
         }
-        for id in 0..crate::layout::MAX_CTX as usize {
-            self.for_each_free_page(crate::layout::ctx_area(id), |p| {
+        for id in 0..crate::format::layout::MAX_CTX as usize {
+            self.for_each_free_page(crate::format::layout::ctx_area(id), |p| {
                 reach.insert(p);
                 Ok(())
             })?;
@@ -368,14 +371,14 @@ impl Engine {
         let pool = &self.pool;
         let mut max_ino = inode_objs.keys().copied().max().unwrap_or(ROOT_INO_);
         self.for_each_free_entry(|_, ino, _| max_ino = max_ino.max(ino))?;
-        let stored = pool.ld(H_NEXT_INO)?;
+        let stored = pool.header().next_ino().get()?;
         if stored <= max_ino {
             r.problems.push(Problem::NextInoBehind {
                 stored,
                 needed: max_ino + 1,
             });
         }
-        let stored = pool.ld(H_SEG_NEXT)?;
+        let stored = pool.header().seg_next().get()?;
         let mut needed = stored;
         for &o in reach {
             if o >= SEG_BASE {
@@ -385,7 +388,7 @@ impl Engine {
         }
         let total = pool.len().saturating_sub(SEG_BASE) / SEG_SIZE;
         for seg in stored..total {
-            if pool.ld(seg_off(seg))? as u32 == SEG_MAGIC {
+            if pool.seg_head(seg_off(seg)).tag().get()? as u32 == SEG_MAGIC {
                 needed = needed.max(seg + self.alloc.run_length(pool, seg));
             }
         }
@@ -397,11 +400,11 @@ impl Engine {
         inos.sort_unstable();
         let mut granules = 0u64;
         for (&ino, &o) in inos {
-            let mode = pool.ld(o + F_MODE)? as u32 & solofs_types::S_IFMT;
-            if st_kind(pool.ld(o)?) != K_FILE {
+            let mode = pool.file(o).mode_word()?.file_type();
+            if pool.object(o).state_word()?.kind() != K_FILE {
                 continue;
             }
-            let size = pool.ld(o + F_SIZE)?;
+            let size = pool.file(o).size().get()?;
             if mode == solofs_types::S_IFREG {
                 granules += self.file_granules(o).unwrap_or(0);
             }
@@ -503,12 +506,10 @@ mod tests {
         };
         let ix = &e.shards[0].name;
         loop {
-            let dir = e
-                .pool
-                .ld(ix.structure(&e.pool).unwrap()[0] + IR_DIR)
-                .unwrap();
+            let root = ix.structure(&e.pool).unwrap()[0];
+            let dir = e.pool.index_root(root).dir().get().unwrap();
             if e.alloc.is_huge_run(&e.pool, dir) {
-                let depth = e.pool.ld(dir + ID_DEPTH).unwrap();
+                let depth = e.pool.index_dir(dir).depth().get().unwrap();
                 assert!(depth >= 13, "huge at depth {depth}");
                 break;
             }

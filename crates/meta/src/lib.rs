@@ -44,11 +44,10 @@ mod clock;
 pub mod crash;
 mod engine;
 mod error;
+mod format;
 mod fsck;
 mod hash;
 mod index;
-#[allow(missing_docs, dead_code)]
-mod layout;
 mod list;
 mod locks;
 pub mod numa;

@@ -15,7 +15,10 @@
 //! every position has been used and cleared is freed.
 
 use crate::error::{Error, Result};
-use crate::layout::*;
+use crate::format::layout::{
+    K_PAGE, NODE_FANOUT, NODE_SIZE, PAGE_SIZE, PAGE_SLOTS, P_SLOTS, S_NORMAL,
+};
+use crate::format::StateWord;
 use crate::pool::Pool;
 use std::sync::atomic::Ordering;
 
@@ -64,7 +67,7 @@ pub fn slot(pool: &Pool, root: u64, pos: u64) -> Result<Option<u64>> {
     let leaf = pos / PAGE_SLOTS;
     for level in (0..depth).rev() {
         let idx = (leaf / NODE_FANOUT.pow(level as u32)) % NODE_FANOUT;
-        node = pool.ld(node + 8 * idx)?;
+        node = pool.list_page(node).child(idx).get()?;
         if node == 0 {
             return Ok(None);
         }
@@ -83,15 +86,17 @@ pub fn get(pool: &Pool, root: u64, pos: u64) -> Result<u64> {
 /// A new page, to be installed at `at` (`Mem::alloc_for`).
 fn new_page<M: Mem>(m: &mut M, at: u64) -> Result<u64> {
     let p = m.alloc_for(PAGE_SIZE, at)?;
-    m.pool().st(p, state(K_PAGE, S_NORMAL, 0))?;
-    m.pool().persist(p, PAGE_SIZE as u64);
+    m.pool()
+        .object(p)
+        .set_state(StateWord::new(K_PAGE, S_NORMAL, 0))?;
+    m.pool().object(p).persist(PAGE_SIZE as u64);
     Ok(p)
 }
 
 /// A new node, to be installed at `at` (`Mem::alloc_for`).
 fn new_node<M: Mem>(m: &mut M, at: u64) -> Result<u64> {
     let p = m.alloc_for(NODE_SIZE, at)?;
-    m.pool().persist(p, NODE_SIZE as u64);
+    m.pool().object(p).persist(NODE_SIZE as u64);
     Ok(p)
 }
 
@@ -171,9 +176,15 @@ pub fn retire<M: Mem>(m: &mut M, root: u64, pos: u64) -> Result<()> {
     };
     m.pool().st(s, 0)?;
     m.pool().persist(s, 8);
+    count_dead(m, root, pos, s)
+}
+
+/// Counts position `pos` (slot `s`) as dead in its page, and frees the
+/// page once all its positions are.
+fn count_dead<M: Mem>(m: &mut M, root: u64, pos: u64, s: u64) -> Result<()> {
     let page = s - P_SLOTS - 8 * (pos % PAGE_SLOTS);
-    let dead = m.pool().u64(page + P_DEAD)?.fetch_add(1, Ordering::AcqRel) + 1;
-    if dead == PAGE_SLOTS {
+    let dead = m.pool().list_page(page).dead().atomic()?;
+    if dead.fetch_add(1, Ordering::AcqRel) + 1 == PAGE_SLOTS {
         unlink_page(m, root, pos / PAGE_SLOTS, page)?;
     }
     Ok(())
@@ -189,12 +200,7 @@ pub fn skip<M: Mem>(m: &mut M, root: u64, pos: u64) -> Result<()> {
     if m.pool().ld(s)? != 0 {
         return Err(Error::Corrupt("skipping a filled list position".into()));
     }
-    let page = s - P_SLOTS - 8 * (pos % PAGE_SLOTS);
-    let dead = m.pool().u64(page + P_DEAD)?.fetch_add(1, Ordering::AcqRel) + 1;
-    if dead == PAGE_SLOTS {
-        unlink_page(m, root, pos / PAGE_SLOTS, page)?;
-    }
-    Ok(())
+    count_dead(m, root, pos, s)
 }
 
 fn unlink_page<M: Mem>(m: &mut M, root: u64, leaf: u64, page: u64) -> Result<()> {
@@ -205,7 +211,7 @@ fn unlink_page<M: Mem>(m: &mut M, root: u64, leaf: u64, page: u64) -> Result<()>
     let mut cur = node;
     for level in (1..depth).rev() {
         let idx = (leaf / NODE_FANOUT.pow(level as u32)) % NODE_FANOUT;
-        cur = m.pool().ld(cur + 8 * idx)?;
+        cur = m.pool().list_page(cur).child(idx).get()?;
         if cur == 0 {
             return Ok(());
         }
@@ -246,7 +252,7 @@ pub fn scan(
         for level in (0..depth).rev() {
             let span = NODE_FANOUT.pow(level as u32);
             let idx = (leaf / span) % NODE_FANOUT;
-            cur = pool.ld(cur + 8 * idx)?;
+            cur = pool.list_page(cur).child(idx).get()?;
             if cur == 0 {
                 skip_to = Some((leaf / span + 1) * span * PAGE_SLOTS);
                 break;
@@ -258,7 +264,7 @@ pub fn scan(
         }
         let page_end = ((leaf + 1) * PAGE_SLOTS).min(end);
         while pos < page_end {
-            let v = pool.ld(cur + P_SLOTS + 8 * (pos % PAGE_SLOTS))?;
+            let v = pool.list_page(cur).slot(pos % PAGE_SLOTS).get()?;
             if v != 0 && !f(pos, v)? {
                 return Ok(());
             }
@@ -282,7 +288,7 @@ pub fn for_each_node(
     ) -> Result<()> {
         if depth > 0 {
             for i in 0..NODE_FANOUT {
-                let c = pool.ld(n + 8 * i)?;
+                let c = pool.list_page(n).child(i).get()?;
                 if c != 0 {
                     walk(pool, c, depth - 1, f)?;
                 }
@@ -305,7 +311,7 @@ pub fn destroy<M: Mem>(m: &mut M, root: u64) -> Result<()> {
         Ok(())
     })?;
     m.pool().st(root, 0)?;
-    m.pool().persist(root, 8);
+    m.pool().object(root).persist(8);
     for n in nodes {
         m.free(n)?;
     }

@@ -3,8 +3,13 @@
 use super::journal::Op;
 use super::{Engine, Obj};
 use crate::error::{Error, Result};
+use crate::format::layout::{
+    ctx_area, C_ATIME, C_LIST, C_MTIME, D_MODE, D_OWNER, E_BDTIME, E_INO, E_PARENT, F_ATIME,
+    F_CTIME, F_MODE, F_MTIME, F_NAME, F_OWNER, F_SIZE, F_XATTR, K_DIR, K_FILE, K_LINK, MAX_CTX,
+    SEG_BASE, SEG_SIZE, S_DETACHED, S_FREE, S_NORMAL,
+};
+use crate::format::{kind_of, owner_of, owner_word, status_of, ModeWord, StateWord};
 use crate::hash;
-use crate::layout::*;
 use crate::list;
 use crate::locks::Mode;
 use crate::perm::{self, Owner, R, W, X};
@@ -19,17 +24,17 @@ const FILE_HEAD_WORDS: usize = (F_NAME / 8) as usize;
 #[inline(always)]
 fn file_attr_words(w: &[AtomicU64; FILE_HEAD_WORDS]) -> Attr {
     let at = |off: u64| w[(off / 8) as usize].load(Ordering::Acquire);
-    let mw = at(F_MODE);
-    let ow = at(F_OWNER);
-    let mode = mw as u16 as u32;
+    let mw = ModeWord(at(F_MODE));
+    let (uid, gid) = owner_of(at(F_OWNER));
+    let mode = mw.mode();
     let v = at(F_SIZE);
     let dev = matches!(mode & S_IFMT, S_IFCHR | S_IFBLK);
     Attr {
         ino: at(E_INO),
         mode,
-        nlink: (mw >> 32) as u32,
-        uid: ow as u32,
-        gid: (ow >> 32) as u32,
+        nlink: mw.nlink(),
+        uid,
+        gid,
         size: if dev { 0 } else { v },
         rdev: if dev { v } else { 0 },
         atime: at(F_ATIME) as i64,
@@ -62,22 +67,22 @@ impl Engine {
         let o = self.dir_owner(access)?;
         let p = &self.pool;
         loop {
-            let c1 = p.ld(content + C_CTIME)?;
+            let c1 = p.content(content).ctime().get()?;
             let a = Attr {
-                ino: p.ld(content + C_INO)?,
+                ino: p.content(content).ino().get()?,
                 mode: o.mode,
-                nlink: 2 + p.ld(content + C_NSUBDIRS)? as u32,
+                nlink: 2 + p.content(content).nsubdirs().get()? as u32,
                 uid: o.uid,
                 gid: o.gid,
-                size: p.ld(content + C_NDENTS)?,
+                size: p.content(content).ndents().get()?,
                 rdev: 0,
-                atime: p.ld(content + C_ATIME)? as i64,
-                mtime: p.ld(content + C_MTIME)? as i64,
+                atime: p.content(content).atime().get()? as i64,
+                mtime: p.content(content).mtime().get()? as i64,
                 ctime: c1 as i64,
-                btime: p.ld(content + C_BDTIME)? as i64,
+                btime: p.content(content).bdtime().get()? as i64,
                 blocks: 0,
             };
-            if p.ld(content + C_CTIME)? == c1 {
+            if p.content(content).ctime().get()? == c1 {
                 return Ok(a);
             }
         }
@@ -88,7 +93,7 @@ impl Engine {
         match o {
             Obj::File(f) => self.file_attr(f),
             Obj::Dir { access, content } => self.dir_attr(access, content),
-            Obj::Link(l) => self.getattr(self.pool.ld(l + E_INO)?),
+            Obj::Link(l) => self.getattr(self.pool.entry(l).ino().get()?),
         }
     }
 
@@ -118,7 +123,7 @@ impl Engine {
         perm::check(cred, self.dir_owner(access)?, X)?;
         match name {
             b"." => return self.dir_attr(access, content),
-            b".." => return self.getattr(self.pool.ld(content + C_PARENT)?),
+            b".." => return self.getattr(self.pool.content(content).parent().get()?),
             _ => {}
         }
         if name.len() > NAME_MAX {
@@ -139,9 +144,9 @@ impl Engine {
             let e = self
                 .find_name_in(shard, h, parent, name)?
                 .ok_or(Error::NotFound)?;
-            match st_kind(self.pool.ld(e)?) {
+            match self.pool.object(e).state_word()?.kind() {
                 K_FILE => return self.file_attr(e),
-                K_LINK => self.pool.ld(e + E_INO)?,
+                K_LINK => self.pool.entry(e).ino().get()?,
                 _ => return self.attr_of(self.obj(e)?),
             }
         };
@@ -180,15 +185,15 @@ impl Engine {
                 };
                 let at = |off: u64| w[(off / 8) as usize].load(Ordering::Acquire);
                 let s = at(0);
-                if st_kind(s) != K_FILE {
+                if kind_of(s) != K_FILE {
                     // A match of another kind sends the caller to the lock.
                     return self.entry_matches(o, parent, name);
                 }
-                let st = st_status(s);
+                let st = status_of(s);
                 if st == S_FREE
                     || st == S_DETACHED
                     || at(E_PARENT) != parent
-                    || (at(F_MODE) >> 16) as u8 as usize != name.len()
+                    || ModeWord(at(F_MODE)).name_len() != name.len()
                     || !crate::pool::words_eq(name_words, name)
                 {
                     return Ok(false);
@@ -201,7 +206,7 @@ impl Engine {
             return self.locks.read_valid(h, v).then_some(Err(Error::NotFound));
         }
         let (w, s) = file?;
-        if (s >> 16) & 1 == 1 {
+        if StateWord(s).writing() {
             return None;
         }
         let a = self.file_attr_of(w);
@@ -234,17 +239,19 @@ impl Engine {
         let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Read)]);
         match self.inode(ino)? {
             Obj::File(f) => {
-                let mw = self.pool.ld(f + F_MODE)?;
-                if mw as u16 as u32 & S_IFMT != S_IFLNK {
+                let r = self.pool.file(f);
+                let mw = r.mode_word()?;
+                if mw.file_type() != S_IFLNK {
                     return Err(Error::Invalid("not a symlink"));
                 }
-                let name_len = (mw >> 16) as u8 as u64;
-                let len = self.pool.ld(f + F_SIZE)? as usize;
+                let len = r.size().get()? as usize;
                 if len > SYMLINK_MAX {
                     return Err(Error::Corrupt(format!("symlink target length {len}")));
                 }
                 let mut v = vec![0u8; len];
-                self.pool.read_bytes(f + F_NAME + pad8(name_len), &mut v)?;
+                r.name()
+                    .plus(pad8(mw.name_len() as u64))
+                    .read_bytes(&mut v)?;
                 Ok(v)
             }
             _ => Err(Error::Invalid("not a symlink")),
@@ -295,28 +302,33 @@ impl Engine {
         let mut links = Vec::new();
         {
             let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Read)]);
-            let end = self.pool.ld(content + C_NEXT_POS)?;
+            let end = self.pool.content(content).next_pos().get()?;
             let p = &self.pool;
             list::scan(p, content + C_LIST, cookie, end, &mut |pos, o| {
                 if out.len() >= max {
                     return Ok(false);
                 }
                 let got = self.stable(o, || {
-                    let s = p.ld(o)?;
-                    let k = st_kind(s);
-                    if st_status(s) != S_NORMAL
+                    let s = p.object(o).state().get()?;
+                    let k = kind_of(s);
+                    if status_of(s) != S_NORMAL
                         || !(k == K_FILE || k == K_DIR || k == K_LINK)
-                        || p.ld(o + E_PARENT)? != ino
-                        || p.ld(o + E_POS)? != pos
+                        || p.entry(o).parent().get()? != ino
+                        || p.entry(o).pos().get()? != pos
                     {
                         return Ok(None);
                     }
                     let mode = match k {
-                        K_FILE => p.ld(o + F_MODE)? as u16 as u32,
+                        K_FILE => p.file(o).mode_word()?.mode(),
                         K_DIR => S_IFDIR,
-                        _ => p.ld(o + L_MODE)? as u16 as u32,
+                        _ => p.link(o).mode_word()?.mode(),
                     };
-                    Ok(Some((k, p.ld(o + E_INO)?, mode, self.entry_name(o)?)))
+                    Ok(Some((
+                        k,
+                        p.entry(o).ino().get()?,
+                        mode,
+                        self.entry_name(o)?,
+                    )))
                 })?;
                 if let Some((k, child, mode, name)) = got {
                     let kind = FileType::from_mode(mode).unwrap_or(FileType::Regular);
@@ -360,7 +372,7 @@ impl Engine {
     pub fn statfs(&self) -> Result<StatFs> {
         let mut inodes: i64 = 0;
         for id in 0..MAX_CTX as usize {
-            inodes += self.pool.ld(ctx_area(id) + C_INODES)? as i64;
+            inodes += self.pool.ctx_rec(ctx_area(id)).inodes().get()? as i64;
         }
         let data_bytes = self.data_bytes()?;
         Ok(StatFs {
@@ -598,10 +610,10 @@ impl Engine {
                         data_delta =
                             self.blob_follows(ctx, &mut j, &mut ops, f, ino, size, cur.size, how)?;
                     }
-                    let mw = self.pool.ld(f + F_MODE)?;
+                    let mw = self.pool.file(f).mode_word()?;
                     let set = |field, val| Op::Set { obj: f, field, val };
-                    ops.push(set(F_MODE, (mw & !0xFFFF) | mode as u64));
-                    ops.push(set(F_OWNER, uid as u64 | (gid as u64) << 32));
+                    ops.push(set(F_MODE, mw.with_mode(mode).0));
+                    ops.push(set(F_OWNER, owner_word(uid, gid)));
                     if let Some(sz) = size {
                         if self.blocks_of(sz) < self.blocks_of(cur.size) {
                             self.queue_free(ctx, ino)?;
@@ -613,16 +625,16 @@ impl Engine {
                     ops.push(set(F_CTIME, t as u64));
                 }
                 Obj::Dir { access, content } => {
-                    let mw = self.pool.ld(access + D_MODE)?;
+                    let mw = self.pool.access(access).mode_word()?;
                     ops.push(Op::Set {
                         obj: access,
                         field: D_MODE,
-                        val: (mw & !0xFFFF) | mode as u64,
+                        val: mw.with_mode(mode).0,
                     });
                     ops.push(Op::Set {
                         obj: access,
                         field: D_OWNER,
-                        val: uid as u64 | (gid as u64) << 32,
+                        val: owner_word(uid, gid),
                     });
                     ops.push(Op::Set {
                         obj: content,

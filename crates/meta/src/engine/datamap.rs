@@ -21,8 +21,10 @@ use super::journal::{kill, Journal, Op};
 use super::xattr::{blob_len, Pairs, BLOB_MAX};
 use super::Engine;
 use crate::error::{Error, Result};
+use crate::format::layout::{
+    ctx_area, F_XATTR, GRANULE, INLINE_NAME, K_XATTR, MAP_NAME, MAP_RANGES, MAX_CTX, X_DATA,
+};
 use crate::hash;
-use crate::layout::*;
 use crate::locks::Mode;
 use crate::{Attr, S_IFMT, S_IFREG};
 use solofs_types::extents::Extents;
@@ -67,7 +69,7 @@ impl Engine {
     /// discards such a read, and nothing here fails on one.
     pub(crate) fn blob_blocks(&self, blob: u64) -> u64 {
         let p = &self.pool;
-        let Ok(lw) = p.ld(blob + X_LEN) else {
+        let Ok(lw) = p.xblob(blob).len().get() else {
             return 0;
         };
         let len = lw as u32 as usize;
@@ -77,7 +79,7 @@ impl Engine {
         // Word-aligned reads only: the whole blob (small, but for a file
         // with large user attributes).
         let mut b = vec![0u8; len];
-        if p.read_bytes(blob + X_DATA, &mut b).is_err() {
+        if p.xblob(blob).data().read_bytes(&mut b).is_err() {
             return 0;
         }
         let mut i = 0;
@@ -102,13 +104,13 @@ impl Engine {
 
     /// The granules file object `f` holds data in.
     pub(crate) fn file_granules(&self, f: u64) -> Result<u64> {
-        granules_of(&self.read_pairs(self.pool.ld(f + F_XATTR)?)?)
+        granules_of(&self.read_pairs(self.pool.file(f).xattr().get()?)?)
     }
 
     /// Is file object `f`'s data map, if it has one, sound: decodable, on
     /// a regular file (`mode`), within its size (fsck)?
     pub(crate) fn map_sound(&self, f: u64, mode: u32, size: u64) -> Result<bool> {
-        let pairs = self.read_pairs(self.pool.ld(f + F_XATTR)?)?;
+        let pairs = self.read_pairs(self.pool.file(f).xattr().get()?)?;
         let Some((_, v)) = pairs.iter().find(|(n, _)| n == MAP_NAME) else {
             return Ok(true);
         };
@@ -126,7 +128,7 @@ impl Engine {
     /// Adds `d` to this context's count of data granules.
     pub(crate) fn data_delta(&self, ctx: &Ctx, d: i64) -> Result<()> {
         if d != 0 {
-            let w = self.pool.u64(ctx_area(ctx.id) + C_DATA)?;
+            let w = self.pool.ctx_rec(ctx_area(ctx.id)).data().atomic()?;
             w.store(
                 w.load(Ordering::Relaxed).wrapping_add(d as u64),
                 Ordering::Relaxed,
@@ -139,7 +141,7 @@ impl Engine {
     pub(crate) fn data_bytes(&self) -> Result<u64> {
         let mut g: i64 = 0;
         for id in 0..MAX_CTX as usize {
-            g = g.wrapping_add(self.pool.ld(ctx_area(id) + C_DATA)? as i64);
+            g = g.wrapping_add(self.pool.ctx_rec(ctx_area(id)).data().get()? as i64);
         }
         Ok(g.max(0) as u64 * GRANULE)
     }
@@ -167,9 +169,9 @@ impl Engine {
     pub(crate) fn set_data_bytes(&self, bytes: u64) -> Result<()> {
         for id in 0..MAX_CTX as usize {
             let v = if id == 0 { bytes / GRANULE } else { 0 };
-            self.pool.st(ctx_area(id) + C_DATA, v)?;
+            self.pool.ctx_rec(ctx_area(id)).data().set(v)?;
         }
-        self.pool.persist(ctx_area(0) + C_DATA, 8);
+        self.pool.ctx_rec(ctx_area(0)).data().persist();
         Ok(())
     }
 
@@ -187,7 +189,7 @@ impl Engine {
         if a.mode & S_IFMT != S_IFREG {
             return Ok((a, out));
         }
-        for &(x, y) in data_of(&self.read_pairs(self.pool.ld(f + F_XATTR)?)?)?.ranges() {
+        for &(x, y) in data_of(&self.read_pairs(self.pool.file(f).xattr().get()?)?)?.ranges() {
             out.add(x * GRANULE, y.saturating_mul(GRANULE));
         }
         out.clip(a.size);
@@ -217,7 +219,7 @@ impl Engine {
         cur: u64,
         how: Write,
     ) -> Result<i64> {
-        let old = self.pool.ld(f + F_XATTR)?;
+        let old = self.pool.file(f).xattr().get()?;
         let quiet = match how {
             Write::No | Write::Zero(..) => true,
             Write::Blocks(w) => w.is_empty(),
@@ -325,8 +327,8 @@ mod tests {
             .unwrap();
         assert!(e.fsck(false).unwrap().data_count.is_none());
         // As a crash between a commit and its count would leave it.
-        let w = crate::layout::ctx_area(7) + crate::layout::C_DATA;
-        e.pool.st(w, 1000).unwrap();
+        let c = e.pool.ctx_rec(crate::format::layout::ctx_area(7));
+        c.data().set(1000).unwrap();
         assert_ne!(e.statfs().unwrap().data_bytes, 1 << 20);
         let seen = e.fsck(false).unwrap();
         assert_eq!(seen.data_count.map(|x| x.1), Some(1 << 20));

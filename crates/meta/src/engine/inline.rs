@@ -8,8 +8,8 @@
 
 use super::{Engine, Obj};
 use crate::error::{Error, Result};
+use crate::format::layout::INLINE_NAME;
 use crate::hash;
-use crate::layout::*;
 use crate::locks::Mode;
 use crate::{Attr, S_IFMT, S_IFREG};
 
@@ -45,7 +45,7 @@ impl Engine {
 
     /// The inline bytes held by file object `f`.
     pub(crate) fn inline_of(&self, f: u64) -> Result<Option<Vec<u8>>> {
-        let blob = self.pool.ld(f + F_XATTR)?;
+        let blob = self.pool.file(f).xattr().get()?;
         if blob == 0 {
             return Ok(None);
         }

@@ -20,14 +20,16 @@
 
 use super::{Ctx, Engine};
 use crate::error::{Error, Result};
+use crate::format::layout::{
+    ctx_area, C_LIST, JOURNAL_MAX_OPS, K_DIR, K_DIRC, K_FILE, K_LINK, S_DEAD,
+};
+use crate::format::{state, JournalWord, StateWord, SEQ_BITS};
 use crate::hash;
-use crate::layout::*;
 use crate::list;
 
 const PREPARED: u64 = 1;
 const COMMITTED: u64 = 2;
 const FREEING: u64 = 3;
-const SEQ_MASK: u64 = 0xFFFF << 16;
 
 /// One logical operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -155,7 +157,7 @@ const JOURNAL_HEADROOM: u64 = 4;
 impl Engine {
     pub(crate) fn journal(&self, ctx: &Ctx) -> Journal {
         Journal {
-            area: ctx_area(ctx.id) + C_JOURNAL,
+            area: ctx_area(ctx.id),
             ops: Vec::new(),
             written: 0,
         }
@@ -165,24 +167,28 @@ impl Engine {
         if j.ops.len() > JOURNAL_MAX_OPS {
             return Err(Error::NoSpace);
         }
-        let base = j.area - C_JOURNAL + C_JOURNAL_OPS;
+        let c = self.pool.ctx_rec(j.area);
         for (i, op) in j.ops.iter().enumerate().skip(j.written) {
             for (k, w) in op.encode().iter().enumerate() {
-                self.pool.st(base + 24 * i as u64 + 8 * k as u64, *w)?;
+                c.journal_op(i).plus(8 * k as u64).set(*w)?;
             }
         }
-        self.pool.persist(
-            base + 24 * j.written as u64,
-            24 * (j.ops.len() - j.written) as u64,
-        );
+        c.journal_op(j.written)
+            .persist_len(24 * (j.ops.len() - j.written) as u64);
         j.written = j.ops.len();
         Ok(())
     }
 
     fn set_jstate(&self, j: &Journal, st: u64) -> Result<()> {
-        let w = st | (j.ops.len() as u64) << 8 | (self.epoch as u64) << 32;
-        self.pool.st(j.area, w)?;
-        self.pool.persist(j.area, 8);
+        let w = JournalWord::new(st, j.ops.len(), self.epoch);
+        self.pool.ctx_rec(j.area).journal().set(w.0)?;
+        self.pool.ctx_rec(j.area).journal().persist();
+        Ok(())
+    }
+
+    fn clear_jstate(&self, area: u64) -> Result<()> {
+        self.pool.ctx_rec(area).journal().set(0)?;
+        self.pool.ctx_rec(area).journal().persist();
         Ok(())
     }
 
@@ -215,8 +221,7 @@ impl Engine {
         if r.is_err() && listed {
             unlist(j);
             if j.ops.is_empty() {
-                self.pool.st(j.area, 0)?;
-                self.pool.persist(j.area, 8);
+                self.clear_jstate(j.area)?;
             } else {
                 self.set_jstate(j, PREPARED)?;
             }
@@ -241,8 +246,7 @@ impl Engine {
                 self.alloc.free(&self.pool, obj)?;
             }
         }
-        self.pool.st(j.area, 0)?;
-        self.pool.persist(j.area, 8);
+        self.clear_jstate(j.area)?;
         Ok(())
     }
 
@@ -270,8 +274,7 @@ impl Engine {
         self.set_jstate(&j, FREEING)?;
         crate::crash::point(op, "after_apply");
         self.j_frees(&j.ops)?;
-        self.pool.st(j.area, 0)?;
-        self.pool.persist(j.area, 8);
+        self.clear_jstate(j.area)?;
         Ok(())
     }
 
@@ -294,7 +297,7 @@ impl Engine {
             self.j_exec(ctx, *op)?;
         }
         for &o in &objs {
-            if (self.pool.ld(o)? >> 16) & 1 == 1 {
+            if self.pool.object(o).state_word()?.writing() {
                 self.bump_seq(o)?;
             }
         }
@@ -311,17 +314,18 @@ impl Engine {
         match op {
             Op::New { .. } | Op::Free { .. } => {}
             Op::Set { obj, field, val } => {
+                let f = p.object(obj).state().plus(field);
                 if field == 0 {
                     // The state word keeps its live write sequence.
-                    let cur = p.ld(obj)?;
-                    p.st(obj, (val & !SEQ_MASK) | (cur & SEQ_MASK))?;
+                    let cur = StateWord(f.get()?);
+                    f.set(cur.keep_seq(StateWord(val & !SEQ_BITS)).0)?;
                 } else {
-                    p.st(obj + field, val)?;
+                    f.set(val)?;
                 }
-                p.persist(obj + field, 8);
+                f.persist();
             }
             Op::NamePut(o) => {
-                let parent = p.ld(o + E_PARENT)?;
+                let parent = p.entry(o).parent().get()?;
                 let name = self.entry_name(o)?;
                 let shard = self.shard_of(parent);
                 let mut m = self.ixmem(ctx, shard);
@@ -334,7 +338,7 @@ impl Engine {
                 )?;
             }
             Op::NameDel(o) => {
-                let parent = p.ld(o + E_PARENT)?;
+                let parent = p.entry(o).parent().get()?;
                 let name = self.entry_name(o)?;
                 let shard = self.shard_of(parent);
                 let mut m = self.ixmem(ctx, shard);
@@ -366,11 +370,11 @@ impl Engine {
                     .remove(p, hash::ino_key(ino), o, &mut m)?;
             }
             Op::ListSet { content, pos, val } => {
-                let shard = self.shard_of(p.ld(content + C_INO)?);
+                let shard = self.shard_of(p.content(content).ino().get()?);
                 list::set(&mut self.mem(ctx, shard), content + C_LIST, pos, val)?;
             }
             Op::ListRetire { content, pos } => {
-                let shard = self.shard_of(p.ld(content + C_INO)?);
+                let shard = self.shard_of(p.content(content).ino().get()?);
                 list::retire(&mut self.mem(ctx, shard), content + C_LIST, pos)?;
             }
             Op::Raise {
@@ -379,7 +383,7 @@ impl Engine {
                 ctime_only,
             } => self.raise_times(content, t, ctime_only)?,
             Op::DestroyList(content) => {
-                let shard = self.shard_of(p.ld(content + C_INO)?);
+                let shard = self.shard_of(p.content(content).ino().get()?);
                 list::destroy(&mut self.mem(ctx, shard), content + C_LIST)?;
             }
         }
@@ -389,8 +393,8 @@ impl Engine {
     fn j_frees(&self, ops: &[Op]) -> Result<()> {
         for op in ops {
             if let Op::Free { obj, dead } = *op {
-                let cur = self.pool.ld(obj)?;
-                if cur & !SEQ_MASK == dead & !SEQ_MASK && self.alloc.is_allocated(&self.pool, obj) {
+                let cur = self.pool.object(obj).state().get()?;
+                if cur & !SEQ_BITS == dead & !SEQ_BITS && self.alloc.is_allocated(&self.pool, obj) {
                     self.alloc.free(&self.pool, obj)?;
                 }
             }
@@ -400,16 +404,18 @@ impl Engine {
 
     /// Inode number recorded in a FILE or DIRC object.
     pub(crate) fn ino_of_obj(&self, o: u64) -> Result<u64> {
-        match st_kind(self.pool.ld(o)?) {
-            K_DIRC => self.pool.ld(o + C_INO),
-            _ => self.pool.ld(o + E_INO),
+        match self.pool.object(o).state_word()?.kind() {
+            K_DIRC => self.pool.content(o).ino().get(),
+            _ => self.pool.entry(o).ino().get(),
         }
     }
 
     /// Key equality regardless of status (for index maintenance).
     pub(crate) fn entry_key_is(&self, o: u64, parent: u64, name: &[u8]) -> Result<bool> {
-        let k = st_kind(self.pool.ld(o)?);
-        if !(k == K_FILE || k == K_DIR || k == K_LINK) || self.pool.ld(o + E_PARENT)? != parent {
+        let k = self.pool.object(o).state_word()?.kind();
+        if !(k == K_FILE || k == K_DIR || k == K_LINK)
+            || self.pool.entry(o).parent().get()? != parent
+        {
             return Ok(false);
         }
         Ok(self.entry_name(o)? == name)
@@ -417,28 +423,24 @@ impl Engine {
 
     /// Redoes or aborts the journal record of context area `id` (at open).
     pub(crate) fn journal_recover(&self, ctx: &mut Ctx, id: usize) -> Result<bool> {
-        let area = ctx_area(id) + C_JOURNAL;
-        let w = self.pool.ld(area)?;
-        if w == 0 {
+        let area = ctx_area(id);
+        let c = self.pool.ctx_rec(area);
+        let w = JournalWord(c.journal().get()?);
+        if w.0 == 0 {
             return Ok(false);
         }
-        let n = ((w >> 8) & 0xFF_FFFF) as usize;
+        let n = w.ops();
         if n > JOURNAL_MAX_OPS {
             return Err(Error::Corrupt(format!(
                 "journal record of context {id} has {n} ops"
             )));
         }
-        let base = ctx_area(id) + C_JOURNAL_OPS;
         let mut ops = Vec::with_capacity(n);
-        for i in 0..n as u64 {
-            let b = base + 24 * i;
-            ops.push(Op::decode([
-                self.pool.ld(b)?,
-                self.pool.ld(b + 8)?,
-                self.pool.ld(b + 16)?,
-            ])?);
+        for i in 0..n {
+            let b = c.journal_op(i);
+            ops.push(Op::decode([b.get()?, b.plus(8).get()?, b.plus(16).get()?])?);
         }
-        match w & 0xFF {
+        match w.state() {
             PREPARED => {
                 for op in &ops {
                     if let Op::New { obj, state } = *op {
@@ -446,8 +448,8 @@ impl Engine {
                         // an object, and a crash may come before the
                         // operation wrote its state (a blob is written
                         // whole, then given its state).
-                        let cur = self.pool.ld(obj)?;
-                        let ours = cur == 0 || cur & !SEQ_MASK == state & !SEQ_MASK;
+                        let cur = self.pool.object(obj).state().get()?;
+                        let ours = cur == 0 || cur & !SEQ_BITS == state & !SEQ_BITS;
                         if ours && self.alloc.is_allocated(&self.pool, obj) {
                             self.alloc.free(&self.pool, obj)?;
                         }
@@ -461,8 +463,7 @@ impl Engine {
             FREEING => self.j_frees(&ops)?,
             s => return Err(Error::Corrupt(format!("journal state {s}"))),
         }
-        self.pool.st(area, 0)?;
-        self.pool.persist(area, 8);
+        self.clear_jstate(area)?;
         Ok(true)
     }
 }

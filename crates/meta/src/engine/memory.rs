@@ -6,8 +6,8 @@ use super::ctx::Ctx;
 use super::Engine;
 use crate::alloc::AllocCache;
 use crate::error::Result;
+use crate::format::layout::ctx_area;
 use crate::index::IxMem;
-use crate::layout::*;
 use crate::list::Mem;
 use crate::pool::Pool;
 
@@ -24,18 +24,23 @@ impl Engine {
     /// At open: frees a list page or node a crash left allocated but not
     /// installed (`C_PEND_OBJ`, §3 of docs/format.md).
     pub(crate) fn recover_pending(&self, area: u64) -> Result<()> {
-        let o = self.pool.ld(area + C_PEND_OBJ)?;
+        let o = self.pool.ctx_rec(area).pend_obj().get()?;
         if o == 0 {
             return Ok(());
         }
-        let at = self.pool.ld(area + C_PEND_AT)?;
+        let at = self.pool.ctx_rec(area).pend_at().get()?;
         // An unreadable `at` keeps the object (a leak, not a double use).
-        let installed = self.pool.ld(at).map_or(true, |w| w & !15 == o);
+        let installed = self
+            .pool
+            .object(at)
+            .state()
+            .get()
+            .map_or(true, |w| w & !15 == o);
         if !installed && self.alloc.is_allocated(&self.pool, o) {
             self.alloc.free(&self.pool, o)?;
         }
-        self.pool.st(area + C_PEND_OBJ, 0)?;
-        self.pool.persist(area + C_PEND_OBJ, 8);
+        self.pool.ctx_rec(area).pend_obj().set(0)?;
+        self.pool.ctx_rec(area).pend_obj().persist();
         Ok(())
     }
 
@@ -66,9 +71,9 @@ impl Mem for EMem<'_> {
         let (p, a) = (&self.e.pool, self.area);
         // Named before the allocator takes it (see `Allocator::alloc_owned`).
         let own = |o| {
-            p.st(a + C_PEND_AT, at)?;
-            p.st(a + C_PEND_OBJ, o)?;
-            p.persist(a + C_PEND_OBJ, 16);
+            p.ctx_rec(a).pend_at().set(at)?;
+            p.ctx_rec(a).pend_obj().set(o)?;
+            p.ctx_rec(a).pend_obj().persist_len(16);
             Ok(())
         };
         let r = self
@@ -82,8 +87,8 @@ impl Mem for EMem<'_> {
     }
     fn settled(&mut self) -> Result<()> {
         let p = &self.e.pool;
-        p.st(self.area + C_PEND_OBJ, 0)?;
-        p.persist(self.area + C_PEND_OBJ, 8);
+        p.ctx_rec(self.area).pend_obj().set(0)?;
+        p.ctx_rec(self.area).pend_obj().persist();
         Ok(())
     }
     fn free(&mut self, off: u64) -> Result<()> {

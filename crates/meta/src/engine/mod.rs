@@ -23,9 +23,13 @@ pub use tofree::FreeJob;
 use crate::alloc::Allocator;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
+use crate::format::layout::{
+    DIRC_SIZE, HEADER_SIZE, INLINE_LIMIT, K_DIR, K_DIRC, K_IROOT, MAGIC, MAX_CTX, MAX_SHARDS,
+    SEG_BASE, SEG_SIZE, STORAGE_MAX, S_NORMAL, VERSION,
+};
+use crate::format::{ModeWord, StateWord};
 use crate::hash;
 use crate::index::{self, HashIndex, IxMem};
-use crate::layout::*;
 use crate::locks::LockTable;
 use crate::pool::{Durability, Pool};
 use ctx::{Ctx, CtxPool};
@@ -155,28 +159,28 @@ impl Engine {
             return Err(Error::Invalid("storage URL longer than 1024 bytes"));
         }
         let pool = Pool::create(path, SEG_BASE + 16 * SEG_SIZE, cfg.reserve, cfg.durability)?;
-        pool.write_bytes(H_MAGIC, &MAGIC)?;
-        pool.st(H_VERSION, VERSION as u64 | HEADER_SIZE << 32)?;
-        pool.write_bytes(H_VOLID, &cfg.volume_id.unwrap_or_else(volume_id))?;
-        pool.st(H_ROOT, ROOT_INO)?;
-        pool.st(H_EPOCH, 1)?;
-        pool.st(H_CLEAN, 0)?;
-        pool.st(
-            H_CONFIG,
-            cfg.durability.code() as u64 | (cfg.shards as u64) << 32,
-        )?;
-        pool.st(H_POOL_LEN, pool.len())?;
-        pool.st(H_SEG_NEXT, 0)?;
-        pool.st(H_NEXT_INO, ROOT_INO + 1)?;
-        pool.st(H_SEG_SIZE, SEG_SIZE)?;
-        pool.st(H_RUNS, 0)?;
-        pool.st(H_BLOCK_SIZE, cfg.block_size)?;
+        let h = pool.header();
+        h.magic().write_bytes(&MAGIC)?;
+        h.version().set(VERSION as u64 | HEADER_SIZE << 32)?;
+        h.volid()
+            .write_bytes(&cfg.volume_id.unwrap_or_else(volume_id))?;
+        h.root().set(ROOT_INO)?;
+        h.epoch().set(1)?;
+        h.clean().set(0)?;
+        h.config()
+            .set(cfg.durability.code() as u64 | (cfg.shards as u64) << 32)?;
+        h.pool_len().set(pool.len())?;
+        h.seg_next().set(0)?;
+        h.next_ino().set(ROOT_INO + 1)?;
+        h.seg_size().set(SEG_SIZE)?;
+        h.runs().set(0)?;
+        h.block_size().set(cfg.block_size)?;
         // Below the block size (a small block size lowers the default).
-        pool.st(H_INLINE_MAX, cfg.inline_max.min(cfg.block_size / 2))?;
-        pool.st(H_STORAGE, cfg.storage.len() as u64)?;
-        pool.write_bytes(H_STORAGE + 8, cfg.storage.as_bytes())?;
-        pool.st(H_CHECKSUM, header_checksum(&pool)?)?;
-        pool.persist(0, HEADER_SIZE);
+        h.inline_max().set(cfg.inline_max.min(cfg.block_size / 2))?;
+        h.storage().set(cfg.storage.len() as u64)?;
+        h.storage_url().write_bytes(cfg.storage.as_bytes())?;
+        h.checksum().set(header_checksum(&pool)?)?;
+        h.persist(HEADER_SIZE);
         let alloc = Allocator::new(cfg.shards, 0, pool_reserve(&pool, cfg.reserve));
         let mut cache = alloc.cache();
         for s in 0..cfg.shards {
@@ -188,35 +192,34 @@ impl Engine {
             };
             let n = index::format(&mut m)?;
             let i = index::format(&mut m)?;
-            let (a, b) = shard_roots(s);
-            pool.st(a, n)?;
-            pool.st(b, i)?;
+            h.name_root(s).set(n)?;
+            h.ino_root(s).set(i)?;
         }
         // The root directory: a content object and an access object that is
         // in no list (its key is (0, "")).
-        let t = crate::clock::wall_ns();
+        let t = crate::clock::wall_ns() as u64;
         let rs = hash::jump(hash::ino_key(ROOT_INO), cfg.shards);
-        let c = alloc.alloc(&pool, &mut cache, rs, DIRC_SIZE)?;
-        let a = alloc.alloc(&pool, &mut cache, rs, 64)?;
-        pool.st(c + C_INO, ROOT_INO)?;
-        for f in [C_CTIME, C_MTIME, C_ATIME, C_BDTIME] {
-            pool.st(c + f, t as u64)?;
+        let c = pool.content(alloc.alloc(&pool, &mut cache, rs, DIRC_SIZE)?);
+        let a = pool.access(alloc.alloc(&pool, &mut cache, rs, 64)?);
+        c.ino().set(ROOT_INO)?;
+        for f in [c.ctime(), c.mtime(), c.atime(), c.bdtime()] {
+            f.set(t)?;
         }
-        pool.st(c + C_PARENT, ROOT_INO)?;
-        pool.st(c + C_ACCESS, a)?;
-        pool.st(c + C_MOD_EPOCH, 1)?;
-        pool.st(c, state(K_DIRC, S_NORMAL, 1))?;
-        pool.st(a + E_INO, ROOT_INO)?;
-        pool.st(a + E_BDTIME, t as u64)?;
-        pool.st(a + D_MODE, (S_IFDIR | 0o755) as u64)?;
-        pool.st(a + D_CONTENT, c)?;
-        pool.st(a, state(K_DIR, S_NORMAL, 1))?;
-        pool.persist(c, DIRC_SIZE as u64);
-        pool.persist(a, 64);
-        pool.st(H_ROOT_ACCESS, a)?;
-        pool.st(H_TS_LIMIT, t as u64)?;
-        pool.persist(0, HEADER_SIZE);
-        let ino_root = pool.ld(shard_roots(rs).1)?;
+        c.parent().set(ROOT_INO)?;
+        c.access().set(a.off())?;
+        c.mod_epoch().set(1)?;
+        c.set_state(StateWord::new(K_DIRC, S_NORMAL, 1))?;
+        a.ino().set(ROOT_INO)?;
+        a.bdtime().set(t)?;
+        a.mode().set(ModeWord::new(S_IFDIR | 0o755, 0, 0).0)?;
+        a.content().set(c.off())?;
+        a.set_state(StateWord::new(K_DIR, S_NORMAL, 1))?;
+        c.persist(DIRC_SIZE as u64);
+        a.persist(64);
+        h.root_access().set(a.off())?;
+        h.ts_limit().set(t)?;
+        h.persist(HEADER_SIZE);
+        let ino_root = h.ino_root(rs).get()?;
         let ix = HashIndex::open(&pool, ino_root, 1)?;
         let mut m = IxMem {
             pool: &pool,
@@ -224,11 +227,11 @@ impl Engine {
             cache: &mut cache,
             shard: rs,
         };
-        ix.insert(&pool, hash::ino_key(ROOT_INO), c, &mut m)?;
+        ix.insert(&pool, hash::ino_key(ROOT_INO), c.off(), &mut m)?;
         drop(ix);
         pool.sync_all()?;
-        pool.st(H_CLEAN, 1)?;
-        pool.persist(H_CLEAN, 8);
+        pool.header().clean().set(1)?;
+        pool.header().clean().persist();
         drop(alloc);
         drop(pool);
         if cfg.durability == Durability::Sync {
@@ -263,24 +266,24 @@ impl Engine {
         };
         let mut magic = [0u8; 8];
         let (pool, file_len) = Pool::open(path, reserve, Durability::Process)?;
-        pool.read_bytes(H_MAGIC, &mut magic)?;
+        pool.header().magic().read_bytes(&mut magic)?;
         if magic != MAGIC {
             return Err(Error::Corrupt(format!(
                 "{} is not a SoloFS pool (bad magic)",
                 path.display()
             )));
         }
-        let v = pool.ld(H_VERSION)?;
+        let v = pool.header().version().get()?;
         if v as u32 != VERSION {
             return Err(Error::Version {
                 found: v as u32,
                 expected: VERSION,
             });
         }
-        if v >> 32 != HEADER_SIZE || pool.ld(H_CHECKSUM)? != header_checksum(&pool)? {
+        if v >> 32 != HEADER_SIZE || pool.header().checksum().get()? != header_checksum(&pool)? {
             return Err(Error::Corrupt("header checksum mismatch".into()));
         }
-        let cfg = pool.ld(H_CONFIG)?;
+        let cfg = pool.header().config().get()?;
         let durability = match Durability::from_code(cfg as u32) {
             Some(Durability::Sync) if !journal => Durability::Process,
             Some(d) => d,
@@ -290,15 +293,15 @@ impl Engine {
         if nshards == 0 || nshards > MAX_SHARDS {
             return Err(Error::Corrupt(format!("shard count {nshards}")));
         }
-        let pool_len = pool.ld(H_POOL_LEN)?;
+        let pool_len = pool.header().pool_len().get()?;
         if pool_len > file_len || pool_len % 4096 != 0 {
             return Err(Error::Corrupt(format!(
                 "pool file is {file_len} bytes but its header records {pool_len}: truncated"
             )));
         }
-        let seg_next = pool.ld(H_SEG_NEXT)?;
+        let seg_next = pool.header().seg_next().get()?;
         if SEG_BASE + seg_next.saturating_mul(SEG_SIZE) > pool_len
-            || pool.ld(H_SEG_SIZE)? != SEG_SIZE
+            || pool.header().seg_size().get()? != SEG_SIZE
         {
             return Err(Error::Corrupt("segment count exceeds the pool".into()));
         }
@@ -325,21 +328,24 @@ impl Engine {
         if std::env::var_os("SOLOFS_HUGE_PAGES").is_none_or(|v| v != "0") {
             pool.enable_huge_pages();
         }
-        let was_unclean = pool.ld(H_CLEAN)? == 0;
-        let mut epoch = pool.ld(H_EPOCH)?;
+        let was_unclean = pool.header().clean().get()? == 0;
+        let mut epoch = pool.header().epoch().get()?;
         if was_unclean {
             epoch += 1;
-            pool.st(H_EPOCH, epoch)?;
+            pool.header().epoch().set(epoch)?;
         }
-        pool.st(H_CLEAN, 0)?;
-        pool.persist(H_EPOCH, 16);
+        pool.header().clean().set(0)?;
+        pool.header().epoch().persist_len(16);
         let epoch = epoch as u32;
         let mut shards = Vec::new();
         for s in 0..nshards {
-            let (a, b) = shard_roots(s);
-            let (n, i) = (pool.ld(a)?, pool.ld(b)?);
+            let h = pool.header();
+            let (n, i) = (h.name_root(s).get()?, h.ino_root(s).get()?);
             for r in [n, i] {
-                if r < SEG_BASE || r >= pool_len || pool.ld(r).map(st_kind)? != K_IROOT {
+                if r < SEG_BASE
+                    || r >= pool_len
+                    || pool.index_root(r).state_word()?.kind() != K_IROOT
+                {
                     return Err(Error::Corrupt(format!("shard {s} index root {r:#x}")));
                 }
             }
@@ -348,23 +354,23 @@ impl Engine {
                 ino: HashIndex::open(&pool, i, epoch)?,
             });
         }
-        let block_size = pool.ld(H_BLOCK_SIZE)?;
-        let slen = pool.ld(H_STORAGE)? as usize;
+        let block_size = pool.header().block_size().get()?;
+        let slen = pool.header().storage().get()? as usize;
         if !block_size.is_power_of_two() || slen > STORAGE_MAX {
             return Err(Error::Corrupt("data block size or storage URL".into()));
         }
-        let inline_max = pool.ld(H_INLINE_MAX)?;
+        let inline_max = pool.header().inline_max().get()?;
         if inline_max > INLINE_LIMIT || inline_max >= block_size {
             return Err(Error::Corrupt(format!("inline threshold {inline_max}")));
         }
         let mut storage = vec![0u8; slen];
-        pool.read_bytes(H_STORAGE + 8, &mut storage)?;
+        pool.header().storage_url().read_bytes(&mut storage)?;
         let storage = String::from_utf8(storage)
             .map_err(|_| Error::Corrupt("storage URL is not UTF-8".into()))?;
-        let run = pool.ld(H_RUNS)? + 1;
-        pool.st(H_RUNS, run)?;
-        pool.persist(H_RUNS, 8);
-        let root_access = pool.ld(H_ROOT_ACCESS)?;
+        let run = pool.header().runs().get()? + 1;
+        pool.header().runs().set(run)?;
+        pool.header().runs().persist();
+        let root_access = pool.header().root_access().get()?;
         if root_access < SEG_BASE || root_access >= pool_len {
             return Err(Error::Corrupt("root directory offset".into()));
         }
@@ -409,8 +415,8 @@ impl Engine {
     /// epoch and repairs lazily).
     pub fn close(self) -> Result<()> {
         self.pool.sync_all()?;
-        self.pool.st(H_CLEAN, 1)?;
-        self.pool.persist(H_CLEAN, 8);
+        self.pool.header().clean().set(1)?;
+        self.pool.header().clean().persist();
         self.pool.sync_all()?;
         self.pool.stop_sync()
     }
@@ -418,7 +424,7 @@ impl Engine {
     /// The volume id recorded at format time.
     pub fn volume_id(&self) -> [u8; 16] {
         let mut v = [0u8; 16];
-        let _ = self.pool.read_bytes(H_VOLID, &mut v);
+        let _ = self.pool.header().volid().read_bytes(&mut v);
         v
     }
 
@@ -536,8 +542,13 @@ impl Engine {
             return Ok(ino);
         }
         if ctx.ino_next == ctx.ino_end {
-            let start = self.pool.u64(H_NEXT_INO)?.fetch_add(1024, Ordering::AcqRel);
-            self.pool.persist(H_NEXT_INO, 8);
+            let start = self
+                .pool
+                .header()
+                .next_ino()
+                .atomic()?
+                .fetch_add(1024, Ordering::AcqRel);
+            self.pool.header().next_ino().persist();
             ctx.ino_next = start;
             ctx.ino_end = start + 1024;
         }
@@ -572,9 +583,9 @@ impl Engine {
 
     /// Inode numbers up to `max` are never handed out by later creates.
     pub fn keep_inos_above(&self, max: u64) -> Result<()> {
-        let w = self.pool.u64(H_NEXT_INO)?;
+        let w = self.pool.header().next_ino().atomic()?;
         w.fetch_max(max + 1, Ordering::AcqRel);
-        self.pool.persist(H_NEXT_INO, 8);
+        self.pool.header().next_ino().persist();
         Ok(())
     }
 }
@@ -583,15 +594,6 @@ impl Engine {
 const DIR_HINTS: usize = 256;
 /// Entries of the shard memo.
 const SHARD_MEMO: usize = 1024;
-
-/// (offset of the word whose bits 16..24 hold the name length, name offset).
-pub(crate) fn entry_name_offsets(kind: u8) -> (u64, u64) {
-    match kind {
-        K_FILE => (F_MODE, F_NAME),
-        K_DIR => (D_MODE, D_NAME),
-        _ => (L_MODE, L_NAME),
-    }
-}
 
 fn pool_reserve(pool: &Pool, reserve: u64) -> u64 {
     reserve.max(pool.len())
@@ -614,19 +616,20 @@ fn header_checksum(pool: &Pool) -> Result<u64> {
     // magic, version, header size, volume id (bytes 0..32), root, config.
     // Then the data block size and the storage URL; then the inline
     // threshold if there is one (pools from before it have none).
-    let slen = (pool.ld(H_STORAGE)? as usize).min(STORAGE_MAX);
+    let h = pool.header();
+    let slen = (h.storage().get()? as usize).min(STORAGE_MAX);
     let mut b = vec![0u8; 64 + slen];
-    let inline = pool.ld(H_INLINE_MAX)?;
+    let inline = h.inline_max().get()?;
     if inline != 0 {
         b.extend_from_slice(&inline.to_le_bytes());
     }
-    pool.read_bytes(H_MAGIC, &mut b[..32])?;
-    b[32..40].copy_from_slice(&pool.ld(H_ROOT)?.to_le_bytes());
-    b[40..48].copy_from_slice(&pool.ld(H_CONFIG)?.to_le_bytes());
-    b[48..56].copy_from_slice(&pool.ld(H_BLOCK_SIZE)?.to_le_bytes());
-    b[56..64].copy_from_slice(&pool.ld(H_STORAGE)?.to_le_bytes());
-    pool.read_bytes(H_STORAGE + 8, &mut b[64..64 + slen])?;
-    Ok(hash::name_key(pool.ld(H_SEG_SIZE)?, &b))
+    h.magic().read_bytes(&mut b[..32])?;
+    b[32..40].copy_from_slice(&h.root().get()?.to_le_bytes());
+    b[40..48].copy_from_slice(&h.config().get()?.to_le_bytes());
+    b[48..56].copy_from_slice(&h.block_size().get()?.to_le_bytes());
+    b[56..64].copy_from_slice(&h.storage().get()?.to_le_bytes());
+    h.storage_url().read_bytes(&mut b[64..64 + slen])?;
+    Ok(hash::name_key(h.seg_size().get()?, &b))
 }
 
 /// Checks a name for create-like operations.

@@ -14,8 +14,12 @@ use super::ctx::Ctx;
 use super::journal::Op;
 use super::{attr::pad8, check_name, is_dot, Engine, Obj};
 use crate::error::{Error, Result};
+use crate::format::layout::{
+    ctx_area, C_LIST, DIRC_SIZE, D_NAME, F_CTIME, F_MODE, F_NAME, K_DIR, K_DIRC, K_FILE, K_LINK,
+    L_NAME, S_CREATING, S_NORMAL,
+};
+use crate::format::{owner_word, state, ModeWord, StateWord};
 use crate::hash;
-use crate::layout::*;
 use crate::list;
 use crate::locks::Mode;
 use crate::perm::{self, W, X};
@@ -91,17 +95,17 @@ impl Engine {
     }
 
     fn set_intent_of(&self, id: usize, obj: u64) -> Result<()> {
-        let a = ctx_area(id);
-        self.pool.st(a + C_INTENT_EPOCH, self.epoch as u64)?;
-        self.pool.st(a + C_INTENT, obj)?;
-        self.pool.persist(a, 16);
+        let c = self.pool.ctx_rec(ctx_area(id));
+        c.intent_epoch().set(self.epoch as u64)?;
+        c.intent().set(obj)?;
+        c.intent().persist_len(16);
         Ok(())
     }
 
     fn set_intent2_of(&self, id: usize, obj: u64) -> Result<()> {
-        let a = ctx_area(id);
-        self.pool.st(a + C_INTENT2, obj)?;
-        self.pool.persist(a + C_INTENT2, 8);
+        let c = self.pool.ctx_rec(ctx_area(id));
+        c.intent2().set(obj)?;
+        c.intent2().persist();
         Ok(())
     }
 
@@ -134,13 +138,13 @@ impl Engine {
     }
 
     pub(super) fn clear_intent(&self, ctx: &Ctx, inodes: i64) -> Result<()> {
-        let a = ctx_area(ctx.id);
-        self.pool.st(a + C_INTENT2, 0)?;
-        self.pool.st(a + C_INTENT, 0)?;
-        self.pool.persist(a, 8);
-        self.pool.note(a + C_INTENT2, 8);
+        let c = self.pool.ctx_rec(ctx_area(ctx.id));
+        c.intent2().set(0)?;
+        c.intent().set(0)?;
+        c.intent().persist();
+        c.intent2().note();
         if inodes != 0 {
-            let w = self.pool.u64(a + C_INODES)?;
+            let w = c.inodes().atomic()?;
             w.store(
                 w.load(Ordering::Relaxed).wrapping_add(inodes as u64),
                 Ordering::Relaxed,
@@ -202,7 +206,7 @@ impl Engine {
             if self.find_ino(parent)? != Some(content) {
                 return Err(Error::NotFound);
             }
-            if self.pool.ld(content + C_MOD_EPOCH)? < self.epoch as u64 {
+            if self.pool.content(content).mod_epoch().get()? < self.epoch as u64 {
                 continue; // a repair is due; open_dir does it outside the lock
             }
             return Ok((access, content, g));
@@ -237,25 +241,27 @@ impl Engine {
             self.touch_epoch(content)?;
             let pos = self
                 .pool
-                .u64(content + C_NEXT_POS)?
+                .content(content)
+                .next_pos()
+                .atomic()?
                 .fetch_add(1, Ordering::AcqRel);
-            self.pool.note(content + C_NEXT_POS, 8);
-            let p = &self.pool;
-            p.st(f + E_INO, ino)?;
-            p.st(f + E_PARENT, parent)?;
-            p.st(f + E_POS, pos)?;
-            for fld in [E_BDTIME, F_ATIME, F_MTIME, F_CTIME] {
-                p.st(f + fld, t as u64)?;
+            self.pool.content(content).next_pos().note();
+            let r = self.pool.file(f);
+            r.ino().set(ino)?;
+            r.parent().set(parent)?;
+            r.pos().set(pos)?;
+            for fld in [r.bdtime(), r.atime(), r.mtime(), r.ctime()] {
+                fld.set(t as u64)?;
             }
-            p.st(f + F_SIZE, size)?;
-            p.st(f + F_MODE, mode as u64 | nl << 16 | 1 << 32)?;
-            p.st(f + F_OWNER, cred.uid as u64 | (gid as u64) << 32)?;
-            p.write_bytes(f + F_NAME, name)?;
+            r.size().set(size)?;
+            r.mode().set(ModeWord::new(mode, name.len(), 1).0)?;
+            r.owner().set(owner_word(cred.uid, gid))?;
+            r.name().write_bytes(name)?;
             if !target.is_empty() {
-                p.write_bytes(f + F_NAME + pad8(nl), target)?;
+                r.name().plus(pad8(nl)).write_bytes(target)?;
             }
-            p.st(f, state(K_FILE, S_CREATING, self.epoch))?;
-            p.persist(f, bytes);
+            r.set_state(StateWord::new(K_FILE, S_CREATING, self.epoch))?;
+            r.persist(bytes);
             crate::crash::point(op, "after_write");
             self.publish_new(op, ctx, parent, content, name, pos, f, ino, f, t, false)?;
             self.clear_intent(ctx, 1)?;
@@ -346,18 +352,22 @@ impl Engine {
         crate::crash::point(op, "after_ino_publish");
         self.raise_times(content, t, false)?;
         self.pool
-            .u64(content + C_NDENTS)?
+            .content(content)
+            .ndents()
+            .atomic()?
             .fetch_add(1, Ordering::AcqRel);
         if is_dir {
             self.pool
-                .u64(content + C_NSUBDIRS)?
+                .content(content)
+                .nsubdirs()
+                .atomic()?
                 .fetch_add(1, Ordering::AcqRel);
         }
         crate::crash::point(op, "after_parent");
         for o in [inode_obj, entry] {
-            let cur = self.pool.ld(o)?;
-            self.pool.st(o, state(st_kind(cur), S_NORMAL, self.epoch))?;
-            self.pool.persist(o, 8);
+            let r = self.pool.object(o);
+            r.set_state(StateWord::new(r.state_word()?.kind(), S_NORMAL, self.epoch))?;
+            r.state().persist();
         }
         Ok(())
     }
@@ -390,32 +400,32 @@ impl Engine {
             self.touch_epoch(content)?;
             let pos = self
                 .pool
-                .u64(content + C_NEXT_POS)?
+                .content(content)
+                .next_pos()
+                .atomic()?
                 .fetch_add(1, Ordering::AcqRel);
-            self.pool.note(content + C_NEXT_POS, 8);
-            let p = &self.pool;
-            p.st(c + C_INO, ino)?;
-            for fld in [C_CTIME, C_MTIME, C_ATIME, C_BDTIME] {
-                p.st(c + fld, t as u64)?;
+            self.pool.content(content).next_pos().note();
+            let (cr, ar) = (self.pool.content(c), self.pool.access(a));
+            cr.ino().set(ino)?;
+            for fld in [cr.ctime(), cr.mtime(), cr.atime(), cr.bdtime()] {
+                fld.set(t as u64)?;
             }
-            p.st(c + C_PARENT, parent)?;
-            p.st(c + C_ACCESS, a)?;
-            p.st(c + C_MOD_EPOCH, self.epoch as u64)?;
-            p.st(c, state(K_DIRC, S_CREATING, self.epoch))?;
-            p.st(a + E_INO, ino)?;
-            p.st(a + E_PARENT, parent)?;
-            p.st(a + E_POS, pos)?;
-            p.st(a + E_BDTIME, t as u64)?;
-            p.st(
-                a + D_MODE,
-                (S_IFDIR | sgid | (mode & 0o7777)) as u64 | nl << 16,
-            )?;
-            p.st(a + D_OWNER, cred.uid as u64 | (gid as u64) << 32)?;
-            p.st(a + D_CONTENT, c)?;
-            p.write_bytes(a + D_NAME, name)?;
-            p.st(a, state(K_DIR, S_CREATING, self.epoch))?;
-            p.persist(c, DIRC_SIZE as u64);
-            p.persist(a, a_bytes);
+            cr.parent().set(parent)?;
+            cr.access().set(a)?;
+            cr.mod_epoch().set(self.epoch as u64)?;
+            cr.set_state(StateWord::new(K_DIRC, S_CREATING, self.epoch))?;
+            ar.ino().set(ino)?;
+            ar.parent().set(parent)?;
+            ar.pos().set(pos)?;
+            ar.bdtime().set(t as u64)?;
+            ar.mode()
+                .set(ModeWord::new(S_IFDIR | sgid | (mode & 0o7777), name.len(), 0).0)?;
+            ar.owner().set(owner_word(cred.uid, gid))?;
+            ar.content().set(c)?;
+            ar.name().write_bytes(name)?;
+            ar.set_state(StateWord::new(K_DIR, S_CREATING, self.epoch))?;
+            cr.persist(DIRC_SIZE as u64);
+            ar.persist(a_bytes);
             crate::crash::point("mkdir", "after_write");
             self.publish_new("mkdir", ctx, parent, content, name, pos, a, ino, c, t, true)?;
             self.clear_intent(ctx, 1)?;
@@ -446,7 +456,7 @@ impl Engine {
             ]);
             if self.find_ino(ino)? != Some(f)
                 || self.find_ino(newparent)? != Some(content)
-                || self.pool.ld(content + C_MOD_EPOCH)? < self.epoch as u64
+                || self.pool.content(content).mod_epoch().get()? < self.epoch as u64
             {
                 continue;
             }
@@ -474,19 +484,22 @@ impl Engine {
             self.touch_epoch(content)?;
             let pos = self
                 .pool
-                .u64(content + C_NEXT_POS)?
+                .content(content)
+                .next_pos()
+                .atomic()?
                 .fetch_add(1, Ordering::AcqRel);
-            self.pool.note(content + C_NEXT_POS, 8);
-            let p = &self.pool;
-            let mw = p.ld(f + F_MODE)?;
-            p.st(l + E_INO, ino)?;
-            p.st(l + E_PARENT, newparent)?;
-            p.st(l + E_POS, pos)?;
-            p.st(l + E_BDTIME, t as u64)?;
-            p.st(l + L_MODE, (mw & S_IFMT as u64) | n << 16)?;
-            p.write_bytes(l + L_NAME, newname)?;
-            p.st(l, creating)?;
-            p.persist(l, bytes);
+            self.pool.content(content).next_pos().note();
+            let mw = self.pool.file(f).mode_word()?;
+            let r = self.pool.link(l);
+            r.ino().set(ino)?;
+            r.parent().set(newparent)?;
+            r.pos().set(pos)?;
+            r.bdtime().set(t as u64)?;
+            r.mode()
+                .set(ModeWord::new(mw.file_type(), newname.len(), 0).0)?;
+            r.name().write_bytes(newname)?;
+            r.state().set(creating)?;
+            r.persist(bytes);
             let ops = vec![
                 Op::ListSet {
                     content,
@@ -497,7 +510,7 @@ impl Engine {
                 Op::Set {
                     obj: f,
                     field: F_MODE,
-                    val: (mw & 0xFFFF_FFFF) | ((nl + 1) as u64) << 32,
+                    val: mw.with_nlink(nl + 1).0,
                 },
                 Op::Set {
                     obj: f,
@@ -517,7 +530,9 @@ impl Engine {
             ];
             self.j_commit(ctx, j, ops, "link")?;
             self.pool
-                .u64(content + C_NDENTS)?
+                .content(content)
+                .ndents()
+                .atomic()?
                 .fetch_add(1, Ordering::AcqRel);
             return self.file_attr(f);
         })

@@ -3,6 +3,8 @@
 //! directory's times and owner.
 
 use super::*;
+use crate::format::layout::{D_MODE, D_OWNER, K_DIR, K_DIRC, K_FILE, K_LINK, S_DETACHED, S_FREE};
+use crate::format::{epoch_of, kind_of, owner_of, status_of, ModeWord, StateWord};
 
 impl Engine {
     /// Does the entry object `o` have key (parent, name) and is it live?
@@ -12,29 +14,27 @@ impl Engine {
         // The name and attributes run into the next line(s): overlap them.
         p.prefetch(o + 64);
         p.prefetch(o + 127);
-        let s = p.ld(o)?;
-        let (k, st) = (st_kind(s), st_status(s));
+        let s = p.object(o).state().get()?;
+        let (k, st) = (kind_of(s), status_of(s));
         if !(k == K_FILE || k == K_DIR || k == K_LINK) || st == S_FREE || st == S_DETACHED {
             return Ok(false);
         }
-        if p.ld(o + E_PARENT)? != parent {
+        if p.entry(o).parent().get()? != parent {
             return Ok(false);
         }
-        let (len_off, name_off) = entry_name_offsets(k);
-        let len = (p.ld(o + len_off)? >> 16) as u8 as usize;
-        if len != name.len() {
+        let e = p.entry(o);
+        if ModeWord(e.mode_of(k).get()?).name_len() != name.len() {
             return Ok(false);
         }
-        p.bytes_eq(o + name_off, name)
+        e.name_of(k).bytes_eq(name)
     }
 
     /// The name of entry object `o`.
     pub(crate) fn entry_name(&self, o: u64) -> Result<Vec<u8>> {
-        let k = st_kind(self.pool.ld(o)?);
-        let (len_off, name_off) = entry_name_offsets(k);
-        let len = (self.pool.ld(o + len_off)? >> 16) as u8 as usize;
-        let mut v = vec![0u8; len];
-        self.pool.read_bytes(o + name_off, &mut v)?;
+        let e = self.pool.entry(o);
+        let k = e.state_word()?.kind();
+        let mut v = vec![0u8; ModeWord(e.mode_of(k).get()?).name_len()];
+        e.name_of(k).read_bytes(&mut v)?;
         Ok(v)
     }
 
@@ -70,10 +70,10 @@ impl Engine {
     }
 
     pub(super) fn ino_matches(&self, o: u64, ino: u64) -> Result<bool> {
-        let s = self.pool.ld(o)?;
-        Ok(match st_kind(s) {
-            K_FILE => st_status(s) != S_FREE && self.pool.ld(o + E_INO)? == ino,
-            K_DIRC => st_status(s) != S_FREE && self.pool.ld(o + C_INO)? == ino,
+        let s = self.pool.object(o).state().get()?;
+        Ok(match kind_of(s) {
+            K_FILE => status_of(s) != S_FREE && self.pool.entry(o).ino().get()? == ino,
+            K_DIRC => status_of(s) != S_FREE && self.pool.content(o).ino().get()? == ino,
             _ => false,
         })
     }
@@ -81,13 +81,13 @@ impl Engine {
     /// Classifies the entry object `o`.
     #[inline]
     pub(crate) fn obj(&self, o: u64) -> Result<Obj> {
-        let s = self.pool.ld(o)?;
-        match st_kind(s) {
+        let s = self.pool.object(o).state().get()?;
+        match kind_of(s) {
             K_FILE => Ok(Obj::File(o)),
             K_LINK => Ok(Obj::Link(o)),
             K_DIR => Ok(Obj::Dir {
                 access: o,
-                content: self.pool.ld(o + D_CONTENT)?,
+                content: self.pool.access(o).content().get()?,
             }),
             k => Err(Error::Corrupt(format!(
                 "object {o:#x} has kind {k} where an entry was expected"
@@ -98,18 +98,18 @@ impl Engine {
     /// Like `obj`, for an offset read without the entry's lock: None if the
     /// object was freed (or reused) meanwhile, so the caller retries.
     pub(crate) fn try_obj(&self, o: u64) -> Result<Option<Obj>> {
-        let k = st_kind(self.pool.ld(o)?);
+        let k = self.pool.object(o).state_word()?.kind();
         let r = match k {
             K_FILE => Obj::File(o),
             K_LINK => Obj::Link(o),
             K_DIR => Obj::Dir {
                 access: o,
-                content: self.pool.ld(o + D_CONTENT)?,
+                content: self.pool.access(o).content().get()?,
             },
             _ => return Ok(None),
         };
         // The content pointer is read after the kind: recheck the kind.
-        Ok(if st_kind(self.pool.ld(o)?) == k {
+        Ok(if self.pool.object(o).state_word()?.kind() == k {
             Some(r)
         } else {
             None
@@ -119,9 +119,9 @@ impl Engine {
     /// Resolves an inode number to its object: FILE, or DIR via content.
     pub(crate) fn inode(&self, ino: u64) -> Result<Obj> {
         let o = self.find_ino(ino)?.ok_or(Error::NotFound)?;
-        if st_kind(self.pool.ld(o)?) == K_DIRC {
+        if self.pool.object(o).state_word()?.kind() == K_DIRC {
             Ok(Obj::Dir {
-                access: self.pool.ld(o + C_ACCESS)?,
+                access: self.pool.content(o).access().get()?,
                 content: o,
             })
         } else {
@@ -153,13 +153,13 @@ impl Engine {
         if hi.load(Ordering::Relaxed) == ino {
             let o = ho.load(Ordering::Relaxed);
             if o != 0 {
-                let s = self.pool.ld(o)?;
-                if st_kind(s) == K_DIRC
-                    && st_status(s) != S_FREE
-                    && self.pool.ld(o + C_INO)? == ino
-                    && self.pool.ld(o + C_MOD_EPOCH)? >= self.epoch as u64
+                let s = self.pool.object(o).state().get()?;
+                if kind_of(s) == K_DIRC
+                    && status_of(s) != S_FREE
+                    && self.pool.content(o).ino().get()? == ino
+                    && self.pool.content(o).mod_epoch().get()? >= self.epoch as u64
                 {
-                    return Ok((self.pool.ld(o + C_ACCESS)?, o));
+                    return Ok((self.pool.content(o).access().get()?, o));
                 }
             }
         }
@@ -171,11 +171,10 @@ impl Engine {
 
     /// Bumps the sequence counter in a state word (odd while writing).
     pub(crate) fn bump_seq(&self, o: u64) -> Result<()> {
-        let w = self.pool.u64(o)?;
+        let w = self.pool.object(o).state().atomic()?;
         let mut cur = w.load(Ordering::Acquire);
         loop {
-            let seq = (cur >> 16) as u16;
-            let new = (cur & !(0xFFFF << 16)) | (seq.wrapping_add(1) as u64) << 16;
+            let new = StateWord(cur).bumped().0;
             match w.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return Ok(()),
                 Err(c) => cur = c,
@@ -189,10 +188,10 @@ impl Engine {
     /// longer blocks readers; a sequence that stays odd too long is reported.
     #[inline]
     pub(crate) fn stable<T>(&self, o: u64, mut f: impl FnMut() -> Result<T>) -> Result<T> {
-        let s1 = self.pool.ld(o)?;
-        if (s1 >> 16) & 1 == 0 {
+        let s1 = self.pool.object(o).state().get()?;
+        if !StateWord(s1).writing() {
             let v = f()?;
-            if self.pool.ld(o)? == s1 {
+            if self.pool.object(o).state().get()? == s1 {
                 return Ok(v);
             }
         }
@@ -204,10 +203,10 @@ impl Engine {
     pub(super) fn stable_slow<T>(&self, o: u64, mut f: impl FnMut() -> Result<T>) -> Result<T> {
         let mut spins = 0u64;
         loop {
-            let s1 = self.pool.ld(o)?;
-            if (s1 >> 16) & 1 == 1 {
+            let s1 = self.pool.object(o).state().get()?;
+            if StateWord(s1).writing() {
                 spins += 1;
-                let stale = spins > 1000 && st_epoch(s1) < self.epoch;
+                let stale = spins > 1000 && epoch_of(s1) < self.epoch;
                 if !stale {
                     if spins > 50_000_000 {
                         return Err(Error::Corrupt(format!(
@@ -222,7 +221,7 @@ impl Engine {
                 }
             }
             let v = f()?;
-            if self.pool.ld(o)? == s1 {
+            if self.pool.object(o).state().get()? == s1 {
                 return Ok(v);
             }
         }
@@ -231,7 +230,7 @@ impl Engine {
     /// Raises a directory's {ctime, mtime} to `t` with one 16-byte CAS (an
     /// *updater*, SingularFS Algorithm 1). With `ctime_only`, mtime stays.
     pub(crate) fn raise_times(&self, content: u64, t: i64, ctime_only: bool) -> Result<()> {
-        let pair = self.pool.u128(content + C_CTIME)?;
+        let pair = self.pool.content(content).ctime().pair()?;
         let mut cur = pair.load(Ordering::Acquire);
         loop {
             let (c, m) = (cur as u64 as i64, (cur >> 64) as u64 as i64);
@@ -242,7 +241,7 @@ impl Engine {
             let new = t as u64 as u128 | (nm as u64 as u128) << 64;
             match pair.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
-                    self.pool.persist(content + C_CTIME, 16);
+                    self.pool.content(content).ctime().persist_len(16);
                     return Ok(());
                 }
                 Err(now) => cur = now,
@@ -252,10 +251,10 @@ impl Engine {
 
     /// Records in `content` that the current epoch modifies it.
     pub(crate) fn touch_epoch(&self, content: u64) -> Result<()> {
-        let w = self.pool.u64(content + C_MOD_EPOCH)?;
+        let w = self.pool.content(content).mod_epoch().atomic()?;
         if w.load(Ordering::Acquire) != self.epoch as u64 {
             w.store(self.epoch as u64, Ordering::Release);
-            self.pool.persist(content + C_MOD_EPOCH, 8);
+            self.pool.content(content).mod_epoch().persist();
         }
         Ok(())
     }
@@ -265,12 +264,12 @@ impl Engine {
     pub(crate) fn dir_owner(&self, access: u64) -> Result<crate::perm::Owner> {
         self.stable(access, || {
             let w = self.pool.words::<{ (D_OWNER / 8 + 1) as usize }>(access)?;
-            let m = w[(D_MODE / 8) as usize].load(Ordering::Acquire);
-            let o = w[(D_OWNER / 8) as usize].load(Ordering::Acquire);
+            let m = ModeWord(w[(D_MODE / 8) as usize].load(Ordering::Acquire));
+            let (uid, gid) = owner_of(w[(D_OWNER / 8) as usize].load(Ordering::Acquire));
             Ok(crate::perm::Owner {
-                mode: m as u16 as u32,
-                uid: o as u32,
-                gid: (o >> 32) as u32,
+                mode: m.mode(),
+                uid,
+                gid,
             })
         })
     }
@@ -280,16 +279,16 @@ impl Engine {
         match obj {
             Obj::Dir { access, .. } => self.dir_owner(access),
             Obj::File(f) => self.stable(f, || {
-                let m = self.pool.ld(f + F_MODE)?;
-                let o = self.pool.ld(f + F_OWNER)?;
+                let r = self.pool.file(f);
+                let (uid, gid) = owner_of(r.owner().get()?);
                 Ok(crate::perm::Owner {
-                    mode: m as u16 as u32,
-                    uid: o as u32,
-                    gid: (o >> 32) as u32,
+                    mode: r.mode_word()?.mode(),
+                    uid,
+                    gid,
                 })
             }),
             Obj::Link(l) => {
-                let ino = self.pool.ld(l + E_INO)?;
+                let ino = self.pool.entry(l).ino().get()?;
                 let t = self.inode(ino)?;
                 self.owner_of(t)
             }
@@ -304,7 +303,7 @@ impl Engine {
                 Obj::Dir { access, content } => (access, content),
                 _ => return Err(Error::NotDir),
             };
-            if self.pool.ld(content + C_MOD_EPOCH)? < self.epoch as u64 {
+            if self.pool.content(content).mod_epoch().get()? < self.epoch as u64 {
                 self.repair_dir(ino)?;
                 continue;
             }

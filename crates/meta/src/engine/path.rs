@@ -16,10 +16,10 @@ impl Engine {
         let super::Obj::File(f) = self.inode(ino)? else {
             return Err(Error::Invalid("not a file"));
         };
-        let len = (self.pool.ld(f + crate::layout::F_MODE)? >> 16) as u8 as usize;
-        let mut name = vec![0u8; len];
-        self.pool.read_bytes(f + crate::layout::F_NAME, &mut name)?;
-        Ok((self.pool.ld(f + crate::layout::E_PARENT)?, name))
+        let f = self.pool.file(f);
+        let mut name = vec![0u8; f.mode_word()?.name_len()];
+        f.name().read_bytes(&mut name)?;
+        Ok((f.parent().get()?, name))
     }
 
     /// Is inode `ino` `top` or below it? Follows parents up: a
@@ -36,11 +36,9 @@ impl Engine {
                 return Ok(false);
             }
             cur = match self.inode(cur)? {
-                super::Obj::File(f) => self.pool.ld(f + crate::layout::E_PARENT)?,
-                super::Obj::Dir { content, .. } => {
-                    self.pool.ld(content + crate::layout::C_PARENT)?
-                }
-                super::Obj::Link(l) => self.pool.ld(l + crate::layout::E_PARENT)?,
+                super::Obj::File(f) => self.pool.file(f).parent().get()?,
+                super::Obj::Dir { content, .. } => self.pool.content(content).parent().get()?,
+                super::Obj::Link(l) => self.pool.link(l).parent().get()?,
             };
         }
         Err(Error::Loop)

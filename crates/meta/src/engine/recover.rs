@@ -14,8 +14,12 @@ use super::ctx::Ctx;
 use super::journal::Op;
 use super::{Engine, Obj};
 use crate::error::{Error, Result};
+use crate::format::layout::{
+    ctx_area, C_LIST, DIRC_SIZE, K_DIR, K_DIRC, K_FILE, K_LINK, MAX_CTX, S_CREATING, S_DELETING,
+    S_NORMAL,
+};
+use crate::format::{epoch_of, kind_of, status_of, StateWord};
 use crate::hash;
-use crate::layout::*;
 use crate::list;
 use crate::locks::Mode;
 
@@ -51,8 +55,8 @@ impl Engine {
                 let a = ctx_area(id);
                 self.recover_free_pages(a)?;
                 self.recover_pending(a)?;
-                let obj = self.pool.ld(a + C_INTENT)?;
-                let content = self.pool.ld(a + C_INTENT2)?;
+                let obj = self.pool.ctx_rec(a).intent().get()?;
+                let content = self.pool.ctx_rec(a).intent2().get()?;
                 if obj != 0 {
                     self.resolve_intent(ctx, obj)?;
                     stats.intents_resolved += 1;
@@ -60,9 +64,9 @@ impl Engine {
                 if content != 0 {
                     self.resolve_content_intent(obj, content)?;
                 }
-                self.pool.st(a + C_INTENT, 0)?;
-                self.pool.st(a + C_INTENT2, 0)?;
-                self.pool.persist(a, 32);
+                self.pool.ctx_rec(a).intent().set(0)?;
+                self.pool.ctx_rec(a).intent2().set(0)?;
+                self.pool.object(a).persist(32);
             }
             Ok(())
         })?;
@@ -71,7 +75,7 @@ impl Engine {
     }
 
     fn in_name_index(&self, o: u64) -> Result<bool> {
-        let parent = self.pool.ld(o + E_PARENT)?;
+        let parent = self.pool.entry(o).parent().get()?;
         let name = self.entry_name(o)?;
         let sh = &self.shards[self.shard_of(parent) as usize];
         Ok(sh
@@ -89,23 +93,24 @@ impl Engine {
         if !self.alloc.is_allocated(&self.pool, o) {
             return Ok(());
         }
-        let s = self.pool.ld(o)?;
+        let s = self.pool.object(o).state().get()?;
         if s == 0 {
             // Allocated, never written: nothing can refer to it.
             return self.alloc.free(&self.pool, o);
         }
-        let (kind, status) = (st_kind(s), st_status(s));
-        if !(kind == K_FILE || kind == K_DIR) || st_epoch(s) >= self.epoch {
+        let (kind, status) = (kind_of(s), status_of(s));
+        if !(kind == K_FILE || kind == K_DIR) || epoch_of(s) >= self.epoch {
             return Ok(());
         }
         if !(status == S_CREATING || status == S_DELETING) || self.in_name_index(o)? {
             return Ok(());
         }
-        let parent = self.pool.ld(o + E_PARENT)?;
-        let pos = self.pool.ld(o + E_POS)?;
-        let content = self
-            .find_ino(parent)?
-            .filter(|c| st_kind(self.pool.ld(*c).unwrap_or(0)) == K_DIRC);
+        let parent = self.pool.entry(o).parent().get()?;
+        let pos = self.pool.entry(o).pos().get()?;
+        let content = self.find_ino(parent)?.filter(|c| {
+            let s = self.pool.content(*c).state_word();
+            s.is_ok_and(|s| s.kind() == K_DIRC)
+        });
         if status == S_CREATING {
             // Not committed. If it is in its list, the directory repair
             // removes it; otherwise nothing refers to it.
@@ -136,16 +141,16 @@ impl Engine {
         // decides (and frees both if it undoes the mkdir).
         if access != 0
             && self.alloc.is_allocated(&self.pool, access)
-            && st_kind(self.pool.ld(access)?) == K_DIR
-            && self.pool.ld(access + D_CONTENT)? == c
+            && self.pool.object(access).state_word()?.kind() == K_DIR
+            && self.pool.access(access).content().get()? == c
         {
             return Ok(());
         }
-        let s = self.pool.ld(c)?;
+        let s = self.pool.object(c).state().get()?;
         let unpublished = s == 0
-            || (st_kind(s) == K_DIRC
-                && st_status(s) == S_CREATING
-                && self.find_ino(self.pool.ld(c + C_INO)?)? != Some(c));
+            || (kind_of(s) == K_DIRC
+                && status_of(s) == S_CREATING
+                && self.find_ino(self.pool.content(c).ino().get()?)? != Some(c));
         if unpublished {
             self.alloc.free(&self.pool, c)?;
         }
@@ -153,20 +158,20 @@ impl Engine {
     }
 
     fn unpublish_inode(&self, ctx: &mut Ctx, o: u64) -> Result<()> {
-        let io = match st_kind(self.pool.ld(o)?) {
-            K_DIR => self.pool.ld(o + D_CONTENT)?,
+        let io = match self.pool.object(o).state_word()?.kind() {
+            K_DIR => self.pool.access(o).content().get()?,
             _ => o,
         };
         self.j_exec_pub(ctx, Op::InoDel(io))
     }
 
     fn free_entry_objects(&self, ctx: &mut Ctx, o: u64) -> Result<()> {
-        match st_kind(self.pool.ld(o)?) {
+        match self.pool.object(o).state_word()?.kind() {
             K_DIR => {
-                let c = self.pool.ld(o + D_CONTENT)?;
+                let c = self.pool.access(o).content().get()?;
                 let owned = self.alloc.is_allocated(&self.pool, c)
-                    && st_kind(self.pool.ld(c)?) == K_DIRC
-                    && self.pool.ld(c + C_ACCESS)? == o;
+                    && self.pool.object(c).state_word()?.kind() == K_DIRC
+                    && self.pool.content(c).access().get()? == o;
                 if owned {
                     self.free_dir_objects(ctx, o, c)
                 } else {
@@ -174,7 +179,7 @@ impl Engine {
                 }
             }
             _ => {
-                let x = self.pool.ld(o + F_XATTR)?;
+                let x = self.pool.file(o).xattr().get()?;
                 if x != 0 && self.alloc.is_allocated(&self.pool, x) {
                     self.alloc.free(&self.pool, x)?;
                 }
@@ -193,37 +198,37 @@ impl Engine {
                 _ => return Err(Error::NotDir),
             };
             let mut st = RepairStats::default();
-            if self.pool.ld(content + C_MOD_EPOCH)? >= self.epoch as u64 {
+            if self.pool.content(content).mod_epoch().get()? >= self.epoch as u64 {
                 return Ok(st);
             }
             let shard = self.shard_of(ino);
-            let end = self.pool.ld(content + C_NEXT_POS)?;
+            let end = self.pool.content(content).next_pos().get()?;
             let mut slots = Vec::new();
             list::scan(&self.pool, content + C_LIST, 0, end, &mut |pos, o| {
                 slots.push((pos, o));
                 Ok(true)
             })?;
-            let ctime = self.pool.ld(content + C_CTIME)? as i64;
+            let ctime = self.pool.content(content).ctime().get()? as i64;
             let (mut count, mut subdirs, mut maxt) = (0u64, 0u64, i64::MIN);
             for (pos, o) in slots {
                 let valid = self.alloc.is_allocated(&self.pool, o) && {
-                    let k = st_kind(self.pool.ld(o)?);
+                    let k = self.pool.object(o).state_word()?.kind();
                     (k == K_FILE || k == K_DIR || k == K_LINK)
-                        && self.pool.ld(o + E_PARENT)? == ino
-                        && self.pool.ld(o + E_POS)? == pos
+                        && self.pool.entry(o).parent().get()? == ino
+                        && self.pool.entry(o).pos().get()? == pos
                 };
                 if !valid {
                     list::retire(&mut self.mem(ctx, shard), content + C_LIST, pos)?;
                     st.bad_slots += 1;
                     continue;
                 }
-                let s = self.pool.ld(o)?;
-                let kind = st_kind(s);
-                let bd = self.pool.ld(o + E_BDTIME)? as i64;
-                let keep = match st_status(s) {
+                let s = self.pool.object(o).state().get()?;
+                let kind = kind_of(s);
+                let bd = self.pool.entry(o).bdtime().get()? as i64;
+                let keep = match status_of(s) {
                     S_CREATING if self.in_name_index(o)? => {
                         let io = if kind == K_DIR {
-                            self.pool.ld(o + D_CONTENT)?
+                            self.pool.access(o).content().get()?
                         } else {
                             o
                         };
@@ -231,9 +236,13 @@ impl Engine {
                             self.j_exec_pub(ctx, Op::InoPut(io))?;
                         }
                         for x in [io, o] {
-                            let c = self.pool.ld(x)?;
-                            self.pool.st(x, state(st_kind(c), S_NORMAL, self.epoch))?;
-                            self.pool.persist(x, 8);
+                            let c = self.pool.object(x).state().get()?;
+                            self.pool.object(x).set_state(StateWord::new(
+                                kind_of(c),
+                                S_NORMAL,
+                                self.epoch,
+                            ))?;
+                            self.pool.object(x).state().persist();
                         }
                         st.creates_redone += 1;
                         true
@@ -253,12 +262,16 @@ impl Engine {
                         false
                     }
                     S_DELETING => {
-                        self.pool.st(o, state(kind, S_NORMAL, self.epoch))?;
-                        self.pool.persist(o, 8);
+                        self.pool
+                            .object(o)
+                            .set_state(StateWord::new(kind, S_NORMAL, self.epoch))?;
+                        self.pool.object(o).state().persist();
                         if kind == K_DIR {
-                            let c = self.pool.ld(o + D_CONTENT)?;
-                            self.pool.st(c, state(K_DIRC, S_NORMAL, self.epoch))?;
-                            self.pool.persist(c, 8);
+                            let c = self.pool.access(o).content().get()?;
+                            self.pool
+                                .object(c)
+                                .set_state(StateWord::new(K_DIRC, S_NORMAL, self.epoch))?;
+                            self.pool.object(c).state().persist();
                         }
                         st.deletes_undone += 1;
                         true
@@ -273,14 +286,17 @@ impl Engine {
                     maxt = maxt.max(bd);
                 }
             }
-            self.pool.st(content + C_NDENTS, count)?;
-            self.pool.st(content + C_NSUBDIRS, subdirs)?;
+            self.pool.content(content).ndents().set(count)?;
+            self.pool.content(content).nsubdirs().set(subdirs)?;
             if maxt > ctime {
                 self.raise_times(content, maxt, false)?;
             }
-            self.pool.persist(content, DIRC_SIZE as u64);
-            self.pool.st(content + C_MOD_EPOCH, self.epoch as u64)?;
-            self.pool.persist(content + C_MOD_EPOCH, 8);
+            self.pool.object(content).persist(DIRC_SIZE as u64);
+            self.pool
+                .content(content)
+                .mod_epoch()
+                .set(self.epoch as u64)?;
+            self.pool.content(content).mod_epoch().persist();
             Ok(st)
         })
     }

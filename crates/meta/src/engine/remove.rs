@@ -5,8 +5,11 @@ use super::ctx::Ctx;
 use super::journal::{dead, kill, Op};
 use super::{check_name, is_dot, Engine, Obj};
 use crate::error::{Error, Result};
+use crate::format::layout::{
+    C_LIST, F_CTIME, F_MODE, K_DIR, K_DIRC, K_FILE, K_LINK, K_XATTR, S_DELETING, S_DETACHED,
+};
+use crate::format::{state, StateWord};
 use crate::hash;
-use crate::layout::*;
 use crate::list;
 use crate::locks::Mode;
 use crate::perm::{self, X};
@@ -18,7 +21,7 @@ impl Engine {
     /// inode number `ino`? (Same offset alone is not enough: a freed slot is
     /// soon reused.)
     pub(crate) fn same_entry(&self, parent: u64, name: &[u8], e: u64, ino: u64) -> Result<bool> {
-        Ok(self.find_name(parent, name)? == Some(e) && self.pool.ld(e + E_INO)? == ino)
+        Ok(self.find_name(parent, name)? == Some(e) && self.pool.entry(e).ino().get()? == ino)
     }
 
     /// Pre-locks lookup of an entry to remove: (entry object, its kind, its
@@ -26,7 +29,7 @@ impl Engine {
     pub(crate) fn probe_entry(&self, parent: u64, name: &[u8]) -> Result<(u64, Obj, u64)> {
         loop {
             let e = self.find_name(parent, name)?.ok_or(Error::NotFound)?;
-            let ino = self.pool.ld(e + E_INO)?;
+            let ino = self.pool.entry(e).ino().get()?;
             if let Some(o) = self.try_obj(e)? {
                 return Ok((e, o, ino));
             }
@@ -63,7 +66,7 @@ impl Engine {
             // Re-read under the locks: the slot may have been freed and
             // reused by a new entry of the same name meanwhile.
             if self.find_ino(parent)? != Some(content)
-                || self.pool.ld(content + C_MOD_EPOCH)? < self.epoch as u64
+                || self.pool.content(content).mod_epoch().get()? < self.epoch as u64
                 || !self.same_entry(parent, name, e, ino)?
             {
                 continue;
@@ -117,7 +120,7 @@ impl Engine {
                         Op::NameDel(f),
                         Op::ListRetire {
                             content,
-                            pos: self.pool.ld(f + E_POS)?,
+                            pos: self.pool.entry(f).pos().get()?,
                         },
                         Op::Raise {
                             content,
@@ -129,7 +132,9 @@ impl Engine {
                     let j = self.journal(ctx);
                     self.j_commit(ctx, j, ops, "unlink_detach")?;
                     self.pool
-                        .u64(content + C_NDENTS)?
+                        .content(content)
+                        .ndents()
+                        .atomic()?
                         .fetch_sub(1, Ordering::AcqRel);
                 }
                 Obj::Link(l) => {
@@ -142,7 +147,7 @@ impl Engine {
                         Op::NameDel(l),
                         Op::ListRetire {
                             content,
-                            pos: self.pool.ld(l + E_POS)?,
+                            pos: self.pool.entry(l).pos().get()?,
                         },
                         Op::Set {
                             obj: l,
@@ -166,7 +171,9 @@ impl Engine {
                     let j = self.journal(ctx);
                     self.j_commit(ctx, j, ops, "unlink_link")?;
                     self.pool
-                        .u64(content + C_NDENTS)?
+                        .content(content)
+                        .ndents()
+                        .atomic()?
                         .fetch_sub(1, Ordering::AcqRel);
                     if gone {
                         self.clear_intent(ctx, -1)?;
@@ -187,12 +194,12 @@ impl Engine {
         if nl == 0 {
             return Ok((self.free_file_ops(f)?, true));
         }
-        let mw = self.pool.ld(f + F_MODE)?;
+        let mw = self.pool.file(f).mode_word()?;
         let mut ops = vec![
             Op::Set {
                 obj: f,
                 field: F_MODE,
-                val: (mw & 0xFFFF_FFFF) | (nl as u64) << 32,
+                val: mw.with_nlink(nl).0,
             },
             Op::Set {
                 obj: f,
@@ -211,7 +218,7 @@ impl Engine {
     }
 
     pub(crate) fn nlink(&self, f: u64) -> Result<u32> {
-        Ok((self.pool.ld(f + F_MODE)? >> 32) as u32)
+        Ok(self.pool.file(f).mode_word()?.nlink())
     }
 
     /// Journal operations that free a file object that has no name left.
@@ -228,7 +235,7 @@ impl Engine {
                 dead: dead(K_FILE, self.epoch),
             },
         ];
-        let x = self.pool.ld(f + F_XATTR)?;
+        let x = self.pool.file(f).xattr().get()?;
         if x != 0 {
             ops.extend(kill(x, K_XATTR, self.epoch));
         }
@@ -253,10 +260,12 @@ impl Engine {
         crate::crash_point!("unlink.after_parent");
         self.unpublish(ctx, parent, content, name, f, Some(f))?;
         self.pool
-            .u64(content + C_NDENTS)?
+            .content(content)
+            .ndents()
+            .atomic()?
             .fetch_sub(1, Ordering::AcqRel);
         crate::crash_point!("unlink.after_unpublish");
-        let x = self.pool.ld(f + F_XATTR)?;
+        let x = self.pool.file(f).xattr().get()?;
         if x != 0 {
             self.alloc.free(&self.pool, x)?;
         }
@@ -266,14 +275,12 @@ impl Engine {
 
     pub(crate) fn mark_deleting(&self, o: u64, kind: u8, t: i64) -> Result<()> {
         self.bump_seq(o)?;
-        self.pool.st(o + E_BDTIME, t as u64)?;
-        let cur = self.pool.ld(o)?;
-        self.pool.st(
-            o,
-            (cur & (0xFFFF << 16)) | state(kind, S_DELETING, self.epoch),
-        )?;
+        let e = self.pool.entry(o);
+        e.bdtime().set(t as u64)?;
+        let cur = e.state_word()?;
+        e.set_state(cur.keep_seq(StateWord::new(kind, S_DELETING, self.epoch)))?;
         self.bump_seq(o)?;
-        self.pool.persist(o, 64);
+        e.persist(64);
         Ok(())
     }
 
@@ -304,7 +311,7 @@ impl Engine {
                 .ino
                 .remove(&self.pool, hash::ino_key(ino), io, &mut m)?;
         }
-        let pos = self.pool.ld(entry + E_POS)?;
+        let pos = self.pool.entry(entry).pos().get()?;
         list::retire(&mut self.mem(ctx, pshard), content + C_LIST, pos)
     }
 
@@ -324,7 +331,7 @@ impl Engine {
                 let Obj::Dir { content: dc, .. } = *o else {
                     return Err(Error::NotDir);
                 };
-                if self.pool.ld(dc + C_MOD_EPOCH)? >= self.epoch as u64 {
+                if self.pool.content(dc).mod_epoch().get()? >= self.epoch as u64 {
                     return Ok(Probe::Lock);
                 }
                 if !locked {
@@ -347,28 +354,30 @@ impl Engine {
                 return Err(Error::NotDir);
             };
             perm::may_delete(cred, self.dir_owner(access)?, self.dir_owner(da)?.uid)?;
-            if self.pool.ld(dc + C_NDENTS)? != 0 {
+            if self.pool.content(dc).ndents().get()? != 0 {
                 return Err(Error::NotEmpty);
             }
             let t = self.clock.now(&self.pool);
             self.set_intent(ctx, da)?;
             self.touch_epoch(content)?;
             self.mark_deleting(da, K_DIR, t)?;
-            let cs = self.pool.ld(dc)?;
-            self.pool.st(
-                dc,
-                (cs & (0xFFFF << 16)) | state(K_DIRC, S_DELETING, self.epoch),
-            )?;
-            self.pool.persist(dc, 8);
+            let c = self.pool.content(dc);
+            let cs = c.state_word()?;
+            c.set_state(cs.keep_seq(StateWord::new(K_DIRC, S_DELETING, self.epoch)))?;
+            c.state().persist();
             crate::crash_point!("rmdir.after_mark");
             self.raise_times(content, t, false)?;
             crate::crash_point!("rmdir.after_parent");
             self.unpublish(ctx, parent, content, name, da, Some(dc))?;
             self.pool
-                .u64(content + C_NDENTS)?
+                .content(content)
+                .ndents()
+                .atomic()?
                 .fetch_sub(1, Ordering::AcqRel);
             self.pool
-                .u64(content + C_NSUBDIRS)?
+                .content(content)
+                .nsubdirs()
+                .atomic()?
                 .fetch_sub(1, Ordering::AcqRel);
             crate::crash_point!("rmdir.after_unpublish");
             self.free_dir_objects(ctx, da, dc)?;
@@ -379,9 +388,9 @@ impl Engine {
 
     /// Frees a removed directory's list, xattrs, content and access object.
     pub(crate) fn free_dir_objects(&self, ctx: &mut Ctx, access: u64, content: u64) -> Result<()> {
-        let ino = self.pool.ld(content + C_INO)?;
+        let ino = self.pool.content(content).ino().get()?;
         list::destroy(&mut self.mem(ctx, self.shard_of(ino)), content + C_LIST)?;
-        let x = self.pool.ld(content + C_XATTR)?;
+        let x = self.pool.content(content).xattr().get()?;
         if x != 0 {
             self.alloc.free(&self.pool, x)?;
         }

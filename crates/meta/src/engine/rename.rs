@@ -16,8 +16,11 @@ use super::ctx::Ctx;
 use super::journal::{dead, kill, Journal, Op};
 use super::{check_name, is_dot, Engine, Obj};
 use crate::error::{Error, Result};
+use crate::format::layout::{
+    ctx_area, C_ACCESS, C_NSUBDIRS, C_PARENT, K_DIRC, K_FILE, K_XATTR, S_CREATING, S_NORMAL,
+};
+use crate::format::{name_offsets, state, Field, ModeWord, StateWord};
 use crate::hash;
-use crate::layout::*;
 use crate::locks::Mode;
 use crate::perm::{self, W, X};
 use solofs_types::*;
@@ -88,7 +91,7 @@ impl Engine {
             }
             if t_dir {
                 if let Some(Obj::Dir { content, .. }) = to {
-                    if self.pool.ld(content + C_MOD_EPOCH)? < self.epoch as u64 {
+                    if self.pool.content(content).mod_epoch().get()? < self.epoch as u64 {
                         self.repair_dir(tino)?;
                         continue;
                     }
@@ -129,8 +132,8 @@ impl Engine {
                 || self.find_ino(newparent)? != Some(c2)
                 || !self.same_entry(parent, name, s, sino)?
                 || !t_same
-                || self.pool.ld(c1 + C_MOD_EPOCH)? < self.epoch as u64
-                || self.pool.ld(c2 + C_MOD_EPOCH)? < self.epoch as u64
+                || self.pool.content(c1).mod_epoch().get()? < self.epoch as u64
+                || self.pool.content(c2).mod_epoch().get()? < self.epoch as u64
             {
                 continue;
             }
@@ -158,7 +161,7 @@ impl Engine {
                 }
                 if !exchange {
                     if let Obj::Dir { content, .. } = to {
-                        if self.pool.ld(content + C_NDENTS)? != 0 {
+                        if self.pool.content(content).ndents().get()? != 0 {
                             return Err(Error::NotEmpty);
                         }
                     }
@@ -205,7 +208,7 @@ impl Engine {
                 return Ok(false);
             }
             let c = self.dir_content(cur)?;
-            let p = self.pool.ld(c + C_PARENT)?;
+            let p = self.pool.content(c).parent().get()?;
             if p == anc {
                 return Ok(true);
             }
@@ -230,39 +233,40 @@ impl Engine {
         t0: i64,
     ) -> Result<u64> {
         let p = &self.pool;
-        let kind = st_kind(p.ld(e)?);
+        let kind = p.object(e).state_word()?.kind();
         let n = name.len() as u64;
-        let (name_word, name_off) = super::entry_name_offsets(kind);
-        let extra = if kind == K_FILE && p.ld(e + F_MODE)? as u16 as u32 & S_IFMT == S_IFLNK {
-            p.ld(e + F_SIZE)?
+        let (_, name_off) = name_offsets(kind);
+        let extra = if kind == K_FILE && p.file(e).mode_word()?.file_type() == S_IFLNK {
+            p.file(e).size().get()?
         } else {
             0
         };
         let bytes = name_off + pad8(n) + pad8(extra);
-        let creating = state(kind, S_CREATING, self.epoch);
-        let new = self.j_alloc(&mut ctx.cache, j, self.shard_of(parent), bytes, creating)?;
-        let mut f = 8;
-        while f < name_off {
-            p.st(new + f, p.ld(e + f)?)?;
-            f += 8;
+        let creating = StateWord::new(kind, S_CREATING, self.epoch);
+        let new = self.j_alloc(&mut ctx.cache, j, self.shard_of(parent), bytes, creating.0)?;
+        let (old, new) = (p.entry(e), p.entry(new));
+        // Every word between the state word and the name, then the new key.
+        for f in (8..name_off).step_by(8) {
+            new.state().plus(f).set(old.state().plus(f).get()?)?;
         }
-        p.st(new + E_PARENT, parent)?;
-        p.st(new + E_POS, pos)?;
-        let w = p.ld(e + name_word)?;
-        p.st(new + name_word, (w & !(0xFF << 16)) | n << 16)?;
-        p.write_bytes(new + name_off, name)?;
+        new.parent().set(parent)?;
+        new.pos().set(pos)?;
+        let w = ModeWord(old.mode_of(kind).get()?);
+        new.mode_of(kind).set(w.with_name_len(name.len()).0)?;
+        new.name_of(kind).write_bytes(name)?;
         if extra > 0 {
-            let old_n = (w >> 16) as u8 as u64;
             let mut target = vec![0u8; extra as usize];
-            p.read_bytes(e + name_off + pad8(old_n), &mut target)?;
-            p.write_bytes(new + name_off + pad8(n), &target)?;
+            old.name_of(kind)
+                .plus(pad8(w.name_len() as u64))
+                .read_bytes(&mut target)?;
+            new.name_of(kind).plus(pad8(n)).write_bytes(&target)?;
         }
         if kind == K_FILE {
-            p.st(new + F_CTIME, t0 as u64)?;
+            p.file(new.off()).ctime().set(t0 as u64)?;
         }
-        p.st(new, creating)?;
-        p.persist(new, bytes);
-        Ok(new)
+        new.set_state(creating)?;
+        new.persist(bytes);
+        Ok(new.off())
     }
 
     /// Journal ops that repoint everything from entry `old` to its copy.
@@ -275,7 +279,7 @@ impl Engine {
         new_parent: u64,
         t0: i64,
     ) -> Result<()> {
-        let kind = st_kind(self.pool.ld(old)?);
+        let kind = self.pool.object(old).state_word()?.kind();
         match obj {
             Obj::File(_) => ops.push(Op::InoPut(new)),
             Obj::Dir { content, .. } => {
@@ -309,7 +313,7 @@ impl Engine {
     /// Journal ops removing the replaced target `t` (its slot and key are
     /// taken over by the moved entry).
     fn drop_target(&self, ops: &mut Vec<Op>, t: &Side, t0: i64) -> Result<()> {
-        let kind = st_kind(self.pool.ld(t.entry)?);
+        let kind = self.pool.object(t.entry).state_word()?.kind();
         match t.obj {
             Obj::File(f) => {
                 // The replaced name was the file's own entry: the file is
@@ -330,7 +334,7 @@ impl Engine {
                     val: dead(K_DIRC, self.epoch),
                 });
                 ops.push(Op::DestroyList(content));
-                let x = self.pool.ld(content + C_XATTR)?;
+                let x = self.pool.content(content).xattr().get()?;
                 if x != 0 {
                     ops.extend(kill(x, K_XATTR, self.epoch));
                 }
@@ -355,16 +359,18 @@ impl Engine {
         n2: &[u8],
         t0: i64,
     ) -> Result<()> {
-        let spos = self.pool.ld(s.entry + E_POS)?;
+        let spos = self.pool.entry(s.entry).pos().get()?;
         let pos = match t {
-            Some(t) => self.pool.ld(t.entry + E_POS)?,
+            Some(t) => self.pool.entry(t.entry).pos().get()?,
             None if s.parent == p2 => spos,
             None => self
                 .pool
-                .u64(c2 + C_NEXT_POS)?
+                .content(c2)
+                .next_pos()
+                .atomic()?
                 .fetch_add(1, Ordering::AcqRel),
         };
-        self.pool.note(c2 + C_NEXT_POS, 8);
+        self.pool.content(c2).next_pos().note();
         let mut j = self.journal(ctx);
         let new = match self.copy_entry(ctx, &mut j, s.entry, p2, n2, pos, t0) {
             Ok(n) => n,
@@ -430,24 +436,25 @@ impl Engine {
         self.j_commit(ctx, j, ops, name)?;
         let s_dir = matches!(s.obj, Obj::Dir { .. });
         let t_dir = matches!(t.map(|t| t.obj), Some(Obj::Dir { .. }));
-        let add = |c: u64, f: u64, d: i64| -> Result<()> {
+        let add = |f: Field<'_>, d: i64| -> Result<()> {
             if d != 0 {
-                self.pool.u64(c + f)?.fetch_add(d as u64, Ordering::AcqRel);
+                f.atomic()?.fetch_add(d as u64, Ordering::AcqRel);
             }
             Ok(())
         };
+        let (c1, c2) = (self.pool.content(s.content), self.pool.content(c2));
         if s.parent != p2 {
-            add(s.content, C_NDENTS, -1)?;
-            add(c2, C_NDENTS, if t.is_some() { 0 } else { 1 })?;
+            add(c1.ndents(), -1)?;
+            add(c2.ndents(), if t.is_some() { 0 } else { 1 })?;
             if s_dir {
-                add(s.content, C_NSUBDIRS, -1)?;
-                add(c2, C_NSUBDIRS, 1)?;
+                add(c1.nsubdirs(), -1)?;
+                add(c2.nsubdirs(), 1)?;
             }
         } else if t.is_some() {
-            add(c2, C_NDENTS, -1)?;
+            add(c2.ndents(), -1)?;
         }
         if t_dir {
-            add(c2, C_NSUBDIRS, -1)?;
+            add(c2.nsubdirs(), -1)?;
         }
         if frees_inode {
             self.inodes_delta(ctx, -1)?;
@@ -464,8 +471,8 @@ impl Engine {
         n2: &[u8],
         t0: i64,
     ) -> Result<()> {
-        let spos = self.pool.ld(s.entry + E_POS)?;
-        let tpos = self.pool.ld(t.entry + E_POS)?;
+        let spos = self.pool.entry(s.entry).pos().get()?;
+        let tpos = self.pool.entry(t.entry).pos().get()?;
         let mut j = self.journal(ctx);
         let made = self
             .copy_entry(ctx, &mut j, s.entry, t.parent, n2, tpos, t0)
@@ -518,7 +525,9 @@ impl Engine {
                     .u64(s.content + C_NSUBDIRS)?
                     .fetch_add((-d) as u64, Ordering::AcqRel);
                 self.pool
-                    .u64(t.content + C_NSUBDIRS)?
+                    .content(t.content)
+                    .nsubdirs()
+                    .atomic()?
                     .fetch_add(d as u64, Ordering::AcqRel);
             }
         }
@@ -526,7 +535,7 @@ impl Engine {
     }
 
     pub(crate) fn inodes_delta(&self, ctx: &Ctx, d: i64) -> Result<()> {
-        let w = self.pool.u64(ctx_area(ctx.id) + C_INODES)?;
+        let w = self.pool.ctx_rec(ctx_area(ctx.id)).inodes().atomic()?;
         w.store(
             w.load(Ordering::Relaxed).wrapping_add(d as u64),
             Ordering::Relaxed,

@@ -20,8 +20,9 @@
 use super::ctx::Ctx;
 use super::Engine;
 use crate::error::{Error, Result};
-use crate::layout::*;
-use solofs_types::{S_IFMT, S_IFREG};
+use crate::format::layout::{ctx_area, K_TOFREE, MAX_CTX, SEG_BASE, S_NORMAL, TF_PAGE, TF_SLOTS};
+use crate::format::StateWord;
+use solofs_types::S_IFREG;
 
 /// One queued inode for the deleter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,12 +50,13 @@ impl Engine {
             Some(s) => s,
             None => {
                 let page = self.new_free_page(ctx, a)?;
-                page + TF_ENTRIES
+                self.pool.free_page(page).entry(0).off()
             }
         };
-        self.pool.st(slot + 8, self.run)?;
-        self.pool.st(slot, ino)?;
-        self.pool.persist(slot, 16);
+        let e = self.pool.free_entry(slot);
+        e.run().set(self.run)?;
+        e.ino().set(ino)?;
+        e.ino().persist_len(16);
         crate::crash_point!("tofree.queued");
         ctx.freed.push(FreeJob { ino, slot });
         Ok(())
@@ -64,28 +66,28 @@ impl Engine {
     /// may have any (a file whose bytes are inline has none: blocks it had
     /// before were queued when it was cut to size 0).
     pub(crate) fn queue_file_data(&self, ctx: &mut Ctx, f: u64) -> Result<()> {
-        let mode = self.pool.ld(f + F_MODE)? as u32 & S_IFMT;
+        let mode = self.pool.file(f).mode_word()?.file_type();
         if mode == S_IFREG {
             self.data_delta(ctx, -(self.file_granules(f)? as i64))?;
         }
-        if mode == S_IFREG && self.pool.ld(f + F_SIZE)? > 0 && self.inline_of(f)?.is_none() {
-            self.queue_free(ctx, self.pool.ld(f + E_INO)?)?;
+        if mode == S_IFREG && self.pool.file(f).size().get()? > 0 && self.inline_of(f)?.is_none() {
+            self.queue_free(ctx, self.pool.entry(f).ino().get()?)?;
         }
         Ok(())
     }
 
     fn free_slot(&self, area: u64) -> Result<Option<u64>> {
-        let mut page = self.pool.ld(area + C_TOFREE)?;
+        let mut page = self.pool.ctx_rec(area).tofree().get()?;
         let mut hops = 0;
         while page != 0 {
             self.check_free_page(page)?;
             for i in 0..TF_SLOTS {
-                let s = page + TF_ENTRIES + 16 * i;
-                if self.pool.ld(s)? == 0 {
-                    return Ok(Some(s));
+                let e = self.pool.free_page(page).entry(i);
+                if e.ino().get()? == 0 {
+                    return Ok(Some(e.off()));
                 }
             }
-            page = self.pool.ld(page + TF_NEXT)?;
+            page = self.pool.free_page(page).next().get()?;
             hops += 1;
             if hops > 1 << 20 {
                 return Err(Error::Corrupt("to-free queue chain loops".into()));
@@ -95,7 +97,10 @@ impl Engine {
     }
 
     fn check_free_page(&self, page: u64) -> Result<()> {
-        if page < SEG_BASE || page >= self.pool.len() || st_kind(self.pool.ld(page)?) != K_TOFREE {
+        if page < SEG_BASE
+            || page >= self.pool.len()
+            || self.pool.object(page).state_word()?.kind() != K_TOFREE
+        {
             return Err(Error::Corrupt(format!("to-free page {page:#x}")));
         }
         Ok(())
@@ -107,8 +112,8 @@ impl Engine {
     fn new_free_page(&self, ctx: &mut Ctx, area: u64) -> Result<u64> {
         // Named before the allocator takes it (`Allocator::alloc_owned`).
         let own = |o| {
-            self.pool.st(area + C_TOFREE_NEW, o)?;
-            self.pool.persist(area + C_TOFREE_NEW, 8);
+            self.pool.ctx_rec(area).tofree_new().set(o)?;
+            self.pool.ctx_rec(area).tofree_new().persist();
             Ok(())
         };
         let page = match self
@@ -117,34 +122,38 @@ impl Engine {
         {
             Ok(p) => p,
             Err(e) => {
-                self.pool.st(area + C_TOFREE_NEW, 0)?;
-                self.pool.persist(area + C_TOFREE_NEW, 8);
+                self.pool.ctx_rec(area).tofree_new().set(0)?;
+                self.pool.ctx_rec(area).tofree_new().persist();
                 return Err(e);
             }
         };
         self.pool
             .write_bytes(page + 8, &[0u8; TF_PAGE as usize - 8])?;
         self.pool
-            .st(page + TF_NEXT, self.pool.ld(area + C_TOFREE)?)?;
-        self.pool.st(page, state(K_TOFREE, S_NORMAL, self.epoch))?;
-        self.pool.persist(page, TF_PAGE as u64);
-        self.pool.st(area + C_TOFREE, page)?;
-        self.pool.st(area + C_TOFREE_NEW, 0)?;
-        self.pool.persist(area + C_TOFREE, 16);
+            .free_page(page)
+            .next()
+            .set(self.pool.ctx_rec(area).tofree().get()?)?;
+        self.pool
+            .object(page)
+            .set_state(StateWord::new(K_TOFREE, S_NORMAL, self.epoch))?;
+        self.pool.object(page).persist(TF_PAGE as u64);
+        self.pool.ctx_rec(area).tofree().set(page)?;
+        self.pool.ctx_rec(area).tofree_new().set(0)?;
+        self.pool.ctx_rec(area).tofree().persist_len(16);
         Ok(page)
     }
 
     /// At open: frees a page a crash left half-linked.
     pub(crate) fn recover_free_pages(&self, area: u64) -> Result<()> {
-        let p = self.pool.ld(area + C_TOFREE_NEW)?;
+        let p = self.pool.ctx_rec(area).tofree_new().get()?;
         if p == 0 {
             return Ok(());
         }
-        if p != self.pool.ld(area + C_TOFREE)? && self.alloc.is_allocated(&self.pool, p) {
+        if p != self.pool.ctx_rec(area).tofree().get()? && self.alloc.is_allocated(&self.pool, p) {
             self.alloc.free(&self.pool, p)?;
         }
-        self.pool.st(area + C_TOFREE_NEW, 0)?;
-        self.pool.persist(area + C_TOFREE_NEW, 8);
+        self.pool.ctx_rec(area).tofree_new().set(0)?;
+        self.pool.ctx_rec(area).tofree_new().persist();
         Ok(())
     }
 
@@ -200,7 +209,8 @@ impl Engine {
     /// Clears a job's entry once its blocks are gone.
     pub fn finish_free_job(&self, job: &FreeJob) -> Result<()> {
         crate::crash_point!("tofree.finish");
-        let w = self.pool.u64(job.slot)?;
+        let e = self.pool.free_entry(job.slot);
+        let w = e.ino().atomic()?;
         // Only the owner of this entry clears it; a slot reused since is
         // another entry (the ino differs).
         let _ = w.compare_exchange(
@@ -209,7 +219,7 @@ impl Engine {
             std::sync::atomic::Ordering::AcqRel,
             std::sync::atomic::Ordering::Relaxed,
         );
-        self.pool.persist(job.slot, 8);
+        e.ino().persist();
         Ok(())
     }
 
@@ -224,10 +234,10 @@ impl Engine {
         for id in 0..MAX_CTX as usize {
             self.for_each_free_page(ctx_area(id), |page| {
                 for i in 0..TF_SLOTS {
-                    let s = page + TF_ENTRIES + 16 * i;
-                    let ino = self.pool.ld(s)?;
+                    let e = self.pool.free_page(page).entry(i);
+                    let ino = e.ino().get()?;
                     if ino != 0 {
-                        f(s, ino, self.pool.ld(s + 8)?);
+                        f(e.off(), ino, e.run().get()?);
                     }
                 }
                 Ok(())
@@ -242,12 +252,12 @@ impl Engine {
         area: u64,
         mut f: impl FnMut(u64) -> Result<()>,
     ) -> Result<()> {
-        let mut page = self.pool.ld(area + C_TOFREE)?;
+        let mut page = self.pool.ctx_rec(area).tofree().get()?;
         let mut hops = 0;
         while page != 0 {
             self.check_free_page(page)?;
             f(page)?;
-            page = self.pool.ld(page + TF_NEXT)?;
+            page = self.pool.free_page(page).next().get()?;
             hops += 1;
             if hops > 1 << 20 {
                 return Err(Error::Corrupt("to-free queue chain loops".into()));

@@ -6,8 +6,9 @@
 use super::journal::{kill, Op};
 use super::{Engine, Obj};
 use crate::error::{Error, Result};
+use crate::format::layout::{C_XATTR, F_CTIME, F_XATTR, K_XATTR, S_NORMAL, X_DATA};
+use crate::format::state;
 use crate::hash;
-use crate::layout::*;
 use crate::locks::Mode;
 use crate::perm::{self, Owner, R, W};
 use solofs_types::*;
@@ -71,13 +72,12 @@ impl Engine {
         if blob == 0 {
             return Ok(Vec::new());
         }
-        let lw = self.pool.ld(blob + X_LEN)?;
-        let (len, count) = (lw as u32 as usize, (lw >> 32) as usize);
+        let (len, count) = self.pool.xblob(blob).lengths()?;
         if X_DATA as usize + len > BLOB_MAX {
             return Err(Error::Corrupt(format!("xattr blob of {len} bytes")));
         }
         let mut b = vec![0u8; len];
-        self.pool.read_bytes(blob + X_DATA, &mut b)?;
+        self.pool.xblob(blob).data().read_bytes(&mut b)?;
         let mut out = Vec::with_capacity(count);
         let mut i = 0;
         while i < len {
@@ -129,7 +129,7 @@ impl Engine {
         let ns = namespace(name)?;
         self.xattr_perm(cred, o, &ns, false)?;
         let (obj, field) = self.xattr_slot(o)?;
-        let pairs = self.read_pairs(self.pool.ld(obj + field)?)?;
+        let pairs = self.read_pairs(self.pool.object(obj).state().plus(field).get()?)?;
         pairs
             .into_iter()
             .find(|(n, _)| n == name)
@@ -142,7 +142,7 @@ impl Engine {
         let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Read)]);
         let o = self.inode(ino)?;
         let (obj, field) = self.xattr_slot(o)?;
-        let pairs = self.read_pairs(self.pool.ld(obj + field)?)?;
+        let pairs = self.read_pairs(self.pool.object(obj).state().plus(field).get()?)?;
         Ok(pairs
             .into_iter()
             .map(|(n, _)| n)
@@ -225,12 +225,12 @@ impl Engine {
         )?;
         // Listed, not yet written: recovery frees it (still zeroed).
         crate::crash_point!("blob.after_listed");
-        self.pool.st(b + X_OWNER, ino)?;
-        self.pool
-            .st(b + X_LEN, data.len() as u64 | (pairs.len() as u64) << 32)?;
-        self.pool.write_bytes(b + X_DATA, &data)?;
-        self.pool.st(b, st)?;
-        self.pool.persist(b, X_DATA + data.len() as u64);
+        let x = self.pool.xblob(b);
+        x.owner().set(ino)?;
+        x.set_lengths(data.len(), pairs.len())?;
+        x.data().write_bytes(&data)?;
+        x.state().set(st)?;
+        x.persist(X_DATA + data.len() as u64);
         Ok(b)
     }
 
@@ -248,7 +248,7 @@ impl Engine {
             let ns = namespace(name)?;
             self.xattr_perm(cred, o, &ns, true)?;
             let (obj, field) = self.xattr_slot(o)?;
-            let old = self.pool.ld(obj + field)?;
+            let old = self.pool.object(obj).state().plus(field).get()?;
             let mut pairs = self.read_pairs(old)?;
             f(&mut pairs)?;
             let users: usize = pairs

@@ -25,7 +25,10 @@
 
 use crate::alloc::{class_of, AllocCache, Allocator};
 use crate::error::{Error, Result};
-use crate::layout::*;
+use crate::format::layout::{
+    BUCKET_SLOTS, ID_ENTRIES, ISEG_BUCKETS, ISEG_SIZE, K_IDIR, K_IROOT, K_ISEG, S_NORMAL,
+};
+use crate::format::StateWord;
 use crate::pool::Pool;
 use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -179,16 +182,19 @@ fn dir_size(g: u64) -> u64 {
 pub fn format(m: &mut IxMem) -> Result<u64> {
     let pool = m.pool;
     let seg = m.alloc(ISEG_SIZE as u64)?;
-    pool.st(seg, state(K_ISEG, S_NORMAL, 0))?;
-    pool.persist(seg, ISEG_SIZE as u64);
+    pool.object(seg)
+        .set_state(StateWord::new(K_ISEG, S_NORMAL, 0))?;
+    pool.object(seg).persist(ISEG_SIZE as u64);
     let dir = m.alloc(dir_size(0))?;
-    pool.st(dir, state(K_IDIR, S_NORMAL, 0))?;
-    pool.st(dir + ID_ENTRIES, seg)?;
-    pool.persist(dir, dir_size(0));
+    pool.object(dir)
+        .set_state(StateWord::new(K_IDIR, S_NORMAL, 0))?;
+    pool.index_dir(dir).entries().set(seg)?;
+    pool.object(dir).persist(dir_size(0));
     let root = m.alloc(64)?;
-    pool.st(root, state(K_IROOT, S_NORMAL, 0))?;
-    pool.st(root + IR_DIR, dir)?;
-    pool.persist(root, 64);
+    pool.object(root)
+        .set_state(StateWord::new(K_IROOT, S_NORMAL, 0))?;
+    pool.index_root(root).dir().set(dir)?;
+    pool.object(root).persist(64);
     Ok(root)
 }
 
@@ -205,8 +211,8 @@ pub struct Found {
 impl HashIndex {
     /// Opens the index whose root object is at `root`.
     pub fn open(pool: &Pool, root: u64, epoch: u32) -> Result<HashIndex> {
-        let dir = pool.ld(root + IR_DIR)?;
-        let g = pool.ld(dir + ID_DEPTH)?;
+        let dir = pool.index_root(root).dir().get()?;
+        let g = pool.index_dir(dir).depth().get()?;
         if g > MAX_DEPTH {
             return Err(bad_depth(g));
         }
@@ -252,7 +258,7 @@ impl HashIndex {
     fn route_once(&self, pool: &Pool, h: u64) -> Result<(u64, u64, u64)> {
         let c = self.dir_cache.load(Ordering::Acquire);
         let (dir, g) = (c >> 5, c & 31);
-        let seg = pool.ld(dir + ID_ENTRIES + 8 * dir_index(h, g))?;
+        let seg = pool.index_dir(dir).seg(dir_index(h, g)).get()?;
         Ok((dir, g, seg))
     }
 
@@ -296,7 +302,7 @@ impl HashIndex {
             let (b1, b2) = buckets(h);
             for b in distinct(b1, b2) {
                 for i in 0..BUCKET_SLOTS {
-                    if let Ok(v) = pool.ld(seg + 64 * b + 8 * i) {
+                    if let Ok(v) = pool.index_seg(seg).slot(b, i).get() {
                         if v != 0 && v >> 40 == tag(h) {
                             let o = slot_obj(v);
                             let mut line = o & !63;
@@ -360,7 +366,7 @@ impl HashIndex {
                 relax(&mut spins);
                 continue;
             }
-            let split = pool.ld(seg + IS_SPLIT);
+            let split = pool.index_seg(seg).split().get();
             if self.dir_ver.load(Ordering::Acquire) != dv {
                 continue;
             }
@@ -439,7 +445,7 @@ impl HashIndex {
             if self.route(pool, h)?.2 != seg {
                 continue;
             }
-            if pool.ld(seg + IS_SPLIT)? & (SPLITTING | PREPARING) != 0 {
+            if pool.index_seg(seg).split().get()? & (SPLITTING | PREPARING) != 0 {
                 drop(g);
                 self.finish_crashed_split(pool, seg)?;
                 continue;
@@ -517,7 +523,7 @@ impl HashIndex {
         // Breadth-first; a bucket is checked for a free slot when found.
         let free_in = |b: u64| -> Result<Option<u64>> {
             for s in 0..BUCKET_SLOTS {
-                if pool.ld(seg + 64 * b + 8 * s)? == 0 {
+                if pool.index_seg(seg).slot(b, s).get()? == 0 {
                     return Ok(Some(s));
                 }
             }
@@ -546,11 +552,11 @@ impl HashIndex {
             // The node's entries' other buckets are random lines of the
             // segment: start all their misses before checking any.
             for s in 0..BUCKET_SLOTS {
-                let v = pool.ld(seg + 64 * b + 8 * s)?;
+                let v = pool.index_seg(seg).slot(b, s).get()?;
                 pool.prefetch(seg + 64 * phys(alt(b - 1, v >> 40)));
             }
             for s in 0..BUCKET_SLOTS {
-                let v = pool.ld(seg + 64 * b + 8 * s)?;
+                let v = pool.index_seg(seg).slot(b, s).get()?;
                 let a = phys(alt(b - 1, v >> 40));
                 if a == b || !mark(a) {
                     continue;

@@ -10,7 +10,7 @@ fn concurrent_inserts_lookups_removes() {
     let dir = std::env::temp_dir().join(format!("solofs-ix-{}", std::process::id()));
     let _ = std::fs::remove_file(&dir);
     let pool = Pool::create(&dir, 64 << 20, 1 << 34, Durability::Process).unwrap();
-    pool.st(crate::layout::H_SEG_NEXT, 0).unwrap();
+    pool.header().seg_next().set(0).unwrap();
     let alloc = Allocator::new(1, 0, 1 << 34);
     let mut c = alloc.cache();
     let root = format(&mut IxMem {

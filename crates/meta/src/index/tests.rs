@@ -1,4 +1,5 @@
 use super::*;
+use crate::format::layout::ISEG_BUCKETS;
 
 #[test]
 fn slot_roundtrip() {

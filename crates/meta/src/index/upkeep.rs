@@ -3,6 +3,8 @@
 //! makes.
 
 use super::*;
+use crate::format::layout::{BUCKET_SLOTS, ISEG_BUCKETS, ISEG_SIZE, K_IDIR, K_ISEG, S_NORMAL};
+use crate::format::StateWord;
 
 impl HashIndex {
     /// Splits segment `seg` (reached through hash `h`).
@@ -13,7 +15,7 @@ impl HashIndex {
         if cur != seg {
             return Ok(()); // someone else split it
         }
-        let l = pool.ld(seg + IS_DEPTH)?;
+        let l = pool.index_seg(seg).depth().get()?;
         if l >= MAX_DEPTH {
             return Err(Error::NoSpace);
         }
@@ -24,37 +26,38 @@ impl HashIndex {
         // while it is taken or filled frees it instead of leaking it (crash
         // repair skips a recorded segment that is not allocated).
         let record = |o: u64| {
-            pool.st(seg + IS_SPLIT_EPOCH, self.epoch as u64)?;
-            pool.st(seg + IS_SPLIT, o | PREPARING)?;
-            pool.persist(seg + IS_SPLIT, 16);
+            pool.index_seg(seg).split_epoch().set(self.epoch as u64)?;
+            pool.index_seg(seg).split().set(o | PREPARING)?;
+            pool.index_seg(seg).split().persist_len(16);
             Ok(())
         };
         let new = match m.alloc_owned(ISEG_SIZE as u64, record) {
             Ok(n) => n,
             Err(e) => {
-                pool.st(seg + IS_SPLIT, 0)?;
-                pool.persist(seg + IS_SPLIT, 8);
+                pool.index_seg(seg).split().set(0)?;
+                pool.index_seg(seg).split().persist();
                 return Err(e);
             }
         };
         st.ver.fetch_add(1, Ordering::AcqRel);
-        let prefix = pool.ld(seg + IS_PREFIX)?;
-        pool.st(new, state(K_ISEG, S_NORMAL, 0))?;
-        pool.st(new + IS_DEPTH, l + 1)?;
-        pool.st(new + IS_PREFIX, prefix << 1 | 1)?;
+        let prefix = pool.index_seg(seg).prefix().get()?;
+        pool.object(new)
+            .set_state(StateWord::new(K_ISEG, S_NORMAL, 0))?;
+        pool.index_seg(new).depth().set(l + 1)?;
+        pool.index_seg(new).prefix().set(prefix << 1 | 1)?;
         for b in 1..=ISEG_BUCKETS {
             for i in 0..BUCKET_SLOTS {
-                let v = pool.ld(seg + 64 * b + 8 * i)?;
+                let v = pool.index_seg(seg).slot(b, i).get()?;
                 if v != 0 && upper(v, l) {
-                    pool.st(new + 64 * b + 8 * i, v)?;
+                    pool.index_seg(new).slot(b, i).set(v)?;
                 }
             }
         }
-        pool.persist(new, ISEG_SIZE as u64);
+        pool.object(new).persist(ISEG_SIZE as u64);
         crate::crash_point!("index.split.after_copy");
-        pool.st(seg + IS_SPLIT_EPOCH, self.epoch as u64)?;
-        pool.st(seg + IS_SPLIT, new | SPLITTING)?;
-        pool.persist(seg, 64);
+        pool.index_seg(seg).split_epoch().set(self.epoch as u64)?;
+        pool.index_seg(seg).split().set(new | SPLITTING)?;
+        pool.object(seg).persist(64);
         crate::crash_point!("index.split.after_mark");
         self.complete_split(pool, seg, new)?;
         st.ver.fetch_add(1, Ordering::AcqRel);
@@ -63,10 +66,10 @@ impl HashIndex {
 
     /// Steps of a split after it was recorded; idempotent (crash redo).
     pub(super) fn complete_split(&self, pool: &Pool, seg: u64, new: u64) -> Result<()> {
-        let l = pool.ld(new + IS_DEPTH)? - 1;
-        let prefix = pool.ld(new + IS_PREFIX)? >> 1;
-        let dir = pool.ld(self.root + IR_DIR)?;
-        let g = pool.ld(dir + ID_DEPTH)?;
+        let l = pool.index_seg(new).depth().get()? - 1;
+        let prefix = pool.index_seg(new).prefix().get()? >> 1;
+        let dir = pool.index_root(self.root).dir().get()?;
+        let g = pool.index_dir(dir).depth().get()?;
         if g <= l {
             return Err(Error::Corrupt(
                 "index split deeper than its directory".into(),
@@ -75,12 +78,12 @@ impl HashIndex {
         let span = 1u64 << (g - l);
         let first = prefix << (g - l);
         for i in first + span / 2..first + span {
-            pool.st(dir + ID_ENTRIES + 8 * i, new)?;
+            pool.index_dir(dir).seg(i).set(new)?;
         }
-        pool.persist(dir + ID_ENTRIES + 8 * first, 8 * span);
+        pool.index_dir(dir).seg(first).persist_len(8 * span);
         crate::crash_point!("index.split.after_redirect");
-        pool.st(seg + IS_DEPTH, l + 1)?;
-        pool.st(seg + IS_PREFIX, prefix << 1)?;
+        pool.index_seg(seg).depth().set(l + 1)?;
+        pool.index_seg(seg).prefix().set(prefix << 1)?;
         for b in 1..=ISEG_BUCKETS {
             for i in 0..BUCKET_SLOTS {
                 let at = seg + 64 * b + 8 * i;
@@ -90,9 +93,9 @@ impl HashIndex {
                 }
             }
         }
-        pool.persist(seg, ISEG_SIZE as u64);
-        pool.st(seg + IS_SPLIT, 0)?;
-        pool.persist(seg + IS_SPLIT, 8);
+        pool.object(seg).persist(ISEG_SIZE as u64);
+        pool.index_seg(seg).split().set(0)?;
+        pool.index_seg(seg).split().persist();
         Ok(())
     }
 
@@ -101,16 +104,16 @@ impl HashIndex {
     pub(super) fn finish_crashed_split(&self, pool: &Pool, seg: u64) -> Result<()> {
         let st = self.stripe(seg);
         let _w = st.lock.write();
-        let sp = pool.ld(seg + IS_SPLIT)?;
+        let sp = pool.index_seg(seg).split().get()?;
         if sp & (SPLITTING | PREPARING) == 0 {
             return Ok(());
         }
-        if pool.ld(seg + IS_SPLIT_EPOCH)? as u32 == self.epoch {
+        if pool.index_seg(seg).split_epoch().get()? as u32 == self.epoch {
             // A split of this run holds the lock while marked; cannot happen.
             return Err(Error::Corrupt("index split marked but not running".into()));
         }
         let target = sp & !(SPLITTING | PREPARING);
-        if st_kind(pool.ld(seg)?) != K_ISEG {
+        if pool.object(seg).state_word()?.kind() != K_ISEG {
             return Err(Error::Corrupt(format!(
                 "index segment {seg:#x} has a bad split record"
             )));
@@ -120,10 +123,12 @@ impl HashIndex {
             // The copy never completed: the old segment is intact.
             self.pending_free.lock().push(target);
             self.has_pending.store(true, Ordering::Release);
-            pool.st(seg + IS_SPLIT, 0)
-                .map(|_| pool.persist(seg + IS_SPLIT, 8))
-        } else if st_kind(pool.ld(target)?) != K_ISEG
-            || pool.ld(target + IS_DEPTH)? != pool.ld(seg + IS_DEPTH)? + 1
+            pool.index_seg(seg)
+                .split()
+                .set(0)
+                .map(|_| pool.index_seg(seg).split().persist())
+        } else if pool.object(target).state_word()?.kind() != K_ISEG
+            || pool.index_seg(target).depth().get()? != pool.index_seg(seg).depth().get()? + 1
         {
             Err(Error::Corrupt(format!(
                 "index segment {seg:#x} has a bad split record"
@@ -152,15 +157,16 @@ impl HashIndex {
     /// At open: finishes a directory swap that a crash interrupted (frees
     /// whichever of the new and old directory is not in use).
     pub fn recover_root(&self, pool: &Pool, alloc: &Allocator) -> Result<()> {
-        let cur = pool.ld(self.root + IR_DIR)?;
-        for w in [IR_NEW_DIR, IR_OLD_DIR] {
-            let d = pool.ld(self.root + w)?;
+        let r = pool.index_root(self.root);
+        let cur = r.dir().get()?;
+        for w in [r.new_dir(), r.old_dir()] {
+            let d = w.get()?;
             if d != 0 && d != cur && alloc.is_allocated(pool, d) {
                 alloc.free(pool, d)?;
             }
-            pool.st(self.root + w, 0)?;
+            w.set(0)?;
         }
-        pool.persist(self.root + IR_NEW_DIR, 16);
+        pool.index_root(self.root).new_dir().persist_len(16);
         Ok(())
     }
 
@@ -168,47 +174,46 @@ impl HashIndex {
     /// large directory without millions of keys).
     #[cfg(test)]
     pub(crate) fn double_now(&self, pool: &Pool, m: &mut IxMem) -> Result<()> {
-        let dir = pool.ld(self.root + IR_DIR)?;
-        let g = pool.ld(dir + ID_DEPTH)?;
+        let dir = pool.index_root(self.root).dir().get()?;
+        let g = pool.index_dir(dir).depth().get()?;
         self.double(pool, dir, g, m)
     }
 
     /// Doubles the directory (called with the splitting segment locked).
     pub(super) fn double(&self, pool: &Pool, dir: u64, g: u64, m: &mut IxMem) -> Result<()> {
         let _d = self.dir_lock.lock();
-        if pool.ld(self.root + IR_DIR)? != dir {
+        if pool.index_root(self.root).dir().get()? != dir {
             return Ok(());
         }
         // Recorded before it is taken: crash repair frees a new directory
         // that is not the current one (and skips one not allocated).
         let record = |o: u64| {
-            pool.st(self.root + IR_NEW_DIR, o)?;
-            pool.st(self.root + IR_OLD_DIR, dir)?;
-            pool.persist(self.root + IR_NEW_DIR, 16);
+            pool.index_root(self.root).new_dir().set(o)?;
+            pool.index_root(self.root).old_dir().set(dir)?;
+            pool.index_root(self.root).new_dir().persist_len(16);
             Ok(())
         };
         let nd = match m.alloc_owned(dir_size(g + 1), record) {
             Ok(n) => n,
             Err(e) => {
-                pool.st(self.root + IR_NEW_DIR, 0)?;
-                pool.st(self.root + IR_OLD_DIR, 0)?;
-                pool.persist(self.root + IR_NEW_DIR, 16);
+                pool.index_root(self.root).new_dir().set(0)?;
+                pool.index_root(self.root).old_dir().set(0)?;
+                pool.index_root(self.root).new_dir().persist_len(16);
                 return Err(e);
             }
         };
-        pool.st(nd, state(K_IDIR, S_NORMAL, 0))?;
-        pool.st(nd + ID_DEPTH, g + 1)?;
+        pool.object(nd)
+            .set_state(StateWord::new(K_IDIR, S_NORMAL, 0))?;
+        pool.index_dir(nd).depth().set(g + 1)?;
         for i in 0..1u64 << (g + 1) {
-            pool.st(
-                nd + ID_ENTRIES + 8 * i,
-                pool.ld(dir + ID_ENTRIES + 8 * (i >> 1))?,
-            )?;
+            let seg = pool.index_dir(dir).seg(i >> 1).get()?;
+            pool.index_dir(nd).seg(i).set(seg)?;
         }
-        pool.persist(nd, dir_size(g + 1));
+        pool.object(nd).persist(dir_size(g + 1));
         self.dir_ver.fetch_add(1, Ordering::AcqRel);
         crate::crash_point!("index.double.before_swap");
-        pool.st(self.root + IR_DIR, nd)?;
-        pool.persist(self.root + IR_DIR, 8);
+        pool.index_root(self.root).dir().set(nd)?;
+        pool.index_root(self.root).dir().persist();
         self.dir_cache.store(nd << 5 | (g + 1), Ordering::Release);
         self.dir_ver.fetch_add(1, Ordering::AcqRel);
         // A lock-free reader still in the old directory re-validates against
@@ -217,20 +222,20 @@ impl HashIndex {
         if m.alloc.is_allocated(pool, dir) {
             m.alloc.free(pool, dir)?;
         }
-        pool.st(self.root + IR_NEW_DIR, 0)?;
-        pool.st(self.root + IR_OLD_DIR, 0)?;
-        pool.persist(self.root + IR_NEW_DIR, 16);
+        pool.index_root(self.root).new_dir().set(0)?;
+        pool.index_root(self.root).old_dir().set(0)?;
+        pool.index_root(self.root).new_dir().persist_len(16);
         Ok(())
     }
 
     /// Calls `f(slot offset, object offset)` for every entry (fsck; the
     /// caller must exclude writers).
     pub fn for_each(&self, pool: &Pool, f: &mut dyn FnMut(u64, u64) -> Result<()>) -> Result<()> {
-        let dir = pool.ld(self.root + IR_DIR)?;
-        let g = pool.ld(dir + ID_DEPTH)?;
+        let dir = pool.index_root(self.root).dir().get()?;
+        let g = pool.index_dir(dir).depth().get()?;
         let mut last = u64::MAX;
         for i in 0..1u64 << g {
-            let seg = pool.ld(dir + ID_ENTRIES + 8 * i)?;
+            let seg = pool.index_dir(dir).seg(i).get()?;
             if seg == last {
                 continue;
             }
@@ -250,12 +255,12 @@ impl HashIndex {
 
     /// Structural objects of the index: root, directory, segments (fsck).
     pub fn structure(&self, pool: &Pool) -> Result<Vec<u64>> {
-        let dir = pool.ld(self.root + IR_DIR)?;
-        let g = pool.ld(dir + ID_DEPTH)?;
+        let dir = pool.index_root(self.root).dir().get()?;
+        let g = pool.index_dir(dir).depth().get()?;
         let mut v = vec![self.root, dir];
         let mut last = u64::MAX;
         for i in 0..1u64 << g {
-            let seg = pool.ld(dir + ID_ENTRIES + 8 * i)?;
+            let seg = pool.index_dir(dir).seg(i).get()?;
             if seg != last {
                 v.push(seg);
                 last = seg;

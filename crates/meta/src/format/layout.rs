@@ -118,27 +118,6 @@ pub const S_DETACHED: u8 = 4;
 /// An object a journal record is about to free.
 pub const S_DEAD: u8 = 5;
 
-/// Builds a state word.
-#[inline]
-pub fn state(kind: u8, status: u8, epoch: u32) -> u64 {
-    kind as u64 | (status as u64) << 8 | (epoch as u64) << 32
-}
-/// Kind of a state word.
-#[inline]
-pub fn st_kind(s: u64) -> u8 {
-    s as u8
-}
-/// Status of a state word.
-#[inline]
-pub fn st_status(s: u64) -> u8 {
-    (s >> 8) as u8
-}
-/// Epoch of a state word.
-#[inline]
-pub fn st_epoch(s: u64) -> u32 {
-    (s >> 32) as u32
-}
-
 // Entry objects (FILE, DIR, LINK) share their first 40 bytes.
 pub const E_INO: u64 = 8;
 pub const E_PARENT: u64 = 16;
@@ -207,12 +186,6 @@ pub const IS_PREFIX: u64 = 32; // segment: the hash prefix it covers
 pub const ISEG_SIZE: u32 = 16320; // 255 cache lines: a header and 254 buckets
 pub const BUCKET_SLOTS: u64 = 8;
 pub const ISEG_BUCKETS: u64 = ISEG_SIZE as u64 / 64 - 1;
-
-/// Offset of the per-shard index root words.
-pub fn shard_roots(shard: u32) -> (u64, u64) {
-    let b = H_SHARDS + 16 * shard as u64;
-    (b, b + 8)
-}
 
 /// Offset of context area `id`.
 pub fn ctx_area(id: usize) -> u64 {

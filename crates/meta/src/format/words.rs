@@ -1,0 +1,158 @@
+//! The packed words of the pool: what each bit range means, in one place.
+
+use solofs_types::S_IFMT;
+
+/// The first word of every object: bits 0..8 kind, 8..16 status, 16..32
+/// write sequence (odd while a writer changes the object), 32..64 epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StateWord(pub u64);
+
+impl StateWord {
+    /// A state word with sequence 0.
+    #[inline]
+    pub fn new(kind: u8, status: u8, epoch: u32) -> StateWord {
+        StateWord(kind as u64 | (status as u64) << 8 | (epoch as u64) << 32)
+    }
+    /// The object kind (`K_*`).
+    #[inline]
+    pub fn kind(self) -> u8 {
+        self.0 as u8
+    }
+    /// The status (`S_*`).
+    #[inline]
+    pub fn status(self) -> u8 {
+        (self.0 >> 8) as u8
+    }
+    /// The epoch of the last status change.
+    #[inline]
+    pub fn epoch(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+    /// The write sequence.
+    #[inline]
+    pub fn seq(self) -> u16 {
+        (self.0 >> 16) as u16
+    }
+    /// A writer is changing the object (odd sequence).
+    #[inline]
+    pub fn writing(self) -> bool {
+        (self.0 >> 16) & 1 == 1
+    }
+    /// The same word with the sequence advanced by one.
+    #[inline]
+    pub fn bumped(self) -> StateWord {
+        StateWord((self.0 & !SEQ_BITS) | (self.seq().wrapping_add(1) as u64) << 16)
+    }
+    /// `new`'s kind, status and epoch, keeping this word's sequence.
+    #[inline]
+    pub fn keep_seq(self, new: StateWord) -> StateWord {
+        StateWord((self.0 & SEQ_BITS) | new.0)
+    }
+}
+
+/// Builds a state word (sequence 0).
+#[inline]
+pub(crate) fn state(kind: u8, status: u8, epoch: u32) -> u64 {
+    StateWord::new(kind, status, epoch).0
+}
+/// Kind of a state word.
+#[inline]
+pub(crate) fn kind_of(s: u64) -> u8 {
+    StateWord(s).kind()
+}
+/// Status of a state word.
+#[inline]
+pub(crate) fn status_of(s: u64) -> u8 {
+    StateWord(s).status()
+}
+/// Epoch of a state word.
+#[inline]
+pub(crate) fn epoch_of(s: u64) -> u32 {
+    StateWord(s).epoch()
+}
+
+/// The sequence bits of a state word.
+pub(crate) const SEQ_BITS: u64 = 0xFFFF << 16;
+
+/// An entry record's mode word: bits 0..16 mode (type and permission
+/// bits), 16..24 name length, 24..32 flags, 32..64 link count (files only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ModeWord(pub u64);
+
+impl ModeWord {
+    /// A mode word with no flags.
+    #[inline]
+    pub fn new(mode: u32, name_len: usize, nlink: u32) -> ModeWord {
+        ModeWord((mode & 0xFFFF) as u64 | ((name_len as u64) & 0xFF) << 16 | (nlink as u64) << 32)
+    }
+    /// The mode bits.
+    #[inline]
+    pub fn mode(self) -> u32 {
+        self.0 as u16 as u32
+    }
+    /// The file type bits alone.
+    #[inline]
+    pub fn file_type(self) -> u32 {
+        self.mode() & S_IFMT
+    }
+    /// The length of the record's name.
+    #[inline]
+    pub fn name_len(self) -> usize {
+        (self.0 >> 16) as u8 as usize
+    }
+    /// The link count.
+    #[inline]
+    pub fn nlink(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+    /// The same word with link count `n`.
+    #[inline]
+    pub fn with_nlink(self, n: u32) -> ModeWord {
+        ModeWord((self.0 & 0xFFFF_FFFF) | (n as u64) << 32)
+    }
+    /// The same word with name length `n`.
+    #[inline]
+    pub fn with_name_len(self, n: usize) -> ModeWord {
+        ModeWord((self.0 & !(0xFF << 16)) | ((n as u64) & 0xFF) << 16)
+    }
+    /// The same word with mode bits `m` (type and permissions).
+    #[inline]
+    pub fn with_mode(self, m: u32) -> ModeWord {
+        ModeWord((self.0 & !0xFFFF) | (m & 0xFFFF) as u64)
+    }
+}
+
+/// An owner word: bits 0..32 uid, 32..64 gid.
+#[inline]
+pub(crate) fn owner_word(uid: u32, gid: u32) -> u64 {
+    uid as u64 | (gid as u64) << 32
+}
+
+/// (uid, gid) of an owner word.
+#[inline]
+pub(crate) fn owner_of(w: u64) -> (u32, u32) {
+    (w as u32, (w >> 32) as u32)
+}
+
+/// A context's journal state word: bits 0..8 state (0 none, 1 prepared,
+/// 2 committed, 3 freeing), 8..32 number of operations, 32..64 epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct JournalWord(pub u64);
+
+impl JournalWord {
+    /// A journal word.
+    #[inline]
+    pub fn new(state: u64, ops: usize, epoch: u32) -> JournalWord {
+        JournalWord((state & 0xFF) | ((ops as u64) & 0xFF_FFFF) << 8 | (epoch as u64) << 32)
+    }
+    /// The record's state.
+    #[inline]
+    pub fn state(self) -> u64 {
+        self.0 & 0xFF
+    }
+    /// The number of operations in the record.
+    #[inline]
+    pub fn ops(self) -> usize {
+        ((self.0 >> 8) & 0xFF_FFFF) as usize
+    }
+}
