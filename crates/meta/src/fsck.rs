@@ -7,13 +7,12 @@
 //! objects that nothing refers to.
 
 use crate::alloc::seg_off;
-use crate::engine::{Engine, Obj};
+use crate::engine::{Engine, IndexKind, Obj};
 use crate::error::Result;
 use crate::format::layout::{
     C_LIST, GRANULE, K_DIR, K_FILE, K_LINK, SEG_BASE, SEG_MAGIC, SEG_SIZE, S_DETACHED, S_NORMAL,
 };
 use crate::format::{kind_of, status_of};
-use crate::hash;
 use crate::list;
 use std::collections::{HashMap, HashSet};
 
@@ -128,7 +127,8 @@ impl Engine {
     }
 
     fn fix(&self, p: &Problem) -> Result<bool> {
-        let pool = &self.pool;
+        let v = self.inspect();
+        let pool = v.pool();
         match *p {
             Problem::WrongCount { dir, actual, .. } => {
                 let c = self.dir_content(dir)?;
@@ -144,7 +144,7 @@ impl Engine {
                     pool.file(f).mode().set(mw.with_nlink(actual).0)?;
                 }
             }
-            Problem::Leaked { obj } => self.alloc.free(pool, obj)?,
+            Problem::Leaked { obj } => v.free(obj)?,
             Problem::NextInoBehind { needed, .. } => pool.header().next_ino().set(needed)?,
             Problem::SegmentCountBehind { needed, .. } => pool.header().seg_next().set(needed)?,
             _ => return Ok(false),
@@ -154,14 +154,15 @@ impl Engine {
     }
 
     fn check(&self) -> Result<FsckReport> {
-        let pool = &self.pool;
+        let v = self.inspect();
+        let pool = v.pool();
         let mut r = FsckReport::default();
         let mut reach: HashSet<u64> = HashSet::new();
         let mut entries: HashSet<u64> = HashSet::new();
         let mut inode_objs: HashMap<u64, u64> = HashMap::new(); // ino -> object
         let mut names_of: HashMap<u64, u32> = HashMap::new(); // ino -> names seen
         let mut nlink_of: HashMap<u64, u32> = HashMap::new();
-        reach.insert(self.root_access);
+        reach.insert(v.root_access());
         let mut stack = vec![(ROOT_INO_, ROOT_INO_)];
         while let Some((dir, parent)) = stack.pop() {
             let Some(c) = self.find_ino(dir)? else {
@@ -182,7 +183,7 @@ impl Engine {
             if pool.content(c).parent().get()? != parent {
                 r.problems.push(Problem::WrongParent { dir });
             }
-            let pending = pool.content(c).mod_epoch().get()? < self.epoch as u64;
+            let pending = pool.content(c).mod_epoch().get()? < v.epoch() as u64;
             if pending {
                 r.pending_repair.push(dir);
             }
@@ -197,7 +198,7 @@ impl Engine {
             for (pos, o) in slots {
                 let s = pool.object(o).state().get().unwrap_or(0);
                 let k = kind_of(s);
-                let ok = self.alloc.is_allocated(pool, o)
+                let ok = v.is_allocated(o)
                     && (k == K_FILE || k == K_DIR || k == K_LINK)
                     && pool.entry(o).parent().get()? == dir
                     && pool.entry(o).pos().get()? == pos;
@@ -304,36 +305,25 @@ impl Engine {
         }
         // Index entries and structure.
         let inode_set: HashSet<u64> = inode_objs.values().copied().collect();
-        for sh in &self.shards {
-            for ix in [&sh.name, &sh.ino] {
-                for o in ix.structure(pool)? {
-                    reach.insert(o);
-                }
+        reach.extend(v.index_objects()?);
+        let name_key = |o| v.name_key_of(o);
+        v.for_each_index_entry(IndexKind::Name, &name_key, &mut |o, routed| {
+            if !entries.contains(&o) {
+                r.problems.push(Problem::StrayNameEntry { obj: o });
+            } else if !routed()? {
+                r.problems.push(Problem::Misrouted { obj: o });
             }
-            sh.name.for_each(pool, &mut |slot, o| {
-                if !entries.contains(&o) {
-                    r.problems.push(Problem::StrayNameEntry { obj: o });
-                } else {
-                    let parent = pool.entry(o).parent().get()?;
-                    let h = hash::name_key(parent, &self.entry_name(o)?);
-                    if !sh.name.routed_here(pool, h, slot)? {
-                        r.problems.push(Problem::Misrouted { obj: o });
-                    }
-                }
-                Ok(())
-            })?;
-            sh.ino.for_each(pool, &mut |slot, o| {
-                if !inode_set.contains(&o) {
-                    r.problems.push(Problem::StrayInoEntry { obj: o });
-                } else if !sh
-                    .ino
-                    .routed_here(pool, hash::ino_key(self.ino_of_obj(o)?), slot)?
-                {
-                    r.problems.push(Problem::Misrouted { obj: o });
-                }
-                Ok(())
-            })?;
-        }
+            Ok(())
+        })?;
+        let ino_key = |o| v.ino_key_of(o);
+        v.for_each_index_entry(IndexKind::Ino, &ino_key, &mut |o, routed| {
+            if !inode_set.contains(&o) {
+                r.problems.push(Problem::StrayInoEntry { obj: o });
+            } else if !routed()? {
+                r.problems.push(Problem::Misrouted { obj: o });
+            }
+            Ok(())
+        })?;
         for id in 0..crate::format::layout::MAX_CTX as usize {
             self.for_each_free_page(crate::format::layout::ctx_area(id), |p| {
                 reach.insert(p);
@@ -341,12 +331,12 @@ impl Engine {
             })?;
         }
         for &o in &reach {
-            if !self.alloc.is_allocated(pool, o) && !self.alloc.is_huge_run(pool, o) {
+            if !v.is_allocated(o) && !v.is_huge_run(o) {
                 r.problems.push(Problem::NotAllocated { obj: o });
             }
         }
         self.check_header(&mut r, &reach, &inode_objs)?;
-        self.alloc.for_each_allocated(pool, |o, _| {
+        v.for_each_allocated(|o, _| {
             r.objects += 1;
             if !reach.contains(&o) {
                 r.problems.push(Problem::Leaked { obj: o });
@@ -368,7 +358,8 @@ impl Engine {
         reach: &HashSet<u64>,
         inode_objs: &HashMap<u64, u64>,
     ) -> Result<()> {
-        let pool = &self.pool;
+        let v = self.inspect();
+        let pool = v.pool();
         let mut max_ino = inode_objs.keys().copied().max().unwrap_or(ROOT_INO_);
         self.for_each_free_entry(|_, ino, _| max_ino = max_ino.max(ino))?;
         let stored = pool.header().next_ino().get()?;
@@ -383,13 +374,13 @@ impl Engine {
         for &o in reach {
             if o >= SEG_BASE {
                 let seg = (o - SEG_BASE) / SEG_SIZE;
-                needed = needed.max(seg + self.alloc.run_length(pool, seg));
+                needed = needed.max(seg + v.run_length(seg));
             }
         }
         let total = pool.len().saturating_sub(SEG_BASE) / SEG_SIZE;
         for seg in stored..total {
             if pool.seg_head(seg_off(seg)).tag().get()? as u32 == SEG_MAGIC {
-                needed = needed.max(seg + self.alloc.run_length(pool, seg));
+                needed = needed.max(seg + v.run_length(seg));
             }
         }
         if needed > stored {
@@ -413,7 +404,7 @@ impl Engine {
             }
             if let Some(d) = self.inline_of(o)? {
                 let len = d.len() as u64;
-                if mode != solofs_types::S_IFREG || len > self.inline_max || len > size {
+                if mode != solofs_types::S_IFREG || len > v.inline_max() || len > size {
                     r.problems.push(Problem::BadInline { ino, len });
                 }
             }
@@ -456,25 +447,14 @@ impl Engine {
     /// Counts allocated objects by class and index occupancy (a scan; for
     /// tools and benchmarks, not the serving path).
     pub fn space_report(&self) -> Result<SpaceReport> {
+        let v = self.inspect();
         let mut by: std::collections::BTreeMap<u64, u64> = Default::default();
-        self.alloc
-            .for_each_allocated(&self.pool, |_, size| *by.entry(size).or_default() += 1)?;
-        let mut r = SpaceReport {
+        v.for_each_allocated(|_, size| *by.entry(size).or_default() += 1)?;
+        let r = SpaceReport {
             classes: by.into_iter().collect(),
-            ..Default::default()
+            name_index: v.index_occupancy(IndexKind::Name)?,
+            ino_index: v.index_occupancy(IndexKind::Ino)?,
         };
-        for sh in &self.shards {
-            for (ix, acc) in [(&sh.name, &mut r.name_index), (&sh.ino, &mut r.ino_index)] {
-                let segs = ix.structure(&self.pool)?.len() as u64 - 2;
-                let mut used = 0;
-                ix.for_each(&self.pool, &mut |_, _| {
-                    used += 1;
-                    Ok(())
-                })?;
-                acc.0 += used;
-                acc.1 += segs * crate::index::SEGMENT_SLOTS;
-            }
-        }
         Ok(r)
     }
 }

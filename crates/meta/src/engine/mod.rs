@@ -6,6 +6,7 @@ mod ctx;
 mod datamap;
 mod durable;
 mod inline;
+mod inspect;
 mod journal;
 mod memory;
 mod mutate;
@@ -17,6 +18,7 @@ mod rename;
 mod tofree;
 mod xattr;
 
+pub(crate) use inspect::IndexKind;
 pub use recover::RepairStats;
 pub use tofree::FreeJob;
 
