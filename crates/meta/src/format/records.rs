@@ -20,12 +20,12 @@ pub(crate) struct Field<'p> {
 #[allow(dead_code)]
 impl<'p> Field<'p> {
     /// The field's offset in the pool.
-    #[inline]
+    #[inline(always)]
     pub fn at(self) -> u64 {
         self.at
     }
     /// The field `n` bytes further on (the tail of a name, say).
-    #[inline]
+    #[inline(always)]
     pub fn plus(self, n: u64) -> Field<'p> {
         Field {
             pool: self.pool,
@@ -33,58 +33,58 @@ impl<'p> Field<'p> {
         }
     }
     /// Loads the word (acquire).
-    #[inline]
+    #[inline(always)]
     pub fn get(self) -> Result<u64> {
         self.pool.ld(self.at)
     }
     /// Stores the word (release).
-    #[inline]
+    #[inline(always)]
     pub fn set(self, v: u64) -> Result<()> {
         self.pool.st(self.at, v)
     }
     /// The word itself, for read-modify-write.
-    #[inline]
+    #[inline(always)]
     pub fn atomic(self) -> Result<&'p AtomicU64> {
         self.pool.u64(self.at)
     }
     /// This word and the next as one 16-byte-aligned pair.
-    #[inline]
+    #[inline(always)]
     pub fn pair(self) -> Result<&'p AtomicU128> {
         self.pool.u128(self.at)
     }
     /// Makes the word durable (in `pmem` and `sync` modes).
-    #[inline]
+    #[inline(always)]
     pub fn persist(self) {
         self.pool.persist(self.at, 8)
     }
     /// Makes `len` bytes from the field on durable.
-    #[inline]
+    #[inline(always)]
     pub fn persist_len(self, len: u64) {
         self.pool.persist(self.at, len)
     }
     /// Makes the word durable where that costs anything (`pmem`, `sync`),
     /// with no ordering fence in `process` mode (`Pool::note`).
-    #[inline]
+    #[inline(always)]
     pub fn note(self) {
         self.pool.note(self.at, 8)
     }
     /// `note` for `len` bytes from the field on.
-    #[inline]
+    #[inline(always)]
     pub fn note_len(self, len: u64) {
         self.pool.note(self.at, len)
     }
     /// Reads bytes starting at the field.
-    #[inline]
+    #[inline(always)]
     pub fn read_bytes(self, out: &mut [u8]) -> Result<()> {
         self.pool.read_bytes(self.at, out)
     }
     /// Writes bytes starting at the field.
-    #[inline]
+    #[inline(always)]
     pub fn write_bytes(self, data: &[u8]) -> Result<()> {
         self.pool.write_bytes(self.at, data)
     }
     /// True if the bytes starting at the field equal `want`.
-    #[inline]
+    #[inline(always)]
     pub fn bytes_eq(self, want: &[u8]) -> Result<bool> {
         self.pool.bytes_eq(self.at, want)
     }
@@ -103,33 +103,33 @@ macro_rules! view {
         #[allow(dead_code)]
         impl<'p> $name<'p> {
             /// The record's offset.
-            #[inline]
+            #[inline(always)]
             pub fn off(self) -> u64 {
                 self.off
             }
             /// The state word (every object's first word).
-            #[inline]
+            #[inline(always)]
             pub fn state(self) -> Field<'p> {
                 Field { pool: self.pool, at: self.off }
             }
             /// The state word, decoded.
-            #[inline]
+            #[inline(always)]
             pub fn state_word(self) -> Result<StateWord> {
                 self.pool.ld(self.off).map(StateWord)
             }
             /// Stores the state word.
-            #[inline]
+            #[inline(always)]
             pub fn set_state(self, s: StateWord) -> Result<()> {
                 self.pool.st(self.off, s.0)
             }
             /// Makes `len` bytes of the record durable.
-            #[inline]
+            #[inline(always)]
             pub fn persist(self, len: u64) {
                 self.pool.persist(self.off, len)
             }
             $(
                 $(#[$fm])*
-                #[inline]
+                #[inline(always)]
                 pub fn $f(self) -> Field<'p> {
                     Field { pool: self.pool, at: self.off + $off }
                 }
@@ -139,7 +139,7 @@ macro_rules! view {
         impl Pool {
             /// The record at `off` seen as a
             #[doc = concat!("[`", stringify!($name), "`].")]
-            #[inline]
+            #[inline(always)]
             #[allow(dead_code)]
             pub(crate) fn $ctor(&self, off: u64) -> $name<'_> {
                 $name { pool: self, off }
@@ -331,12 +331,12 @@ pub(crate) struct FreeEntry<'p> {
 
 impl<'p> FreeEntry<'p> {
     /// The entry's offset.
-    #[inline]
+    #[inline(always)]
     pub fn off(self) -> u64 {
         self.off
     }
     /// The inode whose blocks are to go (0: a free entry).
-    #[inline]
+    #[inline(always)]
     pub fn ino(self) -> Field<'p> {
         Field {
             pool: self.pool,
@@ -344,7 +344,7 @@ impl<'p> FreeEntry<'p> {
         }
     }
     /// The run of the pool that queued it.
-    #[inline]
+    #[inline(always)]
     pub fn run(self) -> Field<'p> {
         Field {
             pool: self.pool,
@@ -356,7 +356,7 @@ impl<'p> FreeEntry<'p> {
 #[allow(dead_code)]
 impl<'p> IndexSeg<'p> {
     /// Slot `i` of bucket line `b` (line 0 is the header).
-    #[inline]
+    #[inline(always)]
     pub fn slot(self, b: u64, i: u64) -> Field<'p> {
         self.state().plus(64 * b + 8 * i)
     }
@@ -365,7 +365,7 @@ impl<'p> IndexSeg<'p> {
 #[allow(dead_code)]
 impl<'p> IndexDir<'p> {
     /// Entry `i`: the segment that covers hash prefix `i`.
-    #[inline]
+    #[inline(always)]
     pub fn seg(self, i: u64) -> Field<'p> {
         self.entries().plus(8 * i)
     }
@@ -374,7 +374,7 @@ impl<'p> IndexDir<'p> {
 #[allow(dead_code)]
 impl<'p> SegHead<'p> {
     /// Word `w` of the allocation bitmap.
-    #[inline]
+    #[inline(always)]
     pub fn bitmap_word(self, w: u64) -> Field<'p> {
         self.bitmap().plus(8 * w)
     }
@@ -383,12 +383,12 @@ impl<'p> SegHead<'p> {
 #[allow(dead_code)]
 impl<'p> ListPage<'p> {
     /// Slot `i` of a leaf page.
-    #[inline]
+    #[inline(always)]
     pub fn slot(self, i: u64) -> Field<'p> {
         self.slots().plus(8 * i)
     }
     /// Child `i` of an interior node (a node has no header).
-    #[inline]
+    #[inline(always)]
     pub fn child(self, i: u64) -> Field<'p> {
         self.state().plus(8 * i)
     }
@@ -396,7 +396,7 @@ impl<'p> ListPage<'p> {
 
 impl<'p> FreePage<'p> {
     /// Entry `i` of the page.
-    #[inline]
+    #[inline(always)]
     pub fn entry(self, i: u64) -> FreeEntry<'p> {
         FreeEntry {
             pool: self.pool,
@@ -407,7 +407,7 @@ impl<'p> FreePage<'p> {
 
 impl Pool {
     /// The to-free entry at `off`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn free_entry(&self, off: u64) -> FreeEntry<'_> {
         FreeEntry { pool: self, off }
     }
@@ -443,7 +443,7 @@ view!(
 
 impl Pool {
     /// The pool header.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn header(&self) -> Header<'_> {
         self.header_at(0)
     }
@@ -452,17 +452,17 @@ impl Pool {
 #[allow(dead_code)]
 impl<'p> Header<'p> {
     /// The storage URL's bytes.
-    #[inline]
+    #[inline(always)]
     pub fn storage_url(self) -> Field<'p> {
         self.storage().plus(8)
     }
     /// Shard `s`'s name-index root word.
-    #[inline]
+    #[inline(always)]
     pub fn name_root(self, s: u32) -> Field<'p> {
         self.shards().plus(16 * s as u64)
     }
     /// Shard `s`'s ino-index root word.
-    #[inline]
+    #[inline(always)]
     pub fn ino_root(self, s: u32) -> Field<'p> {
         self.shards().plus(16 * s as u64 + 8)
     }
@@ -471,19 +471,19 @@ impl<'p> Header<'p> {
 #[allow(dead_code)]
 impl<'p> Entry<'p> {
     /// The mode word of an entry of kind `kind` (FILE, DIR or LINK).
-    #[inline]
+    #[inline(always)]
     pub fn mode_of(self, kind: u8) -> Field<'p> {
         self.state().plus(name_offsets(kind).0)
     }
     /// The name of an entry of kind `kind` (then a symlink's target).
-    #[inline]
+    #[inline(always)]
     pub fn name_of(self, kind: u8) -> Field<'p> {
         self.state().plus(name_offsets(kind).1)
     }
 }
 
 /// (offset of the mode word, offset of the name) of an entry record.
-#[inline]
+#[inline(always)]
 pub(crate) fn name_offsets(kind: u8) -> (u64, u64) {
     match kind {
         K_FILE => (F_MODE, F_NAME),
@@ -495,7 +495,7 @@ pub(crate) fn name_offsets(kind: u8) -> (u64, u64) {
 #[allow(dead_code)]
 impl<'p> CtxRec<'p> {
     /// Operation `i` of the journal record (3 words).
-    #[inline]
+    #[inline(always)]
     pub fn journal_op(self, i: usize) -> Field<'p> {
         self.journal_ops().plus(24 * i as u64)
     }
@@ -503,13 +503,13 @@ impl<'p> CtxRec<'p> {
 
 impl<'p> XattrBlob<'p> {
     /// (bytes of packed entries, number of entries).
-    #[inline]
+    #[inline(always)]
     pub fn lengths(self) -> Result<(usize, usize)> {
         let w = self.len().get()?;
         Ok((w as u32 as usize, (w >> 32) as usize))
     }
     /// Stores the length word.
-    #[inline]
+    #[inline(always)]
     pub fn set_lengths(self, bytes: usize, count: usize) -> Result<()> {
         self.len().set(bytes as u64 | (count as u64) << 32)
     }
@@ -517,7 +517,7 @@ impl<'p> XattrBlob<'p> {
 
 impl<'p> FileRec<'p> {
     /// The mode word, decoded.
-    #[inline]
+    #[inline(always)]
     pub fn mode_word(self) -> Result<ModeWord> {
         self.mode().get().map(ModeWord)
     }
@@ -525,7 +525,7 @@ impl<'p> FileRec<'p> {
 
 impl<'p> DirAccess<'p> {
     /// The mode word, decoded.
-    #[inline]
+    #[inline(always)]
     pub fn mode_word(self) -> Result<ModeWord> {
         self.mode().get().map(ModeWord)
     }
@@ -533,7 +533,7 @@ impl<'p> DirAccess<'p> {
 
 impl<'p> LinkRec<'p> {
     /// The mode word, decoded.
-    #[inline]
+    #[inline(always)]
     pub fn mode_word(self) -> Result<ModeWord> {
         self.mode().get().map(ModeWord)
     }

@@ -9,64 +9,64 @@ pub(crate) struct StateWord(pub u64);
 
 impl StateWord {
     /// A state word with sequence 0.
-    #[inline]
+    #[inline(always)]
     pub fn new(kind: u8, status: u8, epoch: u32) -> StateWord {
         StateWord(kind as u64 | (status as u64) << 8 | (epoch as u64) << 32)
     }
     /// The object kind (`K_*`).
-    #[inline]
+    #[inline(always)]
     pub fn kind(self) -> u8 {
         self.0 as u8
     }
     /// The status (`S_*`).
-    #[inline]
+    #[inline(always)]
     pub fn status(self) -> u8 {
         (self.0 >> 8) as u8
     }
     /// The epoch of the last status change.
-    #[inline]
+    #[inline(always)]
     pub fn epoch(self) -> u32 {
         (self.0 >> 32) as u32
     }
     /// The write sequence.
-    #[inline]
+    #[inline(always)]
     pub fn seq(self) -> u16 {
         (self.0 >> 16) as u16
     }
     /// A writer is changing the object (odd sequence).
-    #[inline]
+    #[inline(always)]
     pub fn writing(self) -> bool {
         (self.0 >> 16) & 1 == 1
     }
     /// The same word with the sequence advanced by one.
-    #[inline]
+    #[inline(always)]
     pub fn bumped(self) -> StateWord {
         StateWord((self.0 & !SEQ_BITS) | (self.seq().wrapping_add(1) as u64) << 16)
     }
     /// `new`'s kind, status and epoch, keeping this word's sequence.
-    #[inline]
+    #[inline(always)]
     pub fn keep_seq(self, new: StateWord) -> StateWord {
         StateWord((self.0 & SEQ_BITS) | new.0)
     }
 }
 
 /// Builds a state word (sequence 0).
-#[inline]
+#[inline(always)]
 pub(crate) fn state(kind: u8, status: u8, epoch: u32) -> u64 {
     StateWord::new(kind, status, epoch).0
 }
 /// Kind of a state word.
-#[inline]
+#[inline(always)]
 pub(crate) fn kind_of(s: u64) -> u8 {
     StateWord(s).kind()
 }
 /// Status of a state word.
-#[inline]
+#[inline(always)]
 pub(crate) fn status_of(s: u64) -> u8 {
     StateWord(s).status()
 }
 /// Epoch of a state word.
-#[inline]
+#[inline(always)]
 pub(crate) fn epoch_of(s: u64) -> u32 {
     StateWord(s).epoch()
 }
@@ -81,55 +81,55 @@ pub(crate) struct ModeWord(pub u64);
 
 impl ModeWord {
     /// A mode word with no flags.
-    #[inline]
+    #[inline(always)]
     pub fn new(mode: u32, name_len: usize, nlink: u32) -> ModeWord {
         ModeWord((mode & 0xFFFF) as u64 | ((name_len as u64) & 0xFF) << 16 | (nlink as u64) << 32)
     }
     /// The mode bits.
-    #[inline]
+    #[inline(always)]
     pub fn mode(self) -> u32 {
         self.0 as u16 as u32
     }
     /// The file type bits alone.
-    #[inline]
+    #[inline(always)]
     pub fn file_type(self) -> u32 {
         self.mode() & S_IFMT
     }
     /// The length of the record's name.
-    #[inline]
+    #[inline(always)]
     pub fn name_len(self) -> usize {
         (self.0 >> 16) as u8 as usize
     }
     /// The link count.
-    #[inline]
+    #[inline(always)]
     pub fn nlink(self) -> u32 {
         (self.0 >> 32) as u32
     }
     /// The same word with link count `n`.
-    #[inline]
+    #[inline(always)]
     pub fn with_nlink(self, n: u32) -> ModeWord {
         ModeWord((self.0 & 0xFFFF_FFFF) | (n as u64) << 32)
     }
     /// The same word with name length `n`.
-    #[inline]
+    #[inline(always)]
     pub fn with_name_len(self, n: usize) -> ModeWord {
         ModeWord((self.0 & !(0xFF << 16)) | ((n as u64) & 0xFF) << 16)
     }
     /// The same word with mode bits `m` (type and permissions).
-    #[inline]
+    #[inline(always)]
     pub fn with_mode(self, m: u32) -> ModeWord {
         ModeWord((self.0 & !0xFFFF) | (m & 0xFFFF) as u64)
     }
 }
 
 /// An owner word: bits 0..32 uid, 32..64 gid.
-#[inline]
+#[inline(always)]
 pub(crate) fn owner_word(uid: u32, gid: u32) -> u64 {
     uid as u64 | (gid as u64) << 32
 }
 
 /// (uid, gid) of an owner word.
-#[inline]
+#[inline(always)]
 pub(crate) fn owner_of(w: u64) -> (u32, u32) {
     (w as u32, (w >> 32) as u32)
 }
@@ -141,17 +141,17 @@ pub(crate) struct JournalWord(pub u64);
 
 impl JournalWord {
     /// A journal word.
-    #[inline]
+    #[inline(always)]
     pub fn new(state: u64, ops: usize, epoch: u32) -> JournalWord {
         JournalWord((state & 0xFF) | ((ops as u64) & 0xFF_FFFF) << 8 | (epoch as u64) << 32)
     }
     /// The record's state.
-    #[inline]
+    #[inline(always)]
     pub fn state(self) -> u64 {
         self.0 & 0xFF
     }
     /// The number of operations in the record.
-    #[inline]
+    #[inline(always)]
     pub fn ops(self) -> usize {
         ((self.0 >> 8) & 0xFF_FFFF) as usize
     }
