@@ -109,9 +109,15 @@ fn requests_come_through_a_ring_per_cpu_and_not_with_no_io_uring() {
     let (m, _) = MountProc::up(&s.path, &mnt, &[]);
     let pid = m.child.id();
     let cpus = possible_cpus();
-    // The session starts its rings just after the mount is announced.
+    // The session starts its rings just after the mount is announced, one
+    // CPU's after another: wait until every CPU has one.
     within("ring threads", Duration::from_secs(5), || {
-        threads(pid, "fuser-ring-").len() >= cpus
+        let rings = threads(pid, "fuser-ring-");
+        (0..cpus).all(|q| {
+            rings
+                .iter()
+                .any(|(n, _)| n.starts_with(&format!("fuser-ring-{q}.")))
+        })
     });
     let rings = threads(pid, "fuser-ring-");
     for q in 0..cpus {
