@@ -122,6 +122,16 @@ fn populate(pool: &Path) {
     e.close().unwrap();
 }
 
+/// The whole decompressed stream, or None where gzip finds it damaged.
+fn gunzip(v: &[u8]) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(v)
+        .read_to_end(&mut out)
+        .ok()
+        .map(|_| out)
+}
+
 fn solofs(args: &[&str]) -> std::process::Output {
     Command::new(BIN).args(args).output().unwrap()
 }
@@ -180,6 +190,7 @@ fn round_trip_keeps_everything_and_bad_dumps_are_refused() {
     let bad = a.path.with_extension("bad");
     let mut rng = Rng(7);
     let zbytes = std::fs::read(&gz).unwrap();
+    let plain = gunzip(&zbytes).unwrap();
     for case in 0..16 {
         let mut v = if case < 12 {
             bytes.clone()
@@ -195,6 +206,15 @@ fn round_trip_keeps_everything_and_bad_dumps_are_refused() {
         std::fs::write(&bad, &v).unwrap();
         let _ = std::fs::remove_dir_all(&c);
         let out = solofs(&["load", "--data", p(&c), "-i", p(&bad)]);
+        // A flipped bit the gzip format does not cover (the header's time
+        // and OS bytes, the last byte's padding bits) leaves the dump
+        // itself whole: then it must load, and be the same volume.
+        if case >= 12 && case % 2 == 1 && gunzip(&v).as_ref() == Some(&plain) {
+            assert!(out.status.success(), "case {case}: {out:?}");
+            assert_eq!(before, walk(&c.join("meta.pool")), "case {case}");
+            let _ = std::fs::remove_dir_all(&c);
+            continue;
+        }
         assert!(!out.status.success(), "case {case} was loaded");
         assert!(
             String::from_utf8_lossy(&out.stderr).contains("nothing was loaded"),
