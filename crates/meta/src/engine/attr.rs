@@ -11,8 +11,7 @@ use crate::format::layout::{
 use crate::format::{kind_of, owner_of, owner_word, status_of, ModeWord, StateWord};
 use crate::hash;
 use crate::list;
-use crate::locks::Mode;
-use crate::perm::{self, Owner, R, W, X};
+use crate::perm::{self, Owner, R, X};
 use solofs_types::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -236,7 +235,7 @@ impl Engine {
 
     /// Target of symlink `ino`.
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
-        let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Read)]);
+        let _g = self.lock_inode(ino, false);
         match self.inode(ino)? {
             Obj::File(f) => {
                 let r = self.pool.file(f);
@@ -301,7 +300,7 @@ impl Engine {
         let mut out = Vec::new();
         let mut links = Vec::new();
         {
-            let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Read)]);
+            let _g = self.lock_inode(ino, false);
             let end = self.pool.content(content).next_pos().get()?;
             let p = &self.pool;
             list::scan(p, content + C_LIST, cookie, end, &mut |pos, o| {
@@ -510,7 +509,7 @@ impl Engine {
             return Err(Error::FileTooBig);
         }
         self.with_ctx(|ctx| {
-            let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Write)]);
+            let _g = self.lock_inode(ino, true);
             let obj = self.inode(ino)?;
             let cur = self.attr_of(obj)?;
             let own = Owner {
@@ -518,73 +517,9 @@ impl Engine {
                 uid: cur.uid,
                 gid: cur.gid,
             };
-            let mut mode = cur.mode;
-            let (mut uid, mut gid) = (cur.uid, cur.gid);
-            if let Some(m) = sa.mode {
-                let new = (mode & S_IFMT) | (m & 0o7777);
-                // What a write does to a set-ID file (POSIX: a write by a
-                // process without the privilege clears the bits): a writer
-                // may clear S_ISUID/S_ISGID and change nothing else.
-                let clears_setid = new & !(S_ISUID | S_ISGID) == mode & !(S_ISUID | S_ISGID)
-                    && new & !mode == 0
-                    && mode & !new & (S_ISUID | S_ISGID) != 0
-                    && mode & S_IFMT == S_IFREG;
-                let writer = || sa.via_open || perm::check(cred, own, W).is_ok();
-                if clears_setid && !(cred.is_root() || cred.uid == cur.uid) && writer() {
-                    mode = new;
-                } else {
-                    perm::owner_or_root(cred, own)?;
-                    mode = new;
-                    if !cred.is_root() && !cred.in_group(cur.gid) {
-                        mode &= !S_ISGID;
-                    }
-                }
-            }
-            if sa.uid.is_some() || sa.gid.is_some() {
-                let nu = sa.uid.unwrap_or(cur.uid);
-                let ng = sa.gid.unwrap_or(cur.gid);
-                if !cred.is_root() {
-                    if nu != cur.uid || cred.uid != cur.uid {
-                        return Err(Error::Perm);
-                    }
-                    if ng != cur.gid && !cred.in_group(ng) {
-                        return Err(Error::Perm);
-                    }
-                }
-                if mode & S_IFMT != S_IFDIR {
-                    mode &= !S_ISUID;
-                    if mode & 0o010 != 0 {
-                        mode &= !S_ISGID;
-                    }
-                }
-                uid = nu;
-                gid = ng;
-            }
-            if let Some(_sz) = sa.size {
-                match mode & S_IFMT {
-                    S_IFREG => {}
-                    S_IFDIR => return Err(Error::IsDir),
-                    _ => return Err(Error::Invalid("size of a non-regular file")),
-                }
-                if !sa.via_open {
-                    perm::check(cred, own, W)?;
-                }
-            }
-            let explicit = matches!(sa.atime, TimeSet::At(_)) || matches!(sa.mtime, TimeSet::At(_));
-            let any_time = sa.atime != TimeSet::Omit || sa.mtime != TimeSet::Omit;
-            if explicit && !grow {
-                perm::owner_or_root(cred, own)?;
-            } else if any_time && !(cred.is_root() || cred.uid == cur.uid || sa.via_open) {
-                perm::check(cred, own, W)?;
-            }
-            if sa.mode.is_none()
-                && sa.uid.is_none()
-                && sa.gid.is_none()
-                && sa.size.is_none()
-                && !any_time
-            {
+            let Some(Owner { mode, uid, gid }) = perm::setattr(cred, own, sa, grow)? else {
                 return Ok(cur);
-            }
+            };
             let t = self.clock.now(&self.pool);
             let pick = |ts: TimeSet, old: i64| match ts {
                 TimeSet::Omit => old,

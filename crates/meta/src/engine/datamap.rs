@@ -24,8 +24,6 @@ use crate::error::{Error, Result};
 use crate::format::layout::{
     ctx_area, F_XATTR, GRANULE, INLINE_NAME, K_XATTR, MAP_NAME, MAP_RANGES, MAX_CTX, X_DATA,
 };
-use crate::hash;
-use crate::locks::Mode;
 use crate::{Attr, S_IFMT, S_IFREG};
 use solofs_types::extents::Extents;
 use std::sync::atomic::Ordering;
@@ -179,7 +177,7 @@ impl Engine {
     /// (below its size): what `SEEK_DATA` and `SEEK_HOLE` look at, and
     /// which blocks a punched hole may free.
     pub fn data_map(&self, ino: u64) -> Result<(Attr, Extents)> {
-        let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Read)]);
+        let _g = self.lock_inode(ino, false);
         let o = self.inode(ino)?;
         let a = self.attr_of(o)?;
         let mut out = Extents::new();

@@ -9,8 +9,6 @@
 use super::{Engine, Obj};
 use crate::error::{Error, Result};
 use crate::format::layout::INLINE_NAME;
-use crate::hash;
-use crate::locks::Mode;
 use crate::{Attr, S_IFMT, S_IFREG};
 
 impl Engine {
@@ -22,7 +20,7 @@ impl Engine {
     /// The attributes of `ino` and, if its data is in the pool, its inline
     /// bytes, read under one lock (so they belong to the same version).
     pub fn inline_data(&self, ino: u64) -> Result<(Attr, Option<Vec<u8>>)> {
-        let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Read)]);
+        let _g = self.lock_inode(ino, false);
         let o = self.inode(ino)?;
         let a = self.attr_of(o)?;
         let Obj::File(f) = o else {

@@ -8,6 +8,7 @@ mod durable;
 mod inline;
 mod inspect;
 mod journal;
+mod locked;
 mod memory;
 mod mutate;
 mod objects;

@@ -12,6 +12,7 @@
 
 use super::ctx::Ctx;
 use super::journal::Op;
+use super::locked::{Locked, Name, Place, Probe};
 use super::{attr::pad8, check_name, is_dot, Engine, Obj};
 use crate::error::{Error, Result};
 use crate::format::layout::{
@@ -21,8 +22,7 @@ use crate::format::layout::{
 use crate::format::{owner_word, state, ModeWord, StateWord};
 use crate::hash;
 use crate::list;
-use crate::locks::Mode;
-use crate::perm::{self, W, X};
+use crate::perm::{self, W};
 use solofs_types::*;
 use std::sync::atomic::Ordering;
 
@@ -174,43 +174,18 @@ impl Engine {
         cred: &Cred,
         parent: u64,
         name: &[u8],
-    ) -> Result<(u64, perm::Owner, crate::locks::Guard<'_>)> {
+    ) -> Result<(u64, perm::Owner, Locked<'_, 1>)> {
         self.check_writable()?;
         if is_dot(name) {
             return Err(Error::Exists);
         }
         check_name(name)?;
-        let (access, content, g) = self.enter_dir_for_create(parent, name)?;
-        let downer = self.dir_owner(access)?;
-        perm::check(cred, downer, X)?;
-        if self.find_name(parent, name)?.is_some() {
-            return Err(Error::Exists);
-        }
+        let l = self.lock_names(cred, [Name::free(parent, name)], &[], |_, _| {
+            Ok(Probe::Lock)
+        })?;
+        let downer = self.dir_owner(l.places[0].access)?;
         perm::check(cred, downer, W)?;
-        Ok((content, downer, g))
-    }
-
-    /// Locks for a new entry in `parent`, after which the directory is
-    /// current (repaired) and still exists. Returns (access, content, guard).
-    fn enter_dir_for_create(
-        &self,
-        parent: u64,
-        name: &[u8],
-    ) -> Result<(u64, u64, crate::locks::Guard<'_>)> {
-        loop {
-            let (access, content) = self.reader_dir(parent)?;
-            let g = self.locks.lock(&[
-                (hash::ino_key(parent), Mode::Read),
-                (hash::name_key(parent, name), Mode::Write),
-            ]);
-            if self.find_ino(parent)? != Some(content) {
-                return Err(Error::NotFound);
-            }
-            if self.pool.content(content).mod_epoch().get()? < self.epoch as u64 {
-                continue; // a repair is due; open_dir does it outside the lock
-            }
-            return Ok((access, content, g));
-        }
+        Ok((l.places[0].content, downer, l))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -440,30 +415,34 @@ impl Engine {
             return Err(Error::Exists);
         }
         check_name(newname)?;
-        self.with_ctx(|ctx| loop {
-            let f = match self.inode(ino)? {
-                Obj::Dir { .. } => return Err(Error::Perm),
-                Obj::File(f) => f,
-                Obj::Link(_) => {
-                    return Err(Error::Corrupt("ino index points at a link entry".into()))
-                }
+        self.with_ctx(|ctx| {
+            let file_of = || match self.inode(ino)? {
+                Obj::Dir { .. } => Err(Error::Perm),
+                Obj::File(f) => Ok(f),
+                Obj::Link(_) => Err(Error::Corrupt("ino index points at a link entry".into())),
             };
-            let (access, content) = self.open_dir(newparent)?;
-            let _g = self.locks.lock(&[
-                (hash::ino_key(ino), Mode::Write),
-                (hash::ino_key(newparent), Mode::Read),
-                (hash::name_key(newparent, newname), Mode::Write),
-            ]);
-            if self.find_ino(ino)? != Some(f)
-                || self.find_ino(newparent)? != Some(content)
-                || self.pool.content(content).mod_epoch().get()? < self.epoch as u64
-            {
-                continue;
-            }
-            perm::check(cred, self.dir_owner(access)?, X)?;
-            if self.find_name(newparent, newname)?.is_some() {
-                return Err(Error::Exists);
-            }
+            // The file as found before the locks (a directory is refused
+            // before anything about the new name); under them it must be
+            // the same object.
+            let mut f = file_of()?;
+            let l = self.lock_names(
+                cred,
+                [Name::free(newparent, newname)],
+                &[ino],
+                |_, locked| {
+                    if !locked {
+                        f = file_of()?;
+                        Ok(Probe::Lock)
+                    } else if self.find_ino(ino)? == Some(f) {
+                        Ok(Probe::Lock)
+                    } else {
+                        Ok(Probe::Again)
+                    }
+                },
+            )?;
+            let Place {
+                access, content, ..
+            } = l.places[0];
             perm::check(cred, self.dir_owner(access)?, W)?;
             let nl = self.nlink(f)?;
             if nl >= LINK_MAX {
@@ -534,7 +513,7 @@ impl Engine {
                 .ndents()
                 .atomic()?
                 .fetch_add(1, Ordering::AcqRel);
-            return self.file_attr(f);
+            self.file_attr(f)
         })
     }
 }

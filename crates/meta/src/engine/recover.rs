@@ -21,7 +21,6 @@ use crate::format::layout::{
 use crate::format::{epoch_of, kind_of, status_of, StateWord};
 use crate::hash;
 use crate::list;
-use crate::locks::Mode;
 
 /// What a directory repair did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -192,7 +191,7 @@ impl Engine {
     /// is current). Public so tools and tests can force it.
     pub fn repair_dir(&self, ino: u64) -> Result<RepairStats> {
         self.with_ctx(|ctx| {
-            let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Write)]);
+            let _g = self.lock_inode(ino, true);
             let content = match self.inode(ino)? {
                 Obj::Dir { content, .. } => content,
                 _ => return Err(Error::NotDir),

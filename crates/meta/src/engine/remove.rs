@@ -3,6 +3,7 @@
 
 use super::ctx::Ctx;
 use super::journal::{dead, kill, Op};
+use super::locked::{LockedEntry, Probe};
 use super::{check_name, is_dot, Engine, Obj};
 use crate::error::{Error, Result};
 use crate::format::layout::{
@@ -11,80 +12,11 @@ use crate::format::layout::{
 use crate::format::{state, StateWord};
 use crate::hash;
 use crate::list;
-use crate::locks::Mode;
-use crate::perm::{self, X};
+use crate::perm;
 use solofs_types::*;
 use std::sync::atomic::Ordering;
 
 impl Engine {
-    /// Under the entry's locks: is (parent, name) still object `e` with
-    /// inode number `ino`? (Same offset alone is not enough: a freed slot is
-    /// soon reused.)
-    pub(crate) fn same_entry(&self, parent: u64, name: &[u8], e: u64, ino: u64) -> Result<bool> {
-        Ok(self.find_name(parent, name)? == Some(e) && self.pool.entry(e).ino().get()? == ino)
-    }
-
-    /// Pre-locks lookup of an entry to remove: (entry object, its kind, its
-    /// inode). Without locks the entry may be freed under us: then look again.
-    pub(crate) fn probe_entry(&self, parent: u64, name: &[u8]) -> Result<(u64, Obj, u64)> {
-        loop {
-            let e = self.find_name(parent, name)?.ok_or(Error::NotFound)?;
-            let ino = self.pool.entry(e).ino().get()?;
-            if let Some(o) = self.try_obj(e)? {
-                return Ok((e, o, ino));
-            }
-        }
-    }
-
-    /// The shared start of unlink and rmdir: opens `parent`, checks
-    /// search permission, probes `name` without locks, lets `check` refuse
-    /// the entry (or ask to look again), takes the locks (parent read, name
-    /// and inode write) and checks again under them: a parent that changed
-    /// or was modified in a crashed epoch, or another entry of the same
-    /// name meanwhile, start over; so does `check` asking again on the
-    /// entry as re-read under the locks (its `locked` argument is then
-    /// true).
-    pub(crate) fn lock_entry(
-        &self,
-        cred: &Cred,
-        parent: u64,
-        name: &[u8],
-        mut check: impl FnMut(&Obj, u64, bool) -> Result<Probe>,
-    ) -> Result<LockedEntry<'_>> {
-        loop {
-            let (access, content) = self.open_dir(parent)?;
-            perm::check(cred, self.dir_owner(access)?, X)?;
-            let (e, o, ino) = self.probe_entry(parent, name)?;
-            if let Probe::Again = check(&o, ino, false)? {
-                continue;
-            }
-            let guard = self.locks.lock(&[
-                (hash::ino_key(parent), Mode::Read),
-                (hash::name_key(parent, name), Mode::Write),
-                (hash::ino_key(ino), Mode::Write),
-            ]);
-            // Re-read under the locks: the slot may have been freed and
-            // reused by a new entry of the same name meanwhile.
-            if self.find_ino(parent)? != Some(content)
-                || self.pool.content(content).mod_epoch().get()? < self.epoch as u64
-                || !self.same_entry(parent, name, e, ino)?
-            {
-                continue;
-            }
-            let obj = self.obj(e)?;
-            if let Probe::Again = check(&obj, ino, true)? {
-                continue;
-            }
-            return Ok(LockedEntry {
-                access,
-                content,
-                obj,
-                ino,
-                guard,
-            });
-        }
-    }
-
     /// Removes a non-directory entry.
     pub fn unlink(&self, cred: &Cred, parent: u64, name: &[u8]) -> Result<()> {
         self.check_writable()?;
@@ -98,8 +30,7 @@ impl Engine {
                 content,
                 obj: o,
                 ino,
-                guard: _g,
-                ..
+                _locked,
             } = self.lock_entry(cred, parent, name, |o, _, _| match o {
                 Obj::Dir { .. } => Err(Error::IsDir),
                 _ => Ok(Probe::Lock),
@@ -343,7 +274,7 @@ impl Engine {
                 access,
                 content,
                 obj,
-                guard: _g,
+                _locked,
                 ..
             } = self.lock_entry(cred, parent, name, stale)?;
             let Obj::Dir {
@@ -397,26 +328,4 @@ impl Engine {
         self.alloc.free(&self.pool, content)?;
         self.alloc.free(&self.pool, access)
     }
-}
-
-/// What `Engine::lock_entry`'s check decides about an entry.
-pub(crate) enum Probe {
-    /// Go on (take the locks, or return the locked entry).
-    Lock,
-    /// Look again from the start.
-    Again,
-}
-
-/// An entry locked for removal (`Engine::lock_entry`).
-pub(crate) struct LockedEntry<'a> {
-    /// The parent's access object.
-    pub access: u64,
-    /// The parent's content object.
-    pub content: u64,
-    /// What the entry is, as read under the locks.
-    pub obj: Obj,
-    /// Its inode number.
-    pub ino: u64,
-    /// The locks, held while this lives.
-    pub guard: crate::locks::Guard<'a>,
 }

@@ -14,15 +14,14 @@
 use super::attr::pad8;
 use super::ctx::Ctx;
 use super::journal::{dead, kill, Journal, Op};
+use super::locked::{Found, Name, Place, Probe};
 use super::{check_name, is_dot, Engine, Obj};
 use crate::error::{Error, Result};
 use crate::format::layout::{
-    ctx_area, C_ACCESS, C_NSUBDIRS, C_PARENT, K_DIRC, K_FILE, K_XATTR, S_CREATING, S_NORMAL,
+    ctx_area, C_ACCESS, C_PARENT, K_DIRC, K_FILE, K_XATTR, S_CREATING, S_NORMAL,
 };
 use crate::format::{name_offsets, state, Field, ModeWord, StateWord};
-use crate::hash;
-use crate::locks::Mode;
-use crate::perm::{self, W, X};
+use crate::perm;
 use solofs_types::*;
 use std::sync::atomic::Ordering;
 
@@ -57,30 +56,25 @@ impl Engine {
         check_name(name)?;
         check_name(newname)?;
         let exchange = flags & RENAME_EXCHANGE != 0;
-        self.with_ctx(|ctx| loop {
-            let (a1, c1) = self.open_dir(parent)?;
-            let (a2, c2) = self.open_dir(newparent)?;
-            perm::check(cred, self.dir_owner(a1)?, X)?;
-            perm::check(cred, self.dir_owner(a2)?, X)?;
-            let (s, so, sino) = self.probe_entry(parent, name)?;
-            let (t, to, tino) = match self.probe_entry(newparent, newname) {
-                Ok((t, to, tino)) => (Some(t), Some(to), tino),
-                Err(Error::NotFound) => (None, None, 0),
-                Err(e) => return Err(e),
-            };
-            if exchange && t.is_none() {
-                return Err(Error::NotFound);
-            }
-            if t.is_some() && flags & RENAME_NOREPLACE != 0 {
-                return Err(Error::Exists);
-            }
-            if t == Some(s) || (t.is_some() && tino == sino) {
-                return Ok(()); // both names refer to the same file
-            }
-            let s_dir = matches!(so, Obj::Dir { .. });
-            let t_dir = matches!(to, Some(Obj::Dir { .. }));
-            if !exchange {
-                if let Some(_t) = t {
+        let cross = parent != newparent;
+        self.with_ctx(|ctx| {
+            // Decides from what was found (before the locks, then again
+            // under them: the kinds are the same by then).
+            let check = |p: &[Place; 2], locked: bool| -> Result<Probe> {
+                let s = p[0].found.ok_or(Error::NotFound)?;
+                let t = p[1].found;
+                if exchange && t.is_none() {
+                    return Err(Error::NotFound);
+                }
+                if t.is_some() && flags & RENAME_NOREPLACE != 0 {
+                    return Err(Error::Exists);
+                }
+                if t.is_some_and(|t| t.entry == s.entry || t.ino == s.ino) {
+                    return Ok(Probe::Lock); // the same file: nothing to do
+                }
+                let s_dir = matches!(s.obj, Obj::Dir { .. });
+                let t_dir = matches!(t.map(|t| t.obj), Some(Obj::Dir { .. }));
+                if !exchange && t.is_some() {
                     if s_dir && !t_dir {
                         return Err(Error::NotDir);
                     }
@@ -88,98 +82,87 @@ impl Engine {
                         return Err(Error::IsDir);
                     }
                 }
-            }
-            if t_dir {
-                if let Some(Obj::Dir { content, .. }) = to {
-                    if self.pool.content(content).mod_epoch().get()? < self.epoch as u64 {
-                        self.repair_dir(tino)?;
-                        continue;
+                if let Some(Found {
+                    obj: Obj::Dir { content, .. },
+                    ino,
+                    ..
+                }) = t
+                {
+                    if !locked && self.pool.content(content).mod_epoch().get()? < self.epoch as u64
+                    {
+                        self.repair_dir(ino)?;
+                        return Ok(Probe::Again);
                     }
                 }
-            }
-            let moves_dir = parent != newparent && (s_dir || (exchange && t_dir));
-            let _rl = if moves_dir {
-                Some(self.rename_lock.lock())
-            } else {
-                None
-            };
-            if moves_dir {
-                if s_dir && (sino == newparent || self.is_ancestor(sino, newparent)?) {
-                    return Err(Error::Invalid("cannot move a directory into itself"));
+                if !(cross && (s_dir || (exchange && t_dir))) {
+                    return Ok(Probe::Lock);
                 }
-                if exchange && t_dir && (tino == parent || self.is_ancestor(tino, parent)?) {
-                    return Err(Error::Invalid("cannot move a directory into itself"));
-                }
-            }
-            let mut keys = vec![
-                (hash::ino_key(parent), Mode::Read),
-                (hash::ino_key(newparent), Mode::Read),
-                (hash::name_key(parent, name), Mode::Write),
-                (hash::name_key(newparent, newname), Mode::Write),
-                (hash::ino_key(sino), Mode::Write),
-            ];
-            if t.is_some() {
-                keys.push((hash::ino_key(tino), Mode::Write));
-            }
-            let _g = self.locks.lock(&keys);
-            // Re-read both names under the locks (a freed slot is soon
-            // reused, so compare inode numbers too) and take their kinds now.
-            let t_same = match t {
-                Some(t) => self.same_entry(newparent, newname, t, tino)?,
-                None => self.find_name(newparent, newname)?.is_none(),
-            };
-            if self.find_ino(parent)? != Some(c1)
-                || self.find_ino(newparent)? != Some(c2)
-                || !self.same_entry(parent, name, s, sino)?
-                || !t_same
-                || self.pool.content(c1).mod_epoch().get()? < self.epoch as u64
-                || self.pool.content(c2).mod_epoch().get()? < self.epoch as u64
-            {
-                continue;
-            }
-            let so = self.obj(s)?;
-            let to = match t {
-                Some(t) => Some(self.obj(t)?),
-                None => None,
-            };
-            if matches!(so, Obj::Dir { .. }) != s_dir
-                || matches!(to, Some(Obj::Dir { .. })) != t_dir
-            {
-                continue;
-            }
-            let sown = self.owner_of(so)?;
-            perm::may_delete(cred, self.dir_owner(a1)?, sown.uid)?;
-            perm::check(cred, self.dir_owner(a2)?, W | X)?;
-            if s_dir && parent != newparent {
-                perm::check(cred, sown, W)?;
-            }
-            if let Some(to) = to {
-                let town = self.owner_of(to)?;
-                perm::may_delete(cred, self.dir_owner(a2)?, town.uid)?;
-                if exchange && t_dir && parent != newparent {
-                    perm::check(cred, town, W)?;
-                }
-                if !exchange {
-                    if let Obj::Dir { content, .. } = to {
-                        if self.pool.content(content).ndents().get()? != 0 {
-                            return Err(Error::NotEmpty);
+                // A directory changes parent: under the serial lock the
+                // loop check is exact.
+                if locked {
+                    if s_dir && (s.ino == newparent || self.is_ancestor(s.ino, newparent)?) {
+                        return Err(Error::Invalid("cannot move a directory into itself"));
+                    }
+                    if let Some(t) = t.filter(|_| exchange && t_dir) {
+                        if t.ino == parent || self.is_ancestor(t.ino, parent)? {
+                            return Err(Error::Invalid("cannot move a directory into itself"));
                         }
                     }
                 }
+                Ok(Probe::Serial)
+            };
+            let locked = self.lock_names(
+                cred,
+                [Name::entry(parent, name), Name::any(newparent, newname)],
+                &[],
+                check,
+            )?;
+            let [p1, p2] = locked.places;
+            let s = p1.found.ok_or(Error::NotFound)?;
+            if p2
+                .found
+                .is_some_and(|t| t.entry == s.entry || t.ino == s.ino)
+            {
+                return Ok(()); // both names refer to the same file
             }
+            let s_dir = matches!(s.obj, Obj::Dir { .. });
+            let t_dir = matches!(p2.found.map(|t| t.obj), Some(Obj::Dir { .. }));
+            perm::may_rename(
+                cred,
+                &perm::RenameSides {
+                    from: self.dir_owner(p1.access)?,
+                    to: self.dir_owner(p2.access)?,
+                    src: self.owner_of(s.obj)?,
+                    src_dir: s_dir,
+                    dst: p2.found.map(|t| self.owner_of(t.obj)).transpose()?,
+                    dst_dir: t_dir,
+                    cross,
+                    exchange,
+                },
+            )?;
+            if let Some(Found {
+                obj: Obj::Dir { content, .. },
+                ..
+            }) = p2.found.filter(|_| !exchange)
+            {
+                if self.pool.content(content).ndents().get()? != 0 {
+                    return Err(Error::NotEmpty);
+                }
+            }
+            let (c1, c2) = (p1.content, p2.content);
             let src = Side {
                 parent,
                 content: c1,
-                entry: s,
-                obj: so,
-                ino: sino,
+                entry: s.entry,
+                obj: s.obj,
+                ino: s.ino,
             };
-            let dst = t.map(|t| Side {
+            let dst = p2.found.map(|t| Side {
                 parent: newparent,
                 content: c2,
-                entry: t,
-                obj: to.unwrap_or(Obj::Link(t)),
-                ino: tino,
+                entry: t.entry,
+                obj: t.obj,
+                ino: t.ino,
             });
             let t0 = self.clock.now(&self.pool);
             self.touch_epoch(c1)?;
@@ -196,7 +179,7 @@ impl Engine {
             } else {
                 self.do_move(ctx, &src, dst.as_ref(), newparent, c2, newname, t0)?;
             }
-            return Ok(());
+            Ok(())
         })
     }
 
@@ -522,7 +505,9 @@ impl Engine {
             let d = sd - td;
             if d != 0 {
                 self.pool
-                    .u64(s.content + C_NSUBDIRS)?
+                    .content(s.content)
+                    .nsubdirs()
+                    .atomic()?
                     .fetch_add((-d) as u64, Ordering::AcqRel);
                 self.pool
                     .content(t.content)

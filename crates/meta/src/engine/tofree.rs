@@ -20,7 +20,9 @@
 use super::ctx::Ctx;
 use super::Engine;
 use crate::error::{Error, Result};
-use crate::format::layout::{ctx_area, K_TOFREE, MAX_CTX, SEG_BASE, S_NORMAL, TF_PAGE, TF_SLOTS};
+use crate::format::layout::{
+    ctx_area, K_TOFREE, MAX_CTX, SEG_BASE, S_NORMAL, TF_NEXT, TF_PAGE, TF_SLOTS,
+};
 use crate::format::StateWord;
 use solofs_types::S_IFREG;
 
@@ -127,12 +129,11 @@ impl Engine {
                 return Err(e);
             }
         };
-        self.pool
-            .write_bytes(page + 8, &[0u8; TF_PAGE as usize - 8])?;
-        self.pool
-            .free_page(page)
-            .next()
-            .set(self.pool.ctx_rec(area).tofree().get()?)?;
+        let fp = self.pool.free_page(page);
+        // Everything after the state word starts zero.
+        fp.next()
+            .write_bytes(&[0u8; TF_PAGE as usize - TF_NEXT as usize])?;
+        fp.next().set(self.pool.ctx_rec(area).tofree().get()?)?;
         self.pool
             .object(page)
             .set_state(StateWord::new(K_TOFREE, S_NORMAL, self.epoch))?;

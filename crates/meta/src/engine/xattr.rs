@@ -8,8 +8,6 @@ use super::{Engine, Obj};
 use crate::error::{Error, Result};
 use crate::format::layout::{C_XATTR, F_CTIME, F_XATTR, K_XATTR, S_NORMAL, X_DATA};
 use crate::format::state;
-use crate::hash;
-use crate::locks::Mode;
 use crate::perm::{self, Owner, R, W};
 use solofs_types::*;
 
@@ -124,7 +122,7 @@ impl Engine {
     /// Value of attribute `name` of `ino`.
     pub fn getxattr(&self, cred: &Cred, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
         check_len(name)?;
-        let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Read)]);
+        let _g = self.lock_inode(ino, false);
         let o = self.inode(ino)?;
         let ns = namespace(name)?;
         self.xattr_perm(cred, o, &ns, false)?;
@@ -139,7 +137,7 @@ impl Engine {
 
     /// Names of the attributes of `ino` the caller may see.
     pub fn listxattr(&self, cred: &Cred, ino: u64) -> Result<Vec<Vec<u8>>> {
-        let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Read)]);
+        let _g = self.lock_inode(ino, false);
         let o = self.inode(ino)?;
         let (obj, field) = self.xattr_slot(o)?;
         let pairs = self.read_pairs(self.pool.object(obj).state().plus(field).get()?)?;
@@ -243,7 +241,7 @@ impl Engine {
     ) -> Result<()> {
         self.check_writable()?;
         self.with_ctx(|ctx| {
-            let _g = self.locks.lock(&[(hash::ino_key(ino), Mode::Write)]);
+            let _g = self.lock_inode(ino, true);
             let o = self.inode(ino)?;
             let ns = namespace(name)?;
             self.xattr_perm(cred, o, &ns, true)?;
