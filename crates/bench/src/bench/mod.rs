@@ -450,8 +450,9 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
             "solofs bench: {} files, {thr} thread(s), {layout} directories, depth {}",
             o.files, o.depth
         );
-        std::fs::write(path, crate::plot::render(&title, &labels, &groups))
-            .with_context(|| format!("writing {}", path.display()))?;
+        let chart = crate::plot::render(&title, &labels, &groups)
+            .with_context(|| format!("drawing {}", path.display()))?;
+        std::fs::write(path, chart).with_context(|| format!("writing {}", path.display()))?;
         println!("wrote {}", path.display());
     }
     if let Some(path) = &o.json {
