@@ -2,6 +2,99 @@
 
 use super::*;
 
+/// What the phases of one run share: the target and its directories.
+struct Ctx<'a> {
+    o: &'a Opts,
+    t: &'a dyn Target,
+    threads: usize,
+    layout: &'a str,
+    /// Items per thread.
+    per: u64,
+    /// Each thread's directory (the same one for every thread, shared).
+    dirs: Vec<u64>,
+    /// Each thread's second directory, for rename-across.
+    across: Vec<u64>,
+}
+
+impl Ctx<'_> {
+    fn want(&self, p: &str) -> bool {
+        self.o.phases.iter().any(|x| x == p)
+    }
+
+    /// The directories this run's threads use without duplicates.
+    fn unique_dirs(&self) -> Vec<u64> {
+        if self.layout == "shared" {
+            vec![self.dirs[0]]
+        } else {
+            self.dirs.clone()
+        }
+    }
+}
+
+/// Where a run's results go: one row per phase, and the server's cost
+/// per request when its metrics are scraped.
+struct Rec<'a> {
+    ti: usize,
+    threads: usize,
+    layout: String,
+    depth: usize,
+    label: String,
+    server_metrics: Option<&'a String>,
+    rows: &'a mut Vec<Row>,
+    extra: &'a mut Vec<String>,
+}
+
+impl Rec<'_> {
+    fn push(&mut self, phase: &str, ops: u64, secs: f64) {
+        self.rows.push(Row {
+            target: self.ti,
+            threads: self.threads,
+            layout: self.layout.clone(),
+            phase: phase.to_string(),
+            ops,
+            secs,
+            lat: take_percentiles(),
+        });
+        eprintln!(
+            "  {:<22} {:>2} thr {:<7} {:<8} {:>10.0} ops/s",
+            self.label,
+            self.threads,
+            self.layout,
+            phase,
+            ops as f64 / secs
+        );
+    }
+
+    /// Runs one phase, records it, and the server's side of it.
+    fn measure(&mut self, phase: &str, run: impl FnOnce() -> Result<(u64, f64)>) -> Result<()> {
+        SAMPLES.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        let sample = || self.server_metrics.and_then(|a| crate::scrape(a).ok());
+        let a = sample();
+        let (n, secs) = run()?;
+        let b = sample();
+        self.push(phase, n, secs);
+        let (Some(a), Some(b)) = (a, b) else {
+            return Ok(());
+        };
+        let d = |k: &str| b.get(k).copied().unwrap_or(0.0) - a.get(k).copied().unwrap_or(0.0);
+        let sys = d("solofs_socket_reads_total") + d("solofs_socket_writes_total");
+        let cpu = d("solofs_process_cpu_seconds_total");
+        let (threads, layout, depth) = (self.threads, &self.layout, self.depth);
+        self.extra.push(if cpu < 0.0 || sys < 0.0 {
+            // Counters went down: another server process answered the
+            // second scrape (a restart), so the difference means nothing.
+            format!("server {threads} thr {layout} {phase} depth {depth}: no server cost figure (the server's counters went down: it restarted during the phase)")
+        } else {
+            format!(
+                "server {threads} thr {layout} {phase} depth {depth}: {:.2} us server CPU per request, {:.3} socket syscalls per request",
+                cpu * 1e6 / n as f64,
+                sys / n as f64
+            )
+        });
+        Ok(())
+    }
+}
+
 pub(super) fn run_one(
     o: &Opts,
     ti: usize,
@@ -18,132 +111,103 @@ pub(super) fn run_one(
     };
     let mut tg = make_target(kind, &tdir, o, &format!("t{threads}-{layout}"), threads)?;
     let per = o.items.unwrap_or(o.files / threads as u64);
+    let per_thread = |tg: &mut Box<dyn Target>, prefix: &str| {
+        tg.setup_dirs(
+            &(0..threads)
+                .map(|i| format!("{prefix}{i}"))
+                .collect::<Vec<_>>(),
+        )
+    };
     let dirs: Vec<u64> = if layout == "shared" {
         let d = tg.setup_dirs(&["shared".to_string()])?[0];
         vec![d; threads]
     } else {
-        tg.setup_dirs(
-            &(0..threads)
-                .map(|i| format!("private{i}"))
-                .collect::<Vec<_>>(),
-        )?
+        per_thread(&mut tg, "private")?
     };
     let across: Vec<u64> = if o.phases.iter().any(|p| p == "rename-across") {
-        tg.setup_dirs(
-            &(0..threads)
-                .map(|i| format!("across{i}"))
-                .collect::<Vec<_>>(),
-        )?
+        per_thread(&mut tg, "across")?
     } else {
         Vec::new()
     };
-    let t = &*tg;
-    let mut push = |phase: &str, ops: u64, secs: f64| {
-        rows.push(Row {
-            target: ti,
-            threads,
-            layout: layout.to_string(),
-            phase: phase.to_string(),
-            ops,
-            secs,
-            lat: take_percentiles(),
-        });
-        eprintln!(
-            "  {:<22} {:>2} thr {:<7} {:<8} {:>10.0} ops/s",
-            t.label(),
-            threads,
-            layout,
-            phase,
-            ops as f64 / secs
-        );
+    let c = Ctx {
+        o,
+        t: &*tg,
+        threads,
+        layout,
+        per,
+        dirs,
+        across,
     };
-    let want = |p: &str| o.phases.iter().any(|x| x == p);
-    let depth = o.depth;
-    // Server-side cost of a phase, from the server's metrics endpoint.
-    let server_side = o.server_metrics.as_ref().filter(|_| kind == "server");
-    let sample = || server_side.and_then(|a| crate::scrape(a).ok());
-    let mut measure = |phase: &str, run: &dyn Fn() -> Result<(u64, f64)>| -> Result<()> {
-        SAMPLES.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        let a = sample();
-        let (n, secs) = run()?;
-        push(phase, n, secs);
-        if let (Some(a), Some(b)) = (a, sample()) {
-            let d = |k: &str| b.get(k).copied().unwrap_or(0.0) - a.get(k).copied().unwrap_or(0.0);
-            let sys = d("solofs_socket_reads_total") + d("solofs_socket_writes_total");
-            let cpu = d("solofs_process_cpu_seconds_total");
-            if cpu < 0.0 || sys < 0.0 {
-                // Counters went down: another server process answered the
-                // second scrape (a restart), so the difference means nothing.
-                extra.push(format!(
-                    "server {threads} thr {layout} {phase} depth {depth}: no server cost figure (the server's counters went down: it restarted during the phase)"
-                ));
-                return Ok(());
-            }
-            extra.push(format!(
-                "server {} thr {} {} depth {}: {:.2} us server CPU per request, {:.3} socket syscalls per request",
-                threads,
-                layout,
-                phase,
-                depth,
-                cpu * 1e6 / n as f64,
-                sys / n as f64
-            ));
-        }
-        Ok(())
+    let mut r = Rec {
+        ti,
+        threads,
+        layout: layout.to_string(),
+        depth: o.depth,
+        label: c.t.label(),
+        server_metrics: o.server_metrics.as_ref().filter(|_| kind == "server"),
+        rows,
+        extra,
     };
-    if want("noop") && t.has_noop() {
-        measure("noop", &|| {
-            run_items(t, &dirs, depth, Kind::Noop, b'n', per, None, threads)
+    let footprint = create_and_stat(&c, &mut r)?;
+    rename_and_unlink(&c, &mut r)?;
+    dir_phases(&c, &mut r)?;
+    data_phases(&c, &mut r)?;
+    r.extra.extend(footprint);
+    if let Some(m) = &o.mix {
+        mix_phase(&c, ti, kind, &tdir, r.rows).with_context(|| format!("mix {m}"))?;
+    }
+    drop(tg);
+    if kind != "server" {
+        let _ = std::fs::remove_dir_all(&tdir);
+    }
+    Ok(())
+}
+
+/// noop, create, stat (and batched stat), open and readdir; returns the
+/// pool bytes per file line, where the target can tell.
+fn create_and_stat(c: &Ctx, r: &mut Rec) -> Result<Option<String>> {
+    let (t, dirs, depth, per, threads) = (c.t, &c.dirs, c.o.depth, c.per, c.threads);
+    if c.want("noop") && t.has_noop() {
+        r.measure("noop", || {
+            run_items(t, dirs, depth, Kind::Noop, b'n', per, None, threads)
         })?;
     }
-    let mut renamed = false;
     let mut footprint = None;
     let before = t.used_bytes();
-    if want("create")
-        || want("stat")
-        || want("open")
-        || want("readdir")
-        || want("rename")
-        || want("unlink")
+    if ["create", "stat", "open", "readdir", "rename", "unlink"]
+        .iter()
+        .any(|p| c.want(p))
     {
-        measure("create", &|| {
-            run_items(t, &dirs, depth, Kind::Create, b'f', per, None, threads)
+        r.measure("create", || {
+            run_items(t, dirs, depth, Kind::Create, b'f', per, None, threads)
         })?;
         if let (Some(a), Some(b)) = (before, t.used_bytes()) {
             footprint = Some(format!(
                 "{} {} thr {}: pool bytes per file {:.1} ({} files, {}-byte names)",
                 t.label(),
                 threads,
-                layout,
+                c.layout,
                 (b - a) as f64 / (per * threads as u64) as f64,
                 per * threads as u64,
-                o.name_len
+                c.o.name_len
             ));
         }
     }
-    if want("stat") {
-        let order = stat_order(o, per);
-        measure("stat", &|| {
-            run_items(
-                t,
-                &dirs,
-                depth,
-                Kind::Stat,
-                b'f',
-                per,
-                Some(&order),
-                threads,
-            )
+    if c.want("stat") {
+        let order = stat_order(c.o, per);
+        r.measure("stat", || {
+            run_items(t, dirs, depth, Kind::Stat, b'f', per, Some(&order), threads)
         })?;
-        if o.batch > 1 {
-            measure(&format!("stat-b{}", o.batch), &|| {
+        let batch = c.o.batch;
+        if batch > 1 {
+            r.measure(&format!("stat-b{batch}"), || {
                 timed(threads, &|th| {
-                    let mut buf = Vec::with_capacity(o.batch);
+                    let mut buf = Vec::with_capacity(batch);
                     let mut v = Vec::new();
                     let mut calls = 0;
                     for k in 0..per {
                         buf.push(name(b'f', th, order.at(k)));
-                        if buf.len() == o.batch || k + 1 == per {
+                        if buf.len() == batch || k + 1 == per {
                             sampled(calls, &mut v, || t.stat_batch(dirs[th], &buf))?;
                             calls += 1;
                             buf.clear();
@@ -155,9 +219,9 @@ pub(super) fn run_one(
             })?;
         }
     }
-    if want("open") {
-        let order = stat_order(o, per);
-        measure("open", &|| {
+    if c.want("open") {
+        let order = stat_order(c.o, per);
+        r.measure("open", || {
             timed(threads, &|th| {
                 let mut v = Vec::new();
                 for k in 0..per {
@@ -169,13 +233,9 @@ pub(super) fn run_one(
             })
         })?;
     }
-    if want("readdir") {
-        let uniq: Vec<u64> = if layout == "shared" {
-            vec![dirs[0]]
-        } else {
-            dirs.clone()
-        };
-        measure("readdir", &|| {
+    if c.want("readdir") {
+        let uniq = c.unique_dirs();
+        r.measure("readdir", || {
             timed(uniq.len(), &|th| {
                 let mut pages = Pages::new();
                 let n = t.readdir(uniq[th], &mut pages)?;
@@ -184,67 +244,79 @@ pub(super) fn run_one(
             })
         })?;
     }
-    if want("rename") {
-        measure("rename", &|| {
-            timed(threads, &|th| {
-                let mut v = Vec::new();
-                for i in 0..per {
-                    sampled(i, &mut v, || {
-                        t.rename(dirs[th], &name(b'f', th, i), &name(b'r', th, i))
-                    })?;
-                }
-                keep_samples(v);
-                Ok(per)
-            })
-        })?;
-        renamed = true;
+    Ok(footprint)
+}
+
+/// Each thread renaming its `from` files to `to` names (into `into`, or
+/// the same directory).
+fn rename_all(c: &Ctx, from: u8, to: u8, into: Option<&[u64]>) -> Result<(u64, f64)> {
+    let (t, dirs, per) = (c.t, &c.dirs, c.per);
+    timed(c.threads, &|th| {
+        let mut v = Vec::new();
+        for i in 0..per {
+            let (a, b) = (name(from, th, i), name(to, th, i));
+            sampled(i, &mut v, || match into {
+                Some(x) => t.rename_across(dirs[th], &a, x[th], &b),
+                None => t.rename(dirs[th], &a, &b),
+            })?;
+        }
+        keep_samples(v);
+        Ok(per)
+    })
+}
+
+/// rename (in place), rename-across (to a second directory), unlink
+/// (of whatever names the files have by then).
+fn rename_and_unlink(c: &Ctx, r: &mut Rec) -> Result<()> {
+    let renamed = c.want("rename");
+    if renamed {
+        r.measure("rename", || rename_all(c, b'f', b'r', None))?;
     }
-    let mut moved = false;
-    if want("rename-across") {
-        let from = if renamed { b'r' } else { b'f' };
-        measure("rename-across", &|| {
-            timed(threads, &|th| {
-                let mut v = Vec::new();
-                for i in 0..per {
-                    sampled(i, &mut v, || {
-                        t.rename_across(
-                            dirs[th],
-                            &name(from, th, i),
-                            across[th],
-                            &name(b'x', th, i),
-                        )
-                    })?;
-                }
-                keep_samples(v);
-                Ok(per)
-            })
+    let moved = c.want("rename-across");
+    let from = if renamed { b'r' } else { b'f' };
+    if moved {
+        r.measure("rename-across", || {
+            rename_all(c, from, b'x', Some(&c.across))
         })?;
-        moved = true;
     }
-    if want("unlink") {
+    if c.want("unlink") {
         let (udirs, p) = if moved {
-            (&across, b'x')
-        } else if renamed {
-            (&dirs, b'r')
+            (&c.across, b'x')
         } else {
-            (&dirs, b'f')
+            (&c.dirs, from)
         };
-        measure("unlink", &|| {
-            run_items(t, udirs, depth, Kind::Unlink, p, per, None, threads)
+        r.measure("unlink", || {
+            run_items(
+                c.t,
+                udirs,
+                c.o.depth,
+                Kind::Unlink,
+                p,
+                c.per,
+                None,
+                c.threads,
+            )
         })?;
     }
-    let dper = (per / 4).max(1);
-    if want("mkdir") {
-        measure("mkdir", &|| {
-            run_items(t, &dirs, depth, Kind::Mkdir, b'd', dper, None, threads)
-        })?;
+    Ok(())
+}
+
+/// mkdir, dirstat and rmdir, with a quarter as many directories as files.
+fn dir_phases(c: &Ctx, r: &mut Rec) -> Result<()> {
+    let (t, dirs, depth, threads) = (c.t, &c.dirs, c.o.depth, c.threads);
+    let dper = (c.per / 4).max(1);
+    if !c.want("mkdir") {
+        return Ok(());
     }
-    if want("dirstat") && want("mkdir") {
+    r.measure("mkdir", || {
+        run_items(t, dirs, depth, Kind::Mkdir, b'd', dper, None, threads)
+    })?;
+    if c.want("dirstat") {
         let order = Shuffle::new(dper);
-        measure("dirstat", &|| {
+        r.measure("dirstat", || {
             run_items(
                 t,
-                &dirs,
+                dirs,
                 depth,
                 Kind::Stat,
                 b'd',
@@ -254,31 +326,38 @@ pub(super) fn run_one(
             )
         })?;
     }
-    if want("rmdir") && want("mkdir") {
-        measure("rmdir", &|| {
-            run_items(t, &dirs, depth, Kind::Rmdir, b'd', dper, None, threads)
+    if c.want("rmdir") {
+        r.measure("rmdir", || {
+            run_items(t, dirs, depth, Kind::Rmdir, b'd', dper, None, threads)
         })?;
     }
-    // mdtest-hard: files of 3901 bytes written, then read back (checked).
-    let wper = o.data_files / threads as u64;
+    Ok(())
+}
+
+/// mdtest-hard: files of 3901 bytes written, then read back (checked),
+/// then removed untimed.
+fn data_phases(c: &Ctx, r: &mut Rec) -> Result<()> {
+    let (t, dirs, threads) = (c.t, &c.dirs, c.threads);
+    if !c.want("write") && !c.want("read") {
+        return Ok(());
+    }
+    let wper = c.o.data_files / threads as u64;
     let data: Vec<u8> = (0..SMALL_FILE).map(|i| (i * 7 + 1) as u8).collect();
-    if want("write") || want("read") {
-        measure("write", &|| {
-            timed(threads, &|th| {
-                let mut v = Vec::new();
-                for k in 0..wper {
-                    sampled(k, &mut v, || {
-                        t.write_file(dirs[th], &name(b'w', th, k), &data)
-                    })?;
-                }
-                keep_samples(v);
-                Ok(wper)
-            })
-        })?;
-    }
-    if want("read") {
-        let order = stat_order(o, wper);
-        measure("read", &|| {
+    r.measure("write", || {
+        timed(threads, &|th| {
+            let mut v = Vec::new();
+            for k in 0..wper {
+                sampled(k, &mut v, || {
+                    t.write_file(dirs[th], &name(b'w', th, k), &data)
+                })?;
+            }
+            keep_samples(v);
+            Ok(wper)
+        })
+    })?;
+    if c.want("read") {
+        let order = stat_order(c.o, wper);
+        r.measure("read", || {
             timed(threads, &|th| {
                 let mut v = Vec::new();
                 let mut buf = vec![0u8; SMALL_FILE + 1];
@@ -297,63 +376,64 @@ pub(super) fn run_one(
             })
         })?;
     }
-    if want("write") || want("read") {
-        // Not timed: the written files go (a server deletes their blocks).
-        for (th, &d) in dirs.iter().enumerate() {
-            for k in 0..wper {
-                t.unlink(d, &name(b'w', th, k))?;
-            }
+    // Not timed: the written files go (a server deletes their blocks).
+    for (th, &d) in dirs.iter().enumerate() {
+        for k in 0..wper {
+            t.unlink(d, &name(b'w', th, k))?;
         }
     }
-    extra.extend(footprint);
-    if let Some(m) = &o.mix {
-        let w = mix_weights(m).context("mix")?;
-        let names: Vec<String> = (0..threads)
-            .flat_map(|th| (0..64).map(move |k| format!("mix{th}-{k}")))
-            .collect();
-        let mix_dir = if kind == "server" {
-            tdir.clone()
-        } else {
-            tdir.join("mix")
-        };
-        let mut tg2 = make_target(
-            kind,
-            &mix_dir,
-            o,
-            &format!("mix-t{threads}-{layout}"),
-            threads,
-        )?;
-        let handles = tg2.setup_dirs(&names)?;
-        let t2 = &*tg2;
-        for (i, &h) in handles.iter().enumerate() {
-            for f in 0..64 {
-                t2.create(h, &name(b'm', i / 64, f))?;
-            }
+    Ok(())
+}
+
+/// `--mix`: a weighted mix of operations over 64 directories of 64 files
+/// per thread, on a target of its own.
+fn mix_phase(c: &Ctx, ti: usize, kind: &str, tdir: &Path, rows: &mut Vec<Row>) -> Result<()> {
+    let (o, threads, layout, per) = (c.o, c.threads, c.layout, c.per);
+    let Some(m) = &o.mix else {
+        return Ok(());
+    };
+    let w = mix_weights(m).context("mix")?;
+    let names: Vec<String> = (0..threads)
+        .flat_map(|th| (0..64).map(move |k| format!("mix{th}-{k}")))
+        .collect();
+    let mix_dir = if kind == "server" {
+        tdir.to_path_buf()
+    } else {
+        tdir.join("mix")
+    };
+    let mut tg2 = make_target(
+        kind,
+        &mix_dir,
+        o,
+        &format!("mix-t{threads}-{layout}"),
+        threads,
+    )?;
+    let handles = tg2.setup_dirs(&names)?;
+    let t2 = &*tg2;
+    for (i, &h) in handles.iter().enumerate() {
+        for f in 0..64 {
+            t2.create(h, &name(b'm', i / 64, f))?;
         }
-        let per_dirs: Vec<Vec<u64>> = handles.chunks(64).map(|c| c.to_vec()).collect();
-        SAMPLES.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        let (n, secs) = timed(threads, &|th| run_mix(t2, &w, &per_dirs[th], per, th))?;
-        rows.push(Row {
-            target: ti,
-            threads,
-            layout: layout.to_string(),
-            phase: format!("mix-{m}"),
-            ops: n,
-            secs,
-            lat: take_percentiles(),
-        });
-        eprintln!(
-            "  {:<22} {:>2} thr {:<7} mix-{m} {:>10.0} ops/s",
-            t2.label(),
-            threads,
-            layout,
-            n as f64 / secs
-        );
     }
-    drop(tg);
-    if kind != "server" {
-        let _ = std::fs::remove_dir_all(&tdir);
-    }
+    let per_dirs: Vec<Vec<u64>> = handles.chunks(64).map(|c| c.to_vec()).collect();
+    SAMPLES.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    let (n, secs) = timed(threads, &|th| run_mix(t2, &w, &per_dirs[th], per, th))?;
+    rows.push(Row {
+        target: ti,
+        threads,
+        layout: layout.to_string(),
+        phase: format!("mix-{m}"),
+        ops: n,
+        secs,
+        lat: take_percentiles(),
+    });
+    eprintln!(
+        "  {:<22} {:>2} thr {:<7} mix-{m} {:>10.0} ops/s",
+        t2.label(),
+        threads,
+        layout,
+        n as f64 / secs
+    );
     Ok(())
 }
 
