@@ -154,7 +154,7 @@ pub(super) fn run_one(
     data_phases(&c, &mut r)?;
     r.extra.extend(footprint);
     if let Some(m) = &o.mix {
-        mix_phase(&c, ti, kind, &tdir, r.rows).with_context(|| format!("mix {m}"))?;
+        mix_phase(&c, kind, &tdir, &mut r).with_context(|| format!("mix {m}"))?;
     }
     drop(tg);
     if kind != "server" {
@@ -387,7 +387,7 @@ fn data_phases(c: &Ctx, r: &mut Rec) -> Result<()> {
 
 /// `--mix`: a weighted mix of operations over 64 directories of 64 files
 /// per thread, on a target of its own.
-fn mix_phase(c: &Ctx, ti: usize, kind: &str, tdir: &Path, rows: &mut Vec<Row>) -> Result<()> {
+fn mix_phase(c: &Ctx, kind: &str, tdir: &Path, r: &mut Rec) -> Result<()> {
     let (o, threads, layout, per) = (c.o, c.threads, c.layout, c.per);
     let Some(m) = &o.mix else {
         return Ok(());
@@ -416,24 +416,10 @@ fn mix_phase(c: &Ctx, ti: usize, kind: &str, tdir: &Path, rows: &mut Vec<Row>) -
         }
     }
     let per_dirs: Vec<Vec<u64>> = handles.chunks(64).map(|c| c.to_vec()).collect();
-    SAMPLES.lock().unwrap_or_else(|e| e.into_inner()).clear();
-    let (n, secs) = timed(threads, &|th| run_mix(t2, &w, &per_dirs[th], per, th))?;
-    rows.push(Row {
-        target: ti,
-        threads,
-        layout: layout.to_string(),
-        phase: format!("mix-{m}"),
-        ops: n,
-        secs,
-        lat: take_percentiles(),
-    });
-    eprintln!(
-        "  {:<22} {:>2} thr {:<7} mix-{m} {:>10.0} ops/s",
-        t2.label(),
-        threads,
-        layout,
-        n as f64 / secs
-    );
+    r.label = t2.label();
+    r.measure(&format!("mix-{m}"), || {
+        timed(threads, &|th| run_mix(t2, &w, &per_dirs[th], per, th))
+    })?;
     Ok(())
 }
 
