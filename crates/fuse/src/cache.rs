@@ -48,10 +48,19 @@ impl AttrCache {
     }
 
     /// Forgets everything (a change whose other inodes this mount cannot
-    /// name: an unlink or rename changes the ctime and link count of an
-    /// inode known only by its name).
+    /// name: a rename changes the ctime and link count of inodes known
+    /// only by their names).
     pub fn clear(&self) {
         self.map.lock().clear();
+    }
+
+    /// Forgets every directory (`dirs`) or every other inode: what an
+    /// rmdir or an unlink may have changed besides the parent, when the
+    /// mount does not know which inode the name held.
+    pub fn forget_kind(&self, dirs: bool) {
+        self.map
+            .lock()
+            .retain(|_, (a, _)| (a.mode & solofs_types::S_IFMT == solofs_types::S_IFDIR) != dirs);
     }
 }
 
@@ -128,6 +137,26 @@ fn make_room<V>(m: &mut HashMap<u64, V>, limit: usize, until: impl Fn(&V) -> Ins
 mod tests {
     use super::*;
     use crate::file::tests::attr;
+
+    #[test]
+    fn an_unlink_forgets_files_and_an_rmdir_directories() {
+        let c = AttrCache::default();
+        let mk = |ino, mode| Attr {
+            mode,
+            ..attr(ino, 0)
+        };
+        let ttl = Duration::from_secs(60);
+        c.put(&mk(1, solofs_types::S_IFDIR | 0o755), ttl);
+        c.put(&mk(2, solofs_types::S_IFREG | 0o644), ttl);
+        c.put(&mk(3, solofs_types::S_IFLNK | 0o777), ttl);
+        c.forget_kind(false);
+        assert!(c.get(1).is_some());
+        assert!(c.get(2).is_none() && c.get(3).is_none());
+        c.put(&mk(2, solofs_types::S_IFREG | 0o644), ttl);
+        c.forget_kind(true);
+        assert!(c.get(1).is_none());
+        assert!(c.get(2).is_some());
+    }
 
     #[test]
     fn entries_live_for_the_timeout_and_go_when_forgotten() {

@@ -223,7 +223,7 @@ impl Filesystem for SoloFs {
         let r = self
             .client
             .unlink_in(&self.cred(req), at(parent.0, n.as_bytes()));
-        self.name_gone(parent.0, n.as_bytes(), &r);
+        self.name_gone(parent.0, n.as_bytes(), false, &r);
         reply_empty(reply, r.map(|_| ()).map_err(errno));
     }
 
@@ -231,7 +231,7 @@ impl Filesystem for SoloFs {
         let r = self
             .client
             .rmdir_in(&self.cred(req), at(parent.0, n.as_bytes()));
-        self.name_gone(parent.0, n.as_bytes(), &r);
+        self.name_gone(parent.0, n.as_bytes(), true, &r);
         reply_empty(reply, r.map(|_| ()).map_err(errno));
     }
 

@@ -35,22 +35,31 @@ impl SoloFs {
         }
     }
 
-    /// `name` left `parent` through this mount (`r`: the server's answer).
-    /// The inode it named changed too (link count, ctime) and is known
-    /// here only by the name, so no kept attribute is trusted after it.
-    /// The reply may carry the directory's attributes after the change.
+    /// `name` left `parent` through this mount (`r`: the server's answer;
+    /// `dir`: it was a directory, removed by rmdir). The inode it named
+    /// changed too (link count, ctime) and is known here only by the name,
+    /// so no kept attribute of its kind is trusted after it; inodes of the
+    /// other kind did not change (an unlink removes no directory, an rmdir
+    /// no file), nor did other directories than `parent`, whose attributes
+    /// the reply may carry. If the answer is not known, nothing is kept.
     pub(crate) fn name_gone(
         &self,
         parent: u64,
         name: &[u8],
+        dir: bool,
         r: &Result<Option<Attr>, ClientError>,
     ) {
-        if r.is_ok() {
-            self.new_dirs.removed(parent, name);
-        }
-        self.attrs.clear();
-        if let Ok(Some(p)) = r {
-            self.keep(p);
+        match r {
+            Ok(p) => {
+                self.new_dirs.removed(parent, name);
+                self.attrs.forget_kind(dir);
+                self.attrs.forget(parent);
+                if let Some(p) = p {
+                    self.keep(p);
+                }
+            }
+            Err(ClientError::Errno(_)) => {}
+            Err(_) => self.attrs.clear(),
         }
     }
 
