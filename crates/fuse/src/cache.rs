@@ -18,8 +18,27 @@ const SWEEP_AT: usize = 1 << 16;
 
 #[derive(Default)]
 pub(crate) struct AttrCache {
-    /// Attributes and until when they may be used.
-    map: Mutex<HashMap<u64, (Attr, Instant)>>,
+    kept: Mutex<Kept>,
+}
+
+/// The kept attributes, each with until when it may be used and the
+/// generation of its kind (files, directories) it was kept in: forgetting
+/// a whole kind starts a new generation, in one step however many are kept
+/// (stale entries are swept out with the expired ones).
+#[derive(Default)]
+struct Kept {
+    map: HashMap<u64, (Attr, Instant, u64)>,
+    /// The current generation of non-directories (0) and directories (1).
+    gen: [u64; 2],
+}
+
+/// May a kept entry be used at `now`, in the generations `gen`?
+fn live((a, until, g): &(Attr, Instant, u64), gen: [u64; 2], now: Instant) -> bool {
+    now < *until && *g == gen[kind(a)]
+}
+
+fn kind(a: &Attr) -> usize {
+    (a.mode & solofs_types::S_IFMT == solofs_types::S_IFDIR) as usize
 }
 
 impl AttrCache {
@@ -29,38 +48,46 @@ impl AttrCache {
             self.forget(a.ino);
             return;
         }
-        let mut m = self.map.lock();
-        make_room(&mut m, SWEEP_AT, |(_, t)| *t);
-        m.insert(a.ino, (a.clone(), Instant::now() + ttl));
+        let mut k = self.kept.lock();
+        if k.map.len() >= SWEEP_AT {
+            let now = Instant::now();
+            let gen = k.gen;
+            k.map.retain(|_, e| live(e, gen, now));
+            if k.map.len() >= SWEEP_AT {
+                k.map.clear();
+            }
+        }
+        let gen = k.gen[kind(a)];
+        k.map.insert(a.ino, (a.clone(), Instant::now() + ttl, gen));
     }
 
     /// The attributes of `ino`, if the server sent them within their
     /// timeout and nothing since has changed them.
     pub fn get(&self, ino: u64) -> Option<Attr> {
-        let m = self.map.lock();
-        let (a, t) = m.get(&ino)?;
-        (Instant::now() < *t).then(|| a.clone())
+        let k = self.kept.lock();
+        let e = k.map.get(&ino)?;
+        live(e, k.gen, Instant::now()).then(|| e.0.clone())
     }
 
     /// Forgets `ino` (this mount changed it and has no fresh attributes).
     pub fn forget(&self, ino: u64) {
-        self.map.lock().remove(&ino);
+        self.kept.lock().map.remove(&ino);
     }
 
     /// Forgets everything (a change whose other inodes this mount cannot
     /// name: a rename changes the ctime and link count of inodes known
     /// only by their names).
     pub fn clear(&self) {
-        self.map.lock().clear();
+        let mut k = self.kept.lock();
+        k.gen[0] += 1;
+        k.gen[1] += 1;
     }
 
     /// Forgets every directory (`dirs`) or every other inode: what an
     /// rmdir or an unlink may have changed besides the parent, when the
     /// mount does not know which inode the name held.
     pub fn forget_kind(&self, dirs: bool) {
-        self.map
-            .lock()
-            .retain(|_, (a, _)| (a.mode & solofs_types::S_IFMT == solofs_types::S_IFDIR) != dirs);
+        self.kept.lock().gen[dirs as usize] += 1;
     }
 }
 
