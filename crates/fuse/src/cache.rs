@@ -19,6 +19,19 @@ const SWEEP_AT: usize = 1 << 16;
 #[derive(Default)]
 pub(crate) struct AttrCache {
     kept: Mutex<Kept>,
+    /// Which inode a name held (0: none), as this mount last saw it
+    /// (lookups, creates, listings), for as long as the kernel keeps the
+    /// name: an unlink or rename through this mount then forgets that
+    /// inode's attributes only. Keyed by a hash of (directory, name).
+    names: Mutex<HashMap<u64, (u64, Instant)>>,
+}
+
+fn name_key(parent: u64, name: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    parent.hash(&mut h);
+    name.hash(&mut h);
+    h.finish()
 }
 
 /// The kept attributes, each with until when it may be used and the
@@ -88,6 +101,31 @@ impl AttrCache {
     /// mount does not know which inode the name held.
     pub fn forget_kind(&self, dirs: bool) {
         self.kept.lock().gen[dirs as usize] += 1;
+    }
+
+    /// `name` in `parent` holds `ino` (0: nothing), for `ttl`.
+    pub fn name(&self, parent: u64, name: &[u8], ino: u64, ttl: Duration) {
+        let k = name_key(parent, name);
+        let mut m = self.names.lock();
+        if ttl.is_zero() {
+            m.remove(&k);
+            return;
+        }
+        make_room(&mut m, SWEEP_AT, |(_, t)| *t);
+        m.insert(k, (ino, Instant::now() + ttl));
+    }
+
+    /// What `name` in `parent` held (0: nothing), if this mount knows;
+    /// forgets it.
+    pub fn take_name(&self, parent: u64, name: &[u8]) -> Option<u64> {
+        let (ino, until) = self.names.lock().remove(&name_key(parent, name))?;
+        (Instant::now() < until).then_some(ino)
+    }
+
+    /// Forgets every name (the server stopped telling this mount about
+    /// other mounts' changes).
+    pub fn clear_names(&self) {
+        self.names.lock().clear();
     }
 }
 
@@ -164,6 +202,25 @@ fn make_room<V>(m: &mut HashMap<u64, V>, limit: usize, until: impl Fn(&V) -> Ins
 mod tests {
     use super::*;
     use crate::file::tests::attr;
+
+    #[test]
+    fn names_are_known_until_taken_or_expired() {
+        let c = AttrCache::default();
+        c.name(1, b"a", 5, Duration::from_secs(60));
+        c.name(1, b"b", 0, Duration::from_secs(60));
+        c.name(1, b"c", 6, Duration::ZERO);
+        c.name(2, b"d", 7, Duration::from_millis(50));
+        assert_eq!(c.take_name(1, b"a"), Some(5));
+        assert_eq!(c.take_name(1, b"a"), None, "taken");
+        assert_eq!(c.take_name(1, b"b"), Some(0), "known to be absent");
+        assert_eq!(c.take_name(1, b"c"), None, "a zero timeout keeps nothing");
+        assert_eq!(c.take_name(2, b"a"), None);
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(c.take_name(2, b"d"), None, "expired");
+        c.name(3, b"e", 8, Duration::from_secs(60));
+        c.clear_names();
+        assert_eq!(c.take_name(3, b"e"), None);
+    }
 
     #[test]
     fn an_unlink_forgets_files_and_an_rmdir_directories() {

@@ -153,8 +153,9 @@ impl Coherence {
             self.seq.fetch_add(1, Ordering::AcqRel);
             for n in list {
                 match n {
-                    Notice::Entry { parent, .. } => {
+                    Notice::Entry { parent, name } => {
                         self.attrs.forget(*parent);
+                        self.attrs.take_name(*parent, name);
                         self.new_dirs.forget(*parent);
                         kernel.push(n.clone());
                     }
@@ -163,7 +164,10 @@ impl Coherence {
                         kernel.push(n.clone());
                     }
                     Notice::Stale | Notice::Granted { .. } => {}
-                    Notice::Full | Notice::Lost => untracked = true,
+                    Notice::Full | Notice::Lost => {
+                        untracked = true;
+                        self.attrs.clear_names();
+                    }
                     Notice::Watching => {
                         untracked = false;
                         self.tracked.store(true, Ordering::Release);

@@ -109,10 +109,12 @@ impl Filesystem for SoloFs {
                     btime: 0,
                     blocks: 0,
                 });
-                self.coh
-                    .gated(|t| reply.entry(&t.entry, &none, Generation(0)))
+                self.coh.gated(|t| {
+                    self.attrs.name(parent.0, n.as_bytes(), 0, t.entry);
+                    reply.entry(&t.entry, &none, Generation(0))
+                })
             }
-            r => self.entry(reply, r),
+            r => self.entry(reply, (parent.0, n.as_bytes()), r),
         }
     }
 
@@ -194,7 +196,7 @@ impl Filesystem for SoloFs {
         let r = self.client.mknod(&self.cred(req), loc, mode, rdev as u64);
         self.new_dirs.added(parent.0, n.as_bytes());
         self.attrs.forget(parent.0);
-        self.entry(reply, self.fresh(r));
+        self.entry(reply, (parent.0, n.as_bytes()), self.fresh(r));
     }
 
     fn mkdir(
@@ -214,7 +216,7 @@ impl Filesystem for SoloFs {
             self.coh
                 .gated(|t| self.new_dirs.made_dir(m.attr.ino, t.entry));
         }
-        self.entry(reply, self.made(parent.0, r));
+        self.entry(reply, (parent.0, n.as_bytes()), self.made(parent.0, r));
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
@@ -248,7 +250,7 @@ impl Filesystem for SoloFs {
         let r = self.client.symlink(&self.cred(req), loc, target);
         self.new_dirs.added(parent.0, link_name.as_bytes());
         self.attrs.forget(parent.0);
-        self.entry(reply, self.fresh(r));
+        self.entry(reply, (parent.0, link_name.as_bytes()), self.fresh(r));
     }
 
     fn rename(
@@ -278,7 +280,12 @@ impl Filesystem for SoloFs {
         if r.is_ok() && f & solofs_types::RENAME_EXCHANGE == 0 {
             self.new_dirs.removed(parent.0, n.as_bytes());
         }
-        self.attrs.clear();
+        self.renamed(
+            (parent.0, n.as_bytes()),
+            (newparent.0, newname.as_bytes()),
+            f & solofs_types::RENAME_EXCHANGE != 0,
+            &r,
+        );
         reply_empty(reply, r.map_err(errno));
     }
 
@@ -305,7 +312,7 @@ impl Filesystem for SoloFs {
         };
         self.new_dirs.added(newparent.0, newname.as_bytes());
         self.attrs.forget(newparent.0);
-        self.entry(reply, self.fresh(r));
+        self.entry(reply, (newparent.0, newname.as_bytes()), self.fresh(r));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {

@@ -92,12 +92,16 @@ impl SoloFs {
         self.files.lock().get(&ino).cloned()
     }
 
-    pub(crate) fn entry(&self, reply: ReplyEntry, r: Res<Attr>) {
+    /// Answers a request for the entry `name` in `parent`.
+    pub(crate) fn entry(&self, reply: ReplyEntry, (parent, name): (u64, &[u8]), r: Res<Attr>) {
         match r {
             Ok(a) => {
+                let ino = a.ino;
                 let fa = to_fuse(&self.local(a));
-                self.coh
-                    .gated(|t| reply.entry_with_ttls(&t.attr, &t.entry, &fa, Generation(0)))
+                self.coh.gated(|t| {
+                    self.attrs.name(parent, name, ino, t.entry);
+                    reply.entry_with_ttls(&t.attr, &t.entry, &fa, Generation(0))
+                })
             }
             Err(e) => reply.error(e),
         }
@@ -321,6 +325,8 @@ impl SoloFs {
             // The creating open: the access asked for, whatever the mode.
             Ok(m) => {
                 self.note_made(parent.0, &m);
+                self.coh
+                    .gated(|t| self.attrs.name(parent.0, n.as_bytes(), m.attr.ino, t.entry));
                 let a = m.attr;
                 let fh = self.opened(a.ino, acc, &a, None);
                 if let Some(f) = self.file(a.ino) {

@@ -37,11 +37,11 @@ impl SoloFs {
 
     /// `name` left `parent` through this mount (`r`: the server's answer;
     /// `dir`: it was a directory, removed by rmdir). The inode it named
-    /// changed too (link count, ctime) and is known here only by the name,
-    /// so no kept attribute of its kind is trusted after it; inodes of the
-    /// other kind did not change (an unlink removes no directory, an rmdir
-    /// no file), nor did other directories than `parent`, whose attributes
-    /// the reply may carry. If the answer is not known, nothing is kept.
+    /// changed too (link count, ctime): if this mount saw which inode the
+    /// name held, that one is forgotten; if not, every inode of its kind
+    /// (an unlink removes no directory, an rmdir no file). Other
+    /// directories than `parent`, whose attributes the reply may carry, did
+    /// not change. If the answer is not known, nothing kept is trusted.
     pub(crate) fn name_gone(
         &self,
         parent: u64,
@@ -49,14 +49,59 @@ impl SoloFs {
         dir: bool,
         r: &Result<Option<Attr>, ClientError>,
     ) {
+        let held = self.attrs.take_name(parent, name);
         match r {
             Ok(p) => {
                 self.new_dirs.removed(parent, name);
-                self.attrs.forget_kind(dir);
+                match held {
+                    Some(ino) if ino != 0 => self.attrs.forget(ino),
+                    _ => self.attrs.forget_kind(dir),
+                }
                 self.attrs.forget(parent);
                 if let Some(p) = p {
                     self.keep(p);
                 }
+            }
+            Err(ClientError::Errno(_)) => {}
+            Err(_) => self.attrs.clear(),
+        }
+    }
+
+    /// A rename from `a` to `b` through this mount (`exchange`: they
+    /// swapped), with the server's answer `r`. The inodes the two names
+    /// held changed (ctime, link counts), and so did both directories;
+    /// where this mount does not know what a name held, nothing kept is
+    /// trusted.
+    pub(crate) fn renamed(
+        &self,
+        a: (u64, &[u8]),
+        b: (u64, &[u8]),
+        exchange: bool,
+        r: &Result<(), ClientError>,
+    ) {
+        let (x, y) = (
+            self.attrs.take_name(a.0, a.1),
+            self.attrs.take_name(b.0, b.1),
+        );
+        match r {
+            Ok(()) => {
+                match (x, y) {
+                    // (A name known to be absent that was there after
+                    // all: what this mount knew was stale.)
+                    (Some(x), Some(y)) if x != 0 && (y != 0 || !exchange) => {
+                        self.attrs.forget(x);
+                        self.attrs.forget(y);
+                        self.coh.gated(|t| {
+                            self.attrs.name(b.0, b.1, x, t.entry);
+                            if exchange {
+                                self.attrs.name(a.0, a.1, y, t.entry);
+                            }
+                        });
+                    }
+                    _ => self.attrs.clear(),
+                }
+                self.attrs.forget(a.0);
+                self.attrs.forget(b.0);
             }
             Err(ClientError::Errno(_)) => {}
             Err(_) => self.attrs.clear(),

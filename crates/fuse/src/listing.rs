@@ -85,6 +85,7 @@ impl SoloFs {
             }
             for (d, fa, a) in &list {
                 self.attrs.put(a, t.attr);
+                self.attrs.name(ino.0, &d.name, d.ino, t.entry);
                 if reply.add(
                     INodeNo(d.ino),
                     d.cookie + 2,
