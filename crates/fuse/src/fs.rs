@@ -10,16 +10,16 @@ use crate::locking::Locking;
 use crate::releases::Releases;
 use crate::{creds::Creds, MountOptions};
 use fuser::{
-    AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, INodeNo, InitFlags, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 use solofs_client::Target;
 use solofs_client::{at, Client, Closed, ReleaseFlags};
 use solofs_data::BlockStore;
-use solofs_types::{Access, Attr, SetAttr, TimeSet};
+use solofs_types::{Access, SetAttr, TimeSet};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -93,27 +93,7 @@ impl Filesystem for SoloFs {
             self.fresh(r)
         };
         match r {
-            // A miss is cached by the kernel like a hit (inode 0).
-            Err(e) if e == Errno::ENOENT => {
-                let none = to_fuse(&Attr {
-                    ino: 0,
-                    mode: solofs_types::S_IFREG,
-                    nlink: 0,
-                    uid: 0,
-                    gid: 0,
-                    size: 0,
-                    rdev: 0,
-                    atime: 0,
-                    mtime: 0,
-                    ctime: 0,
-                    btime: 0,
-                    blocks: 0,
-                });
-                self.coh.gated(|t| {
-                    self.attrs.name(parent.0, n.as_bytes(), 0, t.entry);
-                    reply.entry(&t.entry, &none, Generation(0))
-                })
-            }
+            Err(e) if e == Errno::ENOENT => self.entry_missing(reply, (parent.0, n.as_bytes())),
             r => self.entry(reply, (parent.0, n.as_bytes()), r),
         }
     }

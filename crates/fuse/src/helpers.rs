@@ -92,6 +92,30 @@ impl SoloFs {
         self.files.lock().get(&ino).cloned()
     }
 
+    /// Answers a lookup of `name` in `parent` that found nothing: the
+    /// kernel caches the miss like a hit (inode 0), and the mount
+    /// remembers that the name held nothing.
+    pub(crate) fn entry_missing(&self, reply: ReplyEntry, (parent, name): (u64, &[u8])) {
+        let none = to_fuse(&Attr {
+            ino: 0,
+            mode: solofs_types::S_IFREG,
+            nlink: 0,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            rdev: 0,
+            atime: 0,
+            mtime: 0,
+            ctime: 0,
+            btime: 0,
+            blocks: 0,
+        });
+        self.coh.gated(|t| {
+            self.attrs.name(parent, name, 0, t.entry);
+            reply.entry(&t.entry, &none, Generation(0))
+        })
+    }
+
     /// Answers a request for the entry `name` in `parent`.
     pub(crate) fn entry(&self, reply: ReplyEntry, (parent, name): (u64, &[u8]), r: Res<Attr>) {
         match r {
