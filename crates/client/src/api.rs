@@ -156,7 +156,12 @@ impl Client {
 
     /// `linkat` of anonymous file `ino` to `to`.
     pub fn link_tmpfile(&self, cred: &Cred, ino: u64, to: Loc) -> Result<Attr> {
-        self.attr(cred, Op::LinkTmpfile { ino, to })
+        self.link_tmpfile_made(cred, ino, to).map(|m| m.attr)
+    }
+    /// [`Client::link_tmpfile`], with the directory's attributes right
+    /// after (if the server sent them).
+    pub fn link_tmpfile_made(&self, cred: &Cred, ino: u64, to: Loc) -> Result<Made> {
+        self.made(cred, Op::LinkTmpfile { ino, to })
     }
 
     /// The attributes of `ino` and the byte ranges of it that hold data.
@@ -248,7 +253,11 @@ impl Client {
     }
     /// Creates a node.
     pub fn mknod(&self, cred: &Cred, loc: Loc, mode: u32, rdev: u64) -> Result<Attr> {
-        self.attr(cred, Op::Mknod { loc, mode, rdev })
+        self.mknod_made(cred, loc, mode, rdev).map(|m| m.attr)
+    }
+    /// [`Client::mknod`], with the directory's attributes right after.
+    pub fn mknod_made(&self, cred: &Cred, loc: Loc, mode: u32, rdev: u64) -> Result<Made> {
+        self.made(cred, Op::Mknod { loc, mode, rdev })
     }
     /// Creates a directory.
     pub fn mkdir(&self, cred: &Cred, loc: Loc, mode: u32) -> Result<Attr> {
@@ -260,13 +269,12 @@ impl Client {
     }
     /// Creates a symlink.
     pub fn symlink(&self, cred: &Cred, loc: Loc, target: &[u8]) -> Result<Attr> {
-        self.attr(
-            cred,
-            Op::Symlink {
-                loc,
-                target: target.to_vec(),
-            },
-        )
+        self.symlink_made(cred, loc, target).map(|m| m.attr)
+    }
+    /// [`Client::symlink`], with the directory's attributes right after.
+    pub fn symlink_made(&self, cred: &Cred, loc: Loc, target: &[u8]) -> Result<Made> {
+        let target = target.to_vec();
+        self.made(cred, Op::Symlink { loc, target })
     }
     /// Reads a symlink.
     pub fn readlink(&self, cred: &Cred, t: Target) -> Result<Vec<u8>> {
@@ -295,7 +303,11 @@ impl Client {
     }
     /// Adds a name for a file.
     pub fn link(&self, cred: &Cred, from: Target, to: Loc) -> Result<Attr> {
-        self.attr(cred, Op::Link { from, to })
+        self.link_made(cred, from, to).map(|m| m.attr)
+    }
+    /// [`Client::link`], with the directory's attributes right after.
+    pub fn link_made(&self, cred: &Cred, from: Target, to: Loc) -> Result<Made> {
+        self.made(cred, Op::Link { from, to })
     }
     /// Renames.
     pub fn rename(&self, cred: &Cred, from: Loc, to: Loc, flags: u32) -> Result<()> {

@@ -173,10 +173,11 @@ impl Filesystem for SoloFs {
     ) {
         let loc = at(parent.0, n.as_bytes());
         let mode = mode & !(umask & 0o777);
-        let r = self.client.mknod(&self.cred(req), loc, mode, rdev as u64);
+        let r = self
+            .client
+            .mknod_made(&self.cred(req), loc, mode, rdev as u64);
         self.new_dirs.added(parent.0, n.as_bytes());
-        self.attrs.forget(parent.0);
-        self.entry(reply, (parent.0, n.as_bytes()), self.fresh(r));
+        self.entry(reply, (parent.0, n.as_bytes()), self.made(parent.0, r));
     }
 
     fn mkdir(
@@ -227,10 +228,10 @@ impl Filesystem for SoloFs {
     ) {
         let loc = at(parent.0, link_name.as_bytes());
         let target = target.as_os_str().as_bytes();
-        let r = self.client.symlink(&self.cred(req), loc, target);
+        let r = self.client.symlink_made(&self.cred(req), loc, target);
         self.new_dirs.added(parent.0, link_name.as_bytes());
-        self.attrs.forget(parent.0);
-        self.entry(reply, (parent.0, link_name.as_bytes()), self.fresh(r));
+        let r = self.made(parent.0, r);
+        self.entry(reply, (parent.0, link_name.as_bytes()), r);
     }
 
     fn rename(
@@ -282,17 +283,17 @@ impl Filesystem for SoloFs {
         let r = match self.file(ino.0).filter(|f| f.lock().anonymous) {
             // `linkat` of an O_TMPFILE file: the server names it.
             Some(f) => {
-                let r = self.client.link_tmpfile(&cred, ino.0, to);
+                let r = self.client.link_tmpfile_made(&cred, ino.0, to);
                 if r.is_ok() {
                     f.lock().anonymous = false;
                 }
                 r
             }
-            None => self.client.link(&cred, Target::Ino(ino.0), to),
+            None => self.client.link_made(&cred, Target::Ino(ino.0), to),
         };
         self.new_dirs.added(newparent.0, newname.as_bytes());
-        self.attrs.forget(newparent.0);
-        self.entry(reply, (newparent.0, newname.as_bytes()), self.fresh(r));
+        let r = self.made(newparent.0, r);
+        self.entry(reply, (newparent.0, newname.as_bytes()), r);
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {

@@ -130,7 +130,8 @@ impl Serve for Exec<'_> {
     }
     fn mknod(&self, loc: &Loc, mode: &u32, rdev: &u64) -> Result<Body> {
         let (p, n) = self.at(loc)?;
-        Ok(Body::Attr(self.e.mknod(self.c, p, &n, *mode, *rdev)?))
+        let a = self.e.mknod(self.c, p, &n, *mode, *rdev)?;
+        self.created(a, p)
     }
     fn mkdir(&self, loc: &Loc, mode: &u32) -> Result<Body> {
         let (p, n) = self.at(loc)?;
@@ -139,7 +140,8 @@ impl Serve for Exec<'_> {
     }
     fn symlink(&self, loc: &Loc, target: &Vec<u8>) -> Result<Body> {
         let (p, n) = self.at(loc)?;
-        Ok(Body::Attr(self.e.symlink(self.c, p, &n, target)?))
+        let a = self.e.symlink(self.c, p, &n, target)?;
+        self.created(a, p)
     }
     fn readlink(&self, target: &Target) -> Result<Body> {
         Ok(Body::Bytes(self.e.readlink(self.ino(target)?)?))
@@ -157,7 +159,8 @@ impl Serve for Exec<'_> {
     fn link(&self, from: &Target, to: &Loc) -> Result<Body> {
         let i = self.ino(from)?;
         let (p, n) = self.at(to)?;
-        Ok(Body::Attr(self.e.link(self.c, i, p, &n)?))
+        let a = self.e.link(self.c, i, p, &n)?;
+        self.created(a, p)
     }
     fn rename(&self, from: &Loc, to: &Loc, flags: &u32) -> Result<Body> {
         let (p1, n1) = self.at(from)?;
@@ -295,7 +298,8 @@ impl Serve for Exec<'_> {
     }
     fn link_tmpfile(&self, ino: &u64, to: &Loc) -> Result<Body> {
         let (p, n) = self.at(to)?;
-        crate::tmpfiles::link(self.e, self.c, *ino, p, &n).map(Body::Attr)
+        let a = crate::tmpfiles::link(self.e, self.c, *ino, p, &n)?;
+        self.created(a, p)
     }
     fn data_map(&self, ino: &u64) -> Result<Body> {
         let (a, m) = self.e.data_map(*ino)?;
