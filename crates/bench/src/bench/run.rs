@@ -163,6 +163,23 @@ pub(super) fn run_one(
     Ok(())
 }
 
+/// Each of `threads` threads does `op(thread, k)` for k in 0..n, its
+/// calls sampled for the latency percentiles.
+fn each_item(
+    threads: usize,
+    n: u64,
+    op: &(dyn Fn(usize, u64) -> Result<()> + Sync),
+) -> Result<(u64, f64)> {
+    timed(threads, &|th| {
+        let mut v = Vec::new();
+        for k in 0..n {
+            sampled(k, &mut v, || op(th, k))?;
+        }
+        keep_samples(v);
+        Ok(n)
+    })
+}
+
 /// noop, create, stat (and batched stat), open and readdir; returns the
 /// pool bytes per file line, where the target can tell.
 fn create_and_stat(c: &Ctx, r: &mut Rec) -> Result<Option<String>> {
@@ -222,14 +239,8 @@ fn create_and_stat(c: &Ctx, r: &mut Rec) -> Result<Option<String>> {
     if c.want("open") {
         let order = stat_order(c.o, per);
         r.measure("open", || {
-            timed(threads, &|th| {
-                let mut v = Vec::new();
-                for k in 0..per {
-                    let n = name(b'f', th, order.at(k));
-                    sampled(k, &mut v, || t.open_close(dirs[th], &n))?;
-                }
-                keep_samples(v);
-                Ok(per)
+            each_item(threads, per, &|th, k| {
+                t.open_close(dirs[th], &name(b'f', th, order.at(k)))
             })
         })?;
     }
@@ -250,18 +261,13 @@ fn create_and_stat(c: &Ctx, r: &mut Rec) -> Result<Option<String>> {
 /// Each thread renaming its `from` files to `to` names (into `into`, or
 /// the same directory).
 fn rename_all(c: &Ctx, from: u8, to: u8, into: Option<&[u64]>) -> Result<(u64, f64)> {
-    let (t, dirs, per) = (c.t, &c.dirs, c.per);
-    timed(c.threads, &|th| {
-        let mut v = Vec::new();
-        for i in 0..per {
-            let (a, b) = (name(from, th, i), name(to, th, i));
-            sampled(i, &mut v, || match into {
-                Some(x) => t.rename_across(dirs[th], &a, x[th], &b),
-                None => t.rename(dirs[th], &a, &b),
-            })?;
+    let (t, dirs) = (c.t, &c.dirs);
+    each_item(c.threads, c.per, &|th, i| {
+        let (a, b) = (name(from, th, i), name(to, th, i));
+        match into {
+            Some(x) => t.rename_across(dirs[th], &a, x[th], &b),
+            None => t.rename(dirs[th], &a, &b),
         }
-        keep_samples(v);
-        Ok(per)
     })
 }
 
@@ -344,15 +350,8 @@ fn data_phases(c: &Ctx, r: &mut Rec) -> Result<()> {
     let wper = c.o.data_files / threads as u64;
     let data: Vec<u8> = (0..SMALL_FILE).map(|i| (i * 7 + 1) as u8).collect();
     r.measure("write", || {
-        timed(threads, &|th| {
-            let mut v = Vec::new();
-            for k in 0..wper {
-                sampled(k, &mut v, || {
-                    t.write_file(dirs[th], &name(b'w', th, k), &data)
-                })?;
-            }
-            keep_samples(v);
-            Ok(wper)
+        each_item(threads, wper, &|th, k| {
+            t.write_file(dirs[th], &name(b'w', th, k), &data)
         })
     })?;
     if c.want("read") {
