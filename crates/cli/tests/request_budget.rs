@@ -151,6 +151,39 @@ fn untar_costs_at_most_three_requests_per_file() {
         "500 unlinks cost {spent} server requests (budget: one each)"
     );
     assert!(!a.join("f0.c").exists() && !b.join("f249.c").exists());
+
+    // git's way of writing an object: a temporary file, linked to its own
+    // name, the temporary name unlinked. The unlink's answer carries the
+    // file's attributes, so looking at the objects afterwards asks the
+    // server nothing (the kernel asks the mount: the link count changed).
+    let d = m.mnt.join("tree/d2");
+    for i in 0..200 {
+        let tmp = d.join(format!("tmp{i}"));
+        std::fs::write(&tmp, format!("object {i}")).unwrap();
+        std::fs::hard_link(&tmp, d.join(format!("obj{i}"))).unwrap();
+        std::fs::remove_file(&tmp).unwrap();
+    }
+    let before = requests();
+    for i in 0..200 {
+        let st = std::fs::symlink_metadata(d.join(format!("obj{i}"))).unwrap();
+        assert_eq!(
+            (st.nlink(), st.len()),
+            (1, format!("object {i}").len() as u64)
+        );
+    }
+    let spent = requests() - before;
+    eprintln!("200 stats of linked-then-unlinked files: {spent} server requests");
+    assert!(
+        spent <= 5,
+        "stat after link and unlink cost {spent} server requests for 200 files"
+    );
+    std::thread::sleep(Duration::from_millis(1100));
+    let st = std::fs::symlink_metadata(m2.mnt.join("tree/d2/obj7")).unwrap();
+    assert_eq!(st.nlink(), 1, "the other mount sees one link");
+    assert_eq!(
+        std::fs::read_to_string(m2.mnt.join("tree/d2/obj7")).unwrap(),
+        "object 7"
+    );
     assert!(m2.stop().success());
     assert!(m.stop().success());
     assert!(srv.stop().success());

@@ -287,10 +287,21 @@ impl Client {
     pub fn unlink(&self, cred: &Cred, loc: Loc) -> Result<()> {
         self.unlink_in(cred, loc).map(|_| ())
     }
-    /// [`Client::unlink`], with the directory's attributes right after
-    /// (if the server sent them).
-    pub fn unlink_in(&self, cred: &Cred, loc: Loc) -> Result<Option<Attr>> {
-        self.maybe_attr(cred, Op::Unlink { loc })
+    /// [`Client::unlink`], with what the server sent back: the directory's
+    /// attributes right after, and the file's if it keeps other names.
+    pub fn unlink_in(&self, cred: &Cred, loc: Loc) -> Result<Removed> {
+        match self.call(cred, Op::Unlink { loc })? {
+            Body::Empty => Ok(Removed::default()),
+            Body::Attr(a) => Ok(Removed {
+                dir: Some(a),
+                kept: None,
+            }),
+            Body::Created(a, p) => Ok(Removed {
+                dir: Some(p),
+                kept: Some(a),
+            }),
+            b => Err(unexpected(b)),
+        }
     }
     /// Removes an empty directory.
     pub fn rmdir(&self, cred: &Cred, loc: Loc) -> Result<()> {
@@ -298,8 +309,9 @@ impl Client {
     }
     /// [`Client::rmdir`], with the directory's attributes right after (if
     /// the server sent them).
-    pub fn rmdir_in(&self, cred: &Cred, loc: Loc) -> Result<Option<Attr>> {
+    pub fn rmdir_in(&self, cred: &Cred, loc: Loc) -> Result<Removed> {
         self.maybe_attr(cred, Op::Rmdir { loc })
+            .map(|dir| Removed { dir, kept: None })
     }
     /// Adds a name for a file.
     pub fn link(&self, cred: &Cred, from: Target, to: Loc) -> Result<Attr> {
@@ -408,6 +420,16 @@ pub struct Made {
     pub attr: Attr,
     /// Its directory's attributes right after (if the server sent them).
     pub parent: Option<Attr>,
+}
+
+/// What a removal returns.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Removed {
+    /// The directory's attributes right after (if the server sent them).
+    pub dir: Option<Attr>,
+    /// The inode the name held, if it lives on under other names (its
+    /// link count and ctime changed).
+    pub kept: Option<Attr>,
 }
 
 /// `Loc::At(parent, name)`.

@@ -42,7 +42,7 @@ mod conn;
 mod errors;
 mod locks;
 
-pub use api::{at, path, Made};
+pub use api::{at, path, Made, Removed};
 pub(crate) use errors::{retryable, unexpected};
 pub use errors::{ClientError, Result};
 

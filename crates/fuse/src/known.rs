@@ -7,7 +7,7 @@
 use crate::convert::{data_errno, errno, now_ns};
 use crate::file::OpenFile;
 use crate::fs::{Res, SoloFs};
-use solofs_client::{ClientError, Made, Target};
+use solofs_client::{ClientError, Made, Removed, Target};
 use solofs_types::{Attr, Cred, SetAttr, TimeSet};
 
 impl SoloFs {
@@ -37,8 +37,10 @@ impl SoloFs {
 
     /// `name` left `parent` through this mount (`r`: the server's answer;
     /// `dir`: it was a directory, removed by rmdir). The inode it named
-    /// changed too (link count, ctime): if this mount saw which inode the
-    /// name held, that one is forgotten; if not, every inode of its kind
+    /// changed too (link count, ctime): if it lives on under other names
+    /// the server sends its attributes, which are kept; else if this mount
+    /// saw which inode the name held, that one is forgotten; if not, every
+    /// inode of its kind
     /// (an unlink removes no directory, an rmdir no file). Other
     /// directories than `parent`, whose attributes the reply may carry, did
     /// not change. If the answer is not known, nothing kept is trusted.
@@ -47,18 +49,21 @@ impl SoloFs {
         parent: u64,
         name: &[u8],
         dir: bool,
-        r: &Result<Option<Attr>, ClientError>,
+        r: &Result<Removed, ClientError>,
     ) {
         let held = self.attrs.take_name(parent, name);
         match r {
-            Ok(p) => {
+            Ok(rm) => {
                 self.new_dirs.removed(parent, name);
-                match held {
-                    Some(ino) if ino != 0 => self.attrs.forget(ino),
+                match (held, &rm.kept) {
+                    // The server said which inode the name held, and how it
+                    // is now.
+                    (_, Some(a)) => self.keep(a),
+                    (Some(ino), None) if ino != 0 => self.attrs.forget(ino),
                     _ => self.attrs.forget_kind(dir),
                 }
                 self.attrs.forget(parent);
-                if let Some(p) = p {
+                if let Some(p) = &rm.dir {
                     self.keep(p);
                 }
             }

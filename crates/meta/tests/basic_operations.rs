@@ -96,9 +96,19 @@ fn links_symlinks_rename() {
     let l = e.link(&r, f.ino, b.ino, b"g").unwrap();
     assert_eq!(l.nlink, 2);
     assert_eq!(e.lookup(&r, b.ino, b"g").unwrap().ino, f.ino);
-    e.unlink(&r, a.ino, b"f").unwrap();
+    // The file lives on under "g": the unlink says which inode that is.
+    assert_eq!(e.unlink_kept(&r, a.ino, b"f").unwrap(), Some(f.ino));
     assert_eq!(e.getattr(f.ino).unwrap().nlink, 1);
     assert_eq!(e.lookup(&r, b.ino, b"g").unwrap().nlink, 1);
+    // Its last name (through a link entry, and through the file's own).
+    let h = e.create(&r, a.ino, b"h", 0o644).unwrap();
+    e.link(&r, h.ino, b.ino, b"h2").unwrap();
+    assert_eq!(e.unlink_kept(&r, b.ino, b"h2").unwrap(), Some(h.ino));
+    assert_eq!(e.unlink_kept(&r, a.ino, b"h").unwrap(), None);
+    let h = e.create(&r, a.ino, b"h", 0o644).unwrap();
+    e.link(&r, h.ino, b.ino, b"h2").unwrap();
+    assert_eq!(e.unlink_kept(&r, a.ino, b"h").unwrap(), Some(h.ino));
+    assert_eq!(e.unlink_kept(&r, b.ino, b"h2").unwrap(), None);
     let s = e.symlink(&r, a.ino, b"s", b"../b/g").unwrap();
     assert_eq!(e.readlink(s.ino).unwrap(), b"../b/g");
     assert_eq!(e.resolve(&r, b"/a/s", true).unwrap(), f.ino);

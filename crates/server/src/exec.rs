@@ -146,10 +146,19 @@ impl Serve for Exec<'_> {
     fn readlink(&self, target: &Target) -> Result<Body> {
         Ok(Body::Bytes(self.e.readlink(self.ino(target)?)?))
     }
+    /// The directory's attributes after; with a file that keeps other
+    /// names, its attributes too (`created`'s shape), so the mount keeps
+    /// them instead of asking again (git: a temporary name unlinked after
+    /// the object was linked to its own).
     fn unlink(&self, loc: &Loc) -> Result<Body> {
         let (p, n) = self.at(loc)?;
-        self.e.unlink(self.c, p, &n)?;
-        Ok(self.dir_after(p))
+        match self.e.unlink_kept(self.c, p, &n)? {
+            Some(i) => match self.e.getattr(i) {
+                Ok(a) => self.created(a, p),
+                Err(_) => Ok(self.dir_after(p)),
+            },
+            None => Ok(self.dir_after(p)),
+        }
     }
     fn rmdir(&self, loc: &Loc) -> Result<Body> {
         let (p, n) = self.at(loc)?;

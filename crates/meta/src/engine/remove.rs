@@ -19,6 +19,12 @@ use std::sync::atomic::Ordering;
 impl Engine {
     /// Removes a non-directory entry.
     pub fn unlink(&self, cred: &Cred, parent: u64, name: &[u8]) -> Result<()> {
+        self.unlink_kept(cred, parent, name).map(|_| ())
+    }
+
+    /// [`Engine::unlink`], returning the inode the name held if it lives
+    /// on under other names (its link count and ctime changed).
+    pub fn unlink_kept(&self, cred: &Cred, parent: u64, name: &[u8]) -> Result<Option<u64>> {
         self.check_writable()?;
         if is_dot(name) {
             return Err(Error::IsDir);
@@ -42,7 +48,8 @@ impl Engine {
             self.touch_epoch(content)?;
             match o {
                 Obj::File(f) if self.nlink(f)? <= 1 => {
-                    self.delete_file(ctx, parent, content, name, f, t)?
+                    self.delete_file(ctx, parent, content, name, f, t)?;
+                    Ok(None)
                 }
                 Obj::File(f) => {
                     // Its own name goes; the file stays for its other names.
@@ -67,6 +74,7 @@ impl Engine {
                         .ndents()
                         .atomic()?
                         .fetch_sub(1, Ordering::AcqRel);
+                    Ok(Some(ino))
                 }
                 Obj::Link(l) => {
                     let Obj::File(f) = target else {
@@ -109,10 +117,10 @@ impl Engine {
                     if gone {
                         self.clear_intent(ctx, -1)?;
                     }
+                    Ok((!gone).then_some(ino))
                 }
                 Obj::Dir { .. } => unreachable!("checked above"),
             }
-            Ok(())
         })
     }
 
