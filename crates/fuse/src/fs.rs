@@ -1,7 +1,7 @@
 //! The kernel's requests, answered with the client library (metadata) and
 //! the block store (data).
 
-use crate::blockcache::BlockCache;
+use crate::blockcache::{BlockCache, Version};
 use crate::cache::{AttrCache, NewDirs};
 use crate::coherence::Coherence;
 use crate::convert::*;
@@ -46,6 +46,9 @@ pub struct SoloFs {
     pub(crate) releases: Releases,
     /// `fcntl` and `flock` locks (held by the server).
     pub(crate) locking: Arc<Locking>,
+    /// The version of each file the last read-only open here saw: an open
+    /// that finds the same may keep the kernel's cached pages.
+    pub(crate) pages: Mutex<HashMap<u64, Version>>,
 }
 
 pub(crate) type Res<T> = Result<T, Errno>;
@@ -298,7 +301,13 @@ impl Filesystem for SoloFs {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.open_file(&self.cred(req), ino.0, flags.0) {
-            Ok((fh, _)) => reply.opened(FileHandle(fh), fopen_flags(flags.0)),
+            Ok((fh, a)) => {
+                let mut f = fopen_flags(flags.0);
+                if self.keep_pages(&a, flags.0) {
+                    f |= FopenFlags::FOPEN_KEEP_CACHE;
+                }
+                reply.opened(FileHandle(fh), f)
+            }
             Err(e) => reply.error(e),
         }
     }

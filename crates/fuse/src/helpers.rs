@@ -43,6 +43,10 @@ pub(crate) fn fopen_flags(flags: i32) -> FopenFlags {
     }
 }
 
+/// Most files whose page-cache version a mount remembers (about 40 bytes
+/// each); past it, it starts over (the next opens then drop pages).
+const PAGE_VERSIONS: usize = 1 << 20;
+
 impl SoloFs {
     /// A file system over a connected client and the volume's block store.
     pub fn new(client: Client, store: BlockStore, opts: MountOptions) -> SoloFs {
@@ -71,7 +75,33 @@ impl SoloFs {
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             releases: Releases::start(client.clone()),
+            pages: Mutex::default(),
         }
+    }
+
+    /// May an open of the file whose server attributes are `a` keep the
+    /// pages the kernel cached of it? Only a read-only open, of a file no
+    /// handle here writes (direct writes and buffered ones bypass the
+    /// kernel's pages or are not on the server yet), whose version
+    /// (size, mtime, ctime: every change of the data moves ctime) is the
+    /// one the previous such open here saw. Whatever changed the file in
+    /// between (another mount, a truncate, a write here) shows in the
+    /// version, so the kernel then drops its pages as on every other open.
+    pub(crate) fn keep_pages(&self, a: &Attr, flags: i32) -> bool {
+        let v = crate::file::version(a);
+        let mut pages = self.pages.lock();
+        if Access::from_open_flags(flags).writes() || flags & libc::O_TRUNC != 0 {
+            pages.remove(&a.ino);
+            return false;
+        }
+        if self.file(a.ino).is_some_and(|f| f.lock().writers > 0) {
+            pages.remove(&a.ino);
+            return false;
+        }
+        if pages.len() >= PAGE_VERSIONS {
+            pages.clear();
+        }
+        pages.insert(a.ino, v) == Some(v)
     }
 
     /// The caller's credentials. Every request handler begins with this,

@@ -101,7 +101,7 @@ pub(crate) struct OpenFile {
 }
 
 /// The version of a file that attributes `a` describe.
-fn version(a: &Attr) -> Version {
+pub(crate) fn version(a: &Attr) -> Version {
     Version {
         size: a.size,
         mtime: a.mtime,
