@@ -42,11 +42,20 @@ impl Releases {
         }
     }
 
-    /// Queues one release.
+    /// Queues one release. The sender is woken only by the first of a
+    /// burst (it then gathers for [`GATHER`]) and when [`ENOUGH`] wait: a
+    /// wake-up per close would cost the closing thread a futex call and the
+    /// sender a sleep and a wake per file.
     pub fn push(&self, c: Closed) {
         let (m, cv) = &*self.q;
-        m.lock().list.push(c);
-        cv.notify_one();
+        let n = {
+            let mut g = m.lock();
+            g.list.push(c);
+            g.list.len()
+        };
+        if n == 1 || n == ENOUGH {
+            cv.notify_one();
+        }
     }
 
     /// Sends what is queued and stops the sender.
