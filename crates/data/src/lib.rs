@@ -14,8 +14,10 @@
 //! to every client): they come from [`S3Credentials`] or the usual
 //! `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` environment variables.
 //!
-//! The API is blocking; one shared tokio runtime does the I/O. It must not
-//! be called from inside an async task.
+//! The API is blocking; one shared tokio runtime does the I/O, except that
+//! a `file://` store's gets and short puts run in the calling thread (no
+//! hand-off to a runtime thread and back). It must not be called from
+//! inside an async task.
 
 #![deny(unsafe_code)]
 // The lint wall (docs/design.md §8): no panics where an error can be
@@ -125,6 +127,8 @@ pub struct BlockStore {
     volume: String,
     block_size: u64,
     url: String,
+    /// A `file://` store: its I/O is done by the calling thread ([`here`]).
+    local: bool,
 }
 
 impl std::fmt::Debug for BlockStore {
@@ -133,20 +137,44 @@ impl std::fmt::Debug for BlockStore {
     }
 }
 
-/// A put running in the background.
-pub struct PutTicket(JoinHandle<Result<()>>);
+/// A put running in the background, or one already done.
+pub struct PutTicket(Put);
+
+enum Put {
+    Running(JoinHandle<Result<()>>),
+    Done(Result<()>),
+}
 
 impl PutTicket {
     /// Waits for the put to finish.
     pub fn wait(self) -> Result<()> {
-        runtime()
-            .block_on(self.0)
-            .map_err(|e| Error::Task(e.to_string()))?
+        match self.0 {
+            Put::Running(h) => runtime()
+                .block_on(h)
+                .map_err(|e| Error::Task(e.to_string()))?,
+            Put::Done(r) => r,
+        }
     }
 
     /// Has the put finished (successfully or not)?
     pub fn is_finished(&self) -> bool {
-        self.0.is_finished()
+        match &self.0 {
+            Put::Running(h) => h.is_finished(),
+            Put::Done(_) => true,
+        }
+    }
+}
+
+/// Runs `fut` in the calling thread, outside the runtime: a local
+/// directory's store then does its file I/O right here instead of handing
+/// it to a blocking-pool thread and back (each hand-off a thread wake-up).
+/// What still waits after a first poll is driven by the runtime.
+fn here<F: std::future::Future>(fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(v) => v,
+        std::task::Poll::Pending => runtime().block_on(fut),
     }
 }
 
@@ -283,6 +311,7 @@ impl BlockStore {
             volume: volume.to_string(),
             block_size,
             url: url.to_string(),
+            local: url.starts_with("file://"),
         })
     }
 
@@ -368,25 +397,36 @@ impl BlockStore {
     pub fn put(&self, ino: u64, block: u64, data: Bytes) -> Result<()> {
         // Driven by the calling thread: no hop to a runtime worker and back.
         let key = self.key(ino, block);
-        runtime().block_on(self.store.put(&key, PutPayload::from(data)))?;
+        let put = self.store.put(&key, PutPayload::from(data));
+        if self.local {
+            here(put)?;
+        } else {
+            runtime().block_on(put)?;
+        }
         Ok(())
     }
 
-    /// Starts writing a block in the background.
+    /// Starts writing a block in the background. A block shorter than the
+    /// block size (a small file, a file's tail) of a local store is
+    /// written at once by the calling thread: it is a copy into the page
+    /// cache, cheaper than the two thread hand-offs a background put costs.
     pub fn put_async(&self, ino: u64, block: u64, data: Bytes) -> PutTicket {
         debug_assert!(data.len() as u64 <= self.block_size);
+        if self.local && (data.len() as u64) < self.block_size {
+            return PutTicket(Put::Done(self.put(ino, block, data)));
+        }
         let store = self.store.clone();
         let key = self.key(ino, block);
-        PutTicket(runtime().spawn(async move {
+        PutTicket(Put::Running(runtime().spawn(async move {
             store.put(&key, PutPayload::from(data)).await?;
             Ok(())
-        }))
+        })))
     }
 
     /// Reads a whole block; `None` if it does not exist (a hole).
     pub fn get(&self, ino: u64, block: u64) -> Result<Option<Bytes>> {
         let key = self.key(ino, block);
-        runtime().block_on(async {
+        let get = async {
             let r = match self.store.get(&key).await {
                 Ok(r) => r,
                 Err(object_store::Error::NotFound { .. }) => return Ok(None),
@@ -425,7 +465,12 @@ impl BlockStore {
                     .await?,
                 )),
             }
-        })
+        };
+        if self.local {
+            here(get)
+        } else {
+            runtime().block_on(get)
+        }
     }
 
     /// Starts reading a block in the background.
@@ -537,4 +582,30 @@ pub fn volume_hex(id: &[u8; 16]) -> String {
 #[allow(clippy::panic, reason = "a process without threads cannot serve data")]
 fn fatal(e: std::io::Error) -> tokio::runtime::Runtime {
     panic!("cannot start the data runtime: {e}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_short_blocks_are_written_by_the_caller() {
+        let dir = std::env::temp_dir().join(format!("solofs-data-{}", std::process::id()));
+        let url = format!("file://{}", dir.display());
+        let s = BlockStore::open(&url, "v", 4096, None).unwrap();
+        // A short block: written before put_async returns, in this thread.
+        let t = s.put_async(7, 0, Bytes::from_static(b"tail"));
+        assert!(t.is_finished());
+        t.wait().unwrap();
+        assert!(dir.join("v/7/0").exists());
+        assert_eq!(s.get(7, 0).unwrap().as_deref(), Some(&b"tail"[..]));
+        // A whole block goes through the runtime, and lands as well.
+        let full = Bytes::from(vec![5u8; 4096]);
+        s.put_async(7, 1, full.clone()).wait().unwrap();
+        assert_eq!(s.get(7, 1).unwrap(), Some(full));
+        assert_eq!(s.get(7, 2).unwrap(), None);
+        assert_eq!(s.blocks(7).unwrap(), vec![0, 1]);
+        assert_eq!(s.delete_from(7, 0).unwrap(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
