@@ -89,12 +89,13 @@ impl SoloFs {
     /// version, so the kernel then drops its pages as on every other open.
     pub(crate) fn keep_pages(&self, a: &Attr, flags: i32) -> bool {
         let v = crate::file::version(a);
+        // (The file's lock before the map's: a flush holding it must not
+        // stall every other open.)
+        let writing = Access::from_open_flags(flags).writes()
+            || flags & libc::O_TRUNC != 0
+            || self.file(a.ino).is_some_and(|f| f.lock().writers > 0);
         let mut pages = self.pages.lock();
-        if Access::from_open_flags(flags).writes() || flags & libc::O_TRUNC != 0 {
-            pages.remove(&a.ino);
-            return false;
-        }
-        if self.file(a.ino).is_some_and(|f| f.lock().writers > 0) {
+        if writing {
             pages.remove(&a.ino);
             return false;
         }

@@ -40,10 +40,10 @@ impl SoloFs {
     /// changed too (link count, ctime): if it lives on under other names
     /// the server sends its attributes, which are kept; else if this mount
     /// saw which inode the name held, that one is forgotten; if not, every
-    /// inode of its kind
-    /// (an unlink removes no directory, an rmdir no file). Other
-    /// directories than `parent`, whose attributes the reply may carry, did
-    /// not change. If the answer is not known, nothing kept is trusted.
+    /// inode of its kind (an unlink removes no directory, an rmdir no
+    /// file). Other directories than `parent`, whose attributes the reply
+    /// may carry, did not change. If the answer is not known, nothing kept
+    /// is trusted.
     pub(crate) fn name_gone(
         &self,
         parent: u64,
