@@ -128,18 +128,8 @@ impl SoloFs {
     /// remembers that the name held nothing.
     pub(crate) fn entry_missing(&self, reply: ReplyEntry, (parent, name): (u64, &[u8])) {
         let none = to_fuse(&Attr {
-            ino: 0,
             mode: solofs_types::S_IFREG,
-            nlink: 0,
-            uid: 0,
-            gid: 0,
-            size: 0,
-            rdev: 0,
-            atime: 0,
-            mtime: 0,
-            ctime: 0,
-            btime: 0,
-            blocks: 0,
+            ..Attr::default()
         });
         self.coh.gated(|t| {
             self.attrs.name(parent, name, 0, t.entry);

@@ -162,7 +162,7 @@ impl FileType {
 
 /// Attributes of an inode (what `stat` returns). Times are nanoseconds since
 /// the Unix epoch.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Attr {
     /// Inode number.
     pub ino: u64,

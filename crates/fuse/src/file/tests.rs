@@ -5,15 +5,8 @@ pub(crate) fn attr(ino: u64, size: u64) -> solofs_types::Attr {
         ino,
         mode: 0o100644,
         nlink: 1,
-        uid: 0,
-        gid: 0,
         size,
-        rdev: 0,
-        atime: 0,
-        mtime: 0,
-        ctime: 0,
-        btime: 0,
-        blocks: 0,
+        ..Default::default()
     }
 }
 
