@@ -54,6 +54,7 @@ fn mount_flag(a: &Arg, p: &mut lexopt::Parser, o: &mut MountOptions) -> Result<b
         "no-io-uring" => o.io_uring = false,
         "cache-dir" => o.cache_dir = Some(p.value()?.into()),
         "cache-size" => o.cache_size = Some(parse_size(&p.value()?.string()?)?),
+        "small-cache" => o.small_cache = parse_size(&p.value()?.string()?)?,
         _ => return Ok(false),
     }
     Ok(true)
@@ -85,7 +86,7 @@ pub(crate) fn parse_size(s: &str) -> Result<u64> {
 }
 
 const MOUNT_FLAGS: &str =
-    "[--attr-timeout S] [--entry-timeout S] [--threads N] [--read-ahead BLOCKS] [--allow-other] [--cache-dir DIR] [--cache-size BYTES] [--no-io-uring]";
+    "[--attr-timeout S] [--entry-timeout S] [--threads N] [--read-ahead BLOCKS] [--allow-other] [--cache-dir DIR] [--cache-size BYTES] [--small-cache BYTES] [--no-io-uring]";
 
 /// SIGINT/SIGTERM received (set by the signal handlers, cleared when a
 /// busy mount was detached and keeps serving).

@@ -181,6 +181,32 @@ impl Conn {
         self.link.kill();
     }
 
+    /// Handles the frames that already reached this host (the server's
+    /// notices above all), without waiting for more. False if it could
+    /// not: the connection is gone, or a caller is reading it right now
+    /// (what that one has read may not be handled yet).
+    pub fn settle(&self) -> bool {
+        let link = &*self.link;
+        let mut st = lock(&link.st);
+        if st.dead || st.leader || !st.want.is_empty() {
+            return false;
+        }
+        st.leader = true;
+        drop(st);
+        let alive = link.drain();
+        let mut st = lock(&link.st);
+        if !alive {
+            link.kill_locked(&mut st);
+            st.leader = false;
+            return false;
+        }
+        // (Not a request: the background reader's quiet time stays.)
+        let last = st.last;
+        st.step_down();
+        st.last = last;
+        true
+    }
+
     /// Records that replies with these ids are awaited; false if the
     /// connection is already gone (they would never come).
     pub fn expect(&self, ids: &[u64]) -> bool {

@@ -171,6 +171,23 @@ impl Client {
         Client::with("in-process", &[], Options::default(), w, Some(server))
     }
 
+    /// Has every notice the server sent that already reached this host
+    /// been handed to [`Client::on_notices`]? Handles what is waiting on
+    /// the connection to make it so, without waiting for more; false if
+    /// it cannot say (no connection, or a call is reading it right now).
+    pub fn notices_settled(&self) -> bool {
+        if self.inner.local.is_some() {
+            return true; // told in the changer's thread
+        }
+        let c = self
+            .inner
+            .conn
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        c.is_some_and(|c| c.settle())
+    }
+
     /// [`Client::conn`], retrying until `deadline` while the server cannot
     /// be reached.
     fn conn_until(&self, deadline: std::time::Instant) -> Result<Arc<Conn>> {

@@ -34,19 +34,23 @@ fn name_key(parent: u64, name: &[u8]) -> u64 {
     h.finish()
 }
 
-/// The kept attributes, each with until when it may be used and the
-/// generation of its kind (files, directories) it was kept in: forgetting
+/// The kept attributes, each with until when it may be used, the watch it
+/// was kept under (`Ttl::watch`) and the generation of its kind (files,
+/// directories) it was kept in: forgetting
 /// a whole kind starts a new generation, in one step however many are kept
 /// (stale entries are swept out with the expired ones).
 #[derive(Default)]
 struct Kept {
-    map: HashMap<u64, (Attr, Instant, u64)>,
+    map: HashMap<u64, Entry>,
     /// The current generation of non-directories (0) and directories (1).
     gen: [u64; 2],
 }
 
+/// Attributes, until when, generation, watch.
+type Entry = (Attr, Instant, u64, u64);
+
 /// May a kept entry be used at `now`, in the generations `gen`?
-fn live((a, until, g): &(Attr, Instant, u64), gen: [u64; 2], now: Instant) -> bool {
+fn live((a, until, g, _): &Entry, gen: [u64; 2], now: Instant) -> bool {
     now < *until && *g == gen[kind(a)]
 }
 
@@ -55,8 +59,9 @@ fn kind(a: &Attr) -> usize {
 }
 
 impl AttrCache {
-    /// Notes attributes the server just sent, to be used for `ttl`.
-    pub fn put(&self, a: &Attr, ttl: Duration) {
+    /// Notes attributes the server just sent, to be used for `ttl`, kept
+    /// under `watch` (0: unwatched).
+    pub fn put(&self, a: &Attr, ttl: Duration, watch: u64) {
         if ttl.is_zero() {
             self.forget(a.ino);
             return;
@@ -71,7 +76,8 @@ impl AttrCache {
             }
         }
         let gen = k.gen[kind(a)];
-        k.map.insert(a.ino, (a.clone(), Instant::now() + ttl, gen));
+        k.map
+            .insert(a.ino, (a.clone(), Instant::now() + ttl, gen, watch));
     }
 
     /// The attributes of `ino`, if the server sent them within their
@@ -80,6 +86,13 @@ impl AttrCache {
         let k = self.kept.lock();
         let e = k.map.get(&ino)?;
         live(e, k.gen, Instant::now()).then(|| e.0.clone())
+    }
+
+    /// [`AttrCache::get`], if they were kept under `watch` (not 0).
+    pub fn watched(&self, ino: u64, watch: u64) -> Option<Attr> {
+        let k = self.kept.lock();
+        let e = k.map.get(&ino)?;
+        (watch != 0 && e.3 == watch && live(e, k.gen, Instant::now())).then(|| e.0.clone())
     }
 
     /// Forgets `ino` (this mount changed it and has no fresh attributes).
@@ -230,13 +243,13 @@ mod tests {
             ..attr(ino, 0)
         };
         let ttl = Duration::from_secs(60);
-        c.put(&mk(1, solofs_types::S_IFDIR | 0o755), ttl);
-        c.put(&mk(2, solofs_types::S_IFREG | 0o644), ttl);
-        c.put(&mk(3, solofs_types::S_IFLNK | 0o777), ttl);
+        c.put(&mk(1, solofs_types::S_IFDIR | 0o755), ttl, 0);
+        c.put(&mk(2, solofs_types::S_IFREG | 0o644), ttl, 0);
+        c.put(&mk(3, solofs_types::S_IFLNK | 0o777), ttl, 0);
         c.forget_kind(false);
         assert!(c.get(1).is_some());
         assert!(c.get(2).is_none() && c.get(3).is_none());
-        c.put(&mk(2, solofs_types::S_IFREG | 0o644), ttl);
+        c.put(&mk(2, solofs_types::S_IFREG | 0o644), ttl, 0);
         c.forget_kind(true);
         assert!(c.get(1).is_none());
         assert!(c.get(2).is_some());
@@ -246,20 +259,20 @@ mod tests {
     fn entries_live_for_the_timeout_and_go_when_forgotten() {
         let c = AttrCache::default();
         let ttl = Duration::from_millis(200);
-        c.put(&attr(5, 1), ttl);
+        c.put(&attr(5, 1), ttl, 0);
         assert_eq!(c.get(5).map(|a| a.size), Some(1));
-        c.put(&attr(5, 2), ttl);
+        c.put(&attr(5, 2), ttl, 0);
         assert_eq!(c.get(5).map(|a| a.size), Some(2));
         c.forget(5);
         assert_eq!(c.get(5), None);
-        c.put(&attr(6, 1), ttl);
+        c.put(&attr(6, 1), ttl, 0);
         std::thread::sleep(Duration::from_millis(250));
         assert_eq!(c.get(6), None, "stale after the timeout");
-        c.put(&attr(7, 1), ttl);
+        c.put(&attr(7, 1), ttl, 0);
         c.clear();
         assert_eq!(c.get(7), None);
-        c.put(&attr(8, 1), ttl);
-        c.put(&attr(8, 2), Duration::ZERO);
+        c.put(&attr(8, 1), ttl, 0);
+        c.put(&attr(8, 2), Duration::ZERO, 0);
         assert_eq!(
             c.get(8),
             None,

@@ -42,6 +42,10 @@ thread_local! {
 pub(crate) struct Ttl {
     pub entry: Duration,
     pub attr: Duration,
+    /// The watch the answer is kept under (0: none): the server tells of
+    /// changes to it until the connection is lost or the watch starts
+    /// over ([`Coherence::watch`]).
+    pub watch: u64,
 }
 
 impl Ttl {
@@ -59,6 +63,9 @@ enum Job {
 
 pub(crate) struct Coherence {
     seq: AtomicU64,
+    /// The current watch: a new one after a lost connection and after
+    /// `watching` (what was kept before is not watched any more).
+    epoch: AtomicU64,
     gate: RwLock<()>,
     tracked: AtomicBool,
     long: Ttl,
@@ -82,6 +89,7 @@ impl Coherence {
         let (tx, rx) = channel();
         let c = Arc::new(Coherence {
             seq: AtomicU64::new(1),
+            epoch: AtomicU64::new(1),
             gate: RwLock::new(()),
             tracked: AtomicBool::new(true),
             long,
@@ -131,16 +139,32 @@ impl Coherence {
             Ttl {
                 entry: Duration::ZERO,
                 attr: Duration::ZERO,
+                watch: 0,
             }
         } else if self.tracked.load(Ordering::Acquire) {
-            self.long
+            Ttl {
+                watch: self.epoch.load(Ordering::Acquire),
+                ..self.long
+            }
         } else {
             Ttl {
                 entry: self.long.entry.min(SHORT),
                 attr: self.long.attr.min(SHORT),
+                watch: 0,
             }
         };
         f(t)
+    }
+
+    /// The watch answers kept now are under, 0 while the server watches
+    /// nothing for this mount: what was kept under this one is still true
+    /// unless a notice that reached this host is not handled yet
+    /// (`Client::notices_settled`).
+    pub fn watch(&self) -> u64 {
+        match self.tracked.load(Ordering::Acquire) {
+            true => self.epoch.load(Ordering::Acquire),
+            false => 0,
+        }
     }
 
     /// The server's notices (on the connection's reading thread, in order
@@ -167,9 +191,13 @@ impl Coherence {
                     Notice::Full | Notice::Lost => {
                         untracked = true;
                         self.attrs.clear_names();
+                        if *n == Notice::Lost {
+                            self.epoch.fetch_add(1, Ordering::AcqRel);
+                        }
                     }
                     Notice::Watching => {
                         untracked = false;
+                        self.epoch.fetch_add(1, Ordering::AcqRel);
                         self.tracked.store(true, Ordering::Release);
                         self.rewatching.store(false, Ordering::Release);
                     }

@@ -35,7 +35,8 @@ pub struct SoloFs {
     pub(crate) opts: MountOptions,
     pub(crate) creds: Creds,
     pub(crate) files: crate::locking::Files,
-    pub(crate) handles: Mutex<HashMap<u64, (u64, Access)>>,
+    /// Open handles: inode, access, answered here (not the server's).
+    pub(crate) handles: Mutex<HashMap<u64, (u64, Access, bool)>>,
     pub(crate) next_fh: AtomicU64,
     pub(crate) attrs: Arc<AttrCache>,
     pub(crate) new_dirs: Arc<NewDirs>,
@@ -49,6 +50,7 @@ pub struct SoloFs {
     /// The version of each file the last read-only open here saw: an open
     /// that finds the same may keep the kernel's cached pages.
     pub(crate) pages: Mutex<HashMap<u64, Version>>,
+    pub(crate) smalls: crate::smalls::Smalls,
 }
 
 pub(crate) type Res<T> = Result<T, Errno>;
@@ -415,7 +417,8 @@ impl Filesystem for SoloFs {
         let cred = self.cred(req);
         self.locking
             .released(&cred, fh.0, ino.0, lock_owner.map(|o| o.0));
-        let mode = self.handles.lock().remove(&fh.0).map(|h| h.1);
+        let h = self.handles.lock().remove(&fh.0);
+        let mode = h.map(|h| h.1);
         let mut r = Ok(());
         if let Some(f) = self.file(ino.0) {
             let mut g = f.lock();
@@ -440,7 +443,7 @@ impl Filesystem for SoloFs {
                 }
             }
         }
-        if let Some(access) = mode {
+        if let Some((_, access, false)) = h {
             // Sent in the background, with others (the kernel waits for
             // no release, and neither does this thread).
             let flags = ReleaseFlags {
@@ -507,12 +510,9 @@ impl Filesystem for SoloFs {
         reply_empty(reply, self.flush_ino(req, ino.0));
     }
 
-    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        // Checks read permission on the directory now, as open(2) would.
-        match self.client.access(&self.cred(req), Target::Ino(ino.0), 4) {
-            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
-            Err(e) => reply.error(errno(e)),
-        }
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // The kernel checked read permission (`default_permissions`).
+        reply.opened(FileHandle(0), FopenFlags::empty())
     }
 
     fn readdir(

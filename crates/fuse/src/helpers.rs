@@ -56,6 +56,7 @@ impl SoloFs {
         let long = Ttl {
             entry: opts.entry_timeout,
             attr: opts.attr_timeout,
+            watch: 0,
         };
         let coh = Coherence::start(&client, long, attrs.clone(), new_dirs.clone());
         let files: crate::locking::Files = Arc::default();
@@ -69,6 +70,7 @@ impl SoloFs {
             new_dirs,
             blocks,
             inline_max: client.volume().inline_max,
+            smalls: crate::smalls::Smalls::new(opts.small_cache),
             opts,
             creds: Creds::default(),
             files,
@@ -164,21 +166,28 @@ impl SoloFs {
 
     pub(crate) fn open_file(&self, cred: &Cred, ino: u64, flags: i32) -> Res<(u64, Attr)> {
         let access = Access::from_open_flags(flags);
+        if let Some(r) = self.open_here(ino, flags) {
+            return Ok(r);
+        }
         if let Some(f) = self.file(ino) {
             self.send_held(&mut f.lock())?;
         }
         let (a, data) = self.client.open_data(cred, ino, access).map_err(errno)?;
         self.keep(&a);
-        Ok((self.opened(ino, access, &a, data), a))
+        let data = data.map(bytes::Bytes::from);
+        self.small(&a, data.as_ref());
+        Ok((self.opened(ino, access, &a, data, false), a))
     }
 
-    /// Notes an open the server agreed to; returns the file handle.
+    /// Notes an open the server agreed to (`here`: that this mount
+    /// answered, smalls.rs); returns the file handle.
     pub(crate) fn opened(
         &self,
         ino: u64,
         access: Access,
         a: &Attr,
-        inline: Option<Vec<u8>>,
+        inline: Option<bytes::Bytes>,
+        here: bool,
     ) -> u64 {
         loop {
             let f = self
@@ -213,7 +222,7 @@ impl SoloFs {
             break;
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles.lock().insert(fh, (ino, access));
+        self.handles.lock().insert(fh, (ino, access, here));
         fh
     }
 
@@ -338,7 +347,7 @@ impl SoloFs {
             Err(e) => return reply.error(errno(e)),
         };
         self.attrs.forget(parent.0);
-        let fh = self.opened(a.ino, acc, &a, None);
+        let fh = self.opened(a.ino, acc, &a, None, false);
         if let Some(f) = self.file(a.ino) {
             let mut g = f.lock();
             g.no_xattrs = g.handles == 1;
@@ -373,7 +382,7 @@ impl SoloFs {
                 self.coh
                     .gated(|t| self.attrs.name(parent.0, n.as_bytes(), m.attr.ino, t.entry));
                 let a = m.attr;
-                let fh = self.opened(a.ino, acc, &a, None);
+                let fh = self.opened(a.ino, acc, &a, None, false);
                 if let Some(f) = self.file(a.ino) {
                     // New: no extended attributes (until this mount sets
                     // one; another mount's would be seen after the close).

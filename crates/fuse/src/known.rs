@@ -116,7 +116,7 @@ impl SoloFs {
     /// Keeps attributes the server sent for as long as the kernel was
     /// (or would be) told it may keep them.
     pub(crate) fn keep(&self, a: &Attr) {
-        self.coh.gated(|t| self.attrs.put(a, t.attr));
+        self.coh.gated(|t| self.put_attr(a, &t));
     }
 
     /// Notes fresh attributes from the server.
@@ -242,6 +242,7 @@ impl SoloFs {
         if let Some(a) = after {
             // What this mount holds of the file is that version now.
             f.saw(&a);
+            self.small(&a, f.inline());
         }
         Ok(true)
     }

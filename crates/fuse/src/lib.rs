@@ -40,6 +40,7 @@ mod known;
 mod listing;
 mod locking;
 mod releases;
+mod smalls;
 mod space;
 
 pub use blockcache::{BlockCache, Version};
@@ -73,12 +74,19 @@ pub struct MountOptions {
     /// Take requests through FUSE over io_uring when the kernel has it:
     /// one queue per CPU, served by threads pinned to that CPU.
     pub io_uring: bool,
+    /// Most bytes of small files' content kept in memory so that a
+    /// read-only open of one is answered without the server (smalls.rs);
+    /// 0: every open asks the server.
+    pub small_cache: u64,
 }
 
 /// How long the kernel may cache attributes and names unless told
 /// otherwise: the server tells the mount of other mounts' changes, so
 /// this only bounds how long a missed notice (a reconnect) can matter.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `--small-cache` unless told otherwise.
+pub const DEFAULT_SMALL_CACHE: u64 = 64 << 20;
 
 /// The read cache's size unless told otherwise.
 pub const DEFAULT_CACHE_SIZE: u64 = 1 << 30;
@@ -132,6 +140,7 @@ impl Default for MountOptions {
             cache_dir: None,
             cache_size: None,
             io_uring: true,
+            small_cache: DEFAULT_SMALL_CACHE,
         }
     }
 }

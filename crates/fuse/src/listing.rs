@@ -84,7 +84,7 @@ impl SoloFs {
                 }
             }
             for (d, fa, a) in &list {
-                self.attrs.put(a, t.attr);
+                self.put_attr(a, &t);
                 self.attrs.name(ino.0, &d.name, d.ino, t.entry);
                 if reply.add(
                     INodeNo(d.ino),

@@ -186,7 +186,7 @@ impl OpenFile {
         self.clean.clear();
         self.clean_order.clear();
         self.ahead.clear();
-        self.refresh_with(a.size, inline);
+        self.refresh_with(a.size, inline.map(Bytes::from));
         self.use_cache(cache, a);
     }
 
@@ -257,10 +257,10 @@ impl OpenFile {
 
     /// Takes what an open learned: the size, and the bytes if the server
     /// keeps the file inline (when nothing local is pending).
-    pub fn refresh_with(&mut self, size: u64, inline: Option<Vec<u8>>) {
+    pub fn refresh_with(&mut self, size: u64, inline: Option<Bytes>) {
         if self.settled() {
             self.inlinable = inline.is_some() || size == 0;
-            self.inline = inline.map(Bytes::from);
+            self.inline = inline;
         }
         self.refresh(size);
     }
@@ -504,6 +504,12 @@ impl OpenFile {
         self.inline = Some(Bytes::from(data));
         self.stored = n;
         self.committed(n);
+    }
+
+    /// The whole content, if the file is kept in the server's pool and
+    /// this mount holds it.
+    pub fn inline(&self) -> Option<&Bytes> {
+        self.inline.as_ref()
     }
 
     /// The server will not keep this file inline: store blocks.
