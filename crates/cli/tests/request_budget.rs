@@ -134,6 +134,40 @@ fn untar_costs_at_most_three_requests_per_file() {
     std::thread::sleep(Duration::from_millis(1100));
     same_tree(&src.join("tree"), &m2.mnt.join("tree"));
 
+    // Listing a directory costs one request: the server says the listing
+    // ends with its first batch, so the kernel's next call is answered by
+    // the mount (and opening the directory costs none). A larger one is
+    // listed whole.
+    for d in 0..20 {
+        let dir = m.mnt.join(format!("small{d}"));
+        std::fs::create_dir(&dir).unwrap();
+        for f in 0..10 {
+            std::fs::write(dir.join(format!("e{f}")), "x").unwrap();
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    for d in 0..20 {
+        assert!(m2.mnt.join(format!("small{d}")).is_dir()); // (looked up)
+    }
+    let before = requests();
+    for d in 0..20 {
+        let n = std::fs::read_dir(m2.mnt.join(format!("small{d}")))
+            .unwrap()
+            .count();
+        assert_eq!(n, 10, "entries of small{d}");
+    }
+    let spent = requests() - before;
+    eprintln!("20 listings of 10-entry directories: {spent} server requests");
+    assert!(spent <= 20, "20 listings cost {spent} server requests");
+    let mut names: Vec<String> = std::fs::read_dir(m2.mnt.join("tree/d3"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    let mut want: Vec<String> = (0..250).map(|f| format!("f{f}.c")).collect();
+    want.sort();
+    assert_eq!(names, want, "a listing of 250 entries");
+
     // Removing files from two directories in turn (two `rm -r`s at once,
     // mdtest's ranks) costs one request per file: the kernel asks for each
     // directory's attributes again after every unlink in it, and the

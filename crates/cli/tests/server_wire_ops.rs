@@ -136,7 +136,7 @@ fn random_operations_match_the_engine() {
                     (p.atime, p.mtime, p.ctime, p.btime) = (0, 0, 0, 0);
                     format!("{:?}", Ok::<_, i32>((a, p)))
                 }
-                Ok(Body::EntriesPlus(v)) => format!(
+                Ok(Body::EntriesPlus(v, _)) => format!(
                     "{:?}",
                     v.into_iter()
                         .map(|(e, mut a)| {

@@ -333,8 +333,19 @@ impl Client {
         cookie: u64,
         max: u32,
     ) -> Result<Vec<DirEntry>> {
+        Ok(self.readdir_page(cred, dir, cookie, max)?.0)
+    }
+    /// [`Client::readdir`], and whether the directory ends with these
+    /// entries.
+    pub fn readdir_page(
+        &self,
+        cred: &Cred,
+        dir: Target,
+        cookie: u64,
+        max: u32,
+    ) -> Result<(Vec<DirEntry>, bool)> {
         match self.call(cred, Op::Readdir { dir, cookie, max })? {
-            Body::Entries(v) => Ok(v),
+            Body::Entries(v, end) => Ok((v, end)),
             b => Err(unexpected(b)),
         }
     }
@@ -346,8 +357,19 @@ impl Client {
         cookie: u64,
         max: u32,
     ) -> Result<Vec<(DirEntry, Attr)>> {
+        Ok(self.readdir_plus_page(cred, dir, cookie, max)?.0)
+    }
+    /// [`Client::readdir_plus`], and whether the directory ends with
+    /// these entries.
+    pub fn readdir_plus_page(
+        &self,
+        cred: &Cred,
+        dir: Target,
+        cookie: u64,
+        max: u32,
+    ) -> Result<(Vec<(DirEntry, Attr)>, bool)> {
         match self.call(cred, Op::ReaddirPlus { dir, cookie, max })? {
-            Body::EntriesPlus(v) => Ok(v),
+            Body::EntriesPlus(v, end) => Ok((v, end)),
             b => Err(unexpected(b)),
         }
     }

@@ -17,7 +17,7 @@ use fuser::{
 };
 use parking_lot::Mutex;
 use solofs_client::Target;
-use solofs_client::{at, Client, Closed, ReleaseFlags};
+use solofs_client::{at, Client};
 use solofs_data::BlockStore;
 use solofs_types::{Access, SetAttr, TimeSet};
 use std::collections::HashMap;
@@ -51,6 +51,9 @@ pub struct SoloFs {
     /// that finds the same may keep the kernel's cached pages.
     pub(crate) pages: Mutex<HashMap<u64, Version>>,
     pub(crate) smalls: crate::smalls::Smalls,
+    /// Open directories whose listing ended: the offset after the last
+    /// entry.
+    pub(crate) dir_ends: Mutex<HashMap<u64, u64>>,
 }
 
 pub(crate) type Res<T> = Result<T, Errno>;
@@ -414,44 +417,7 @@ impl Filesystem for SoloFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let cred = self.cred(req);
-        self.locking
-            .released(&cred, fh.0, ino.0, lock_owner.map(|o| o.0));
-        let h = self.handles.lock().remove(&fh.0);
-        let mode = h.map(|h| h.1);
-        let mut r = Ok(());
-        if let Some(f) = self.file(ino.0) {
-            let mut g = f.lock();
-            if mode.is_some_and(|m| m.writes()) {
-                g.writers = g.writers.saturating_sub(1);
-            }
-            r = self.flush_file(&cred, &mut g);
-            if r.is_err() && g.handles <= 1 {
-                // The last close and blocks still unstored: they are given
-                // up, and only what was stored is committed.
-                if let Some((size, mtime)) = g.abandon() {
-                    if let Err(e) = self.commit(&cred, &mut g, size, mtime) {
-                        eprintln!("solofs: commit of ino {} after a lost write: {e:?}", ino.0);
-                    }
-                }
-            }
-            g.handles = g.handles.saturating_sub(1);
-            if g.handles == 0 {
-                let mut files = self.files.lock();
-                if files.get(&ino.0).is_some_and(|x| Arc::ptr_eq(x, &f)) {
-                    files.remove(&ino.0);
-                }
-            }
-        }
-        if let Some((_, access, false)) = h {
-            // Sent in the background, with others (the kernel waits for
-            // no release, and neither does this thread).
-            let flags = ReleaseFlags {
-                access,
-                clean: r.is_ok(),
-            };
-            self.releases.push(Closed { ino: ino.0, flags });
-        }
+        let r = self.close_handle(req, ino.0, fh.0, lock_owner.map(|o| o.0));
         reply_empty(reply, r);
     }
 
@@ -512,29 +478,34 @@ impl Filesystem for SoloFs {
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         // The kernel checked read permission (`default_permissions`).
-        reply.opened(FileHandle(0), FopenFlags::empty())
+        reply.opened(FileHandle(self.open_dir()), FopenFlags::empty())
+    }
+
+    fn releasedir(&self, _: &Request, _: INodeNo, fh: FileHandle, _: OpenFlags, reply: ReplyEmpty) {
+        self.dir_ends.lock().remove(&fh.0);
+        reply.ok()
     }
 
     fn readdir(
         &self,
         req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         reply: ReplyDirectory,
     ) {
-        self.list(req, ino, offset, reply)
+        self.list(req, ino, fh.0, offset, reply)
     }
 
     fn readdirplus(
         &self,
         req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         reply: ReplyDirectoryPlus,
     ) {
-        self.list_plus(req, ino, offset, reply)
+        self.list_plus(req, ino, fh.0, offset, reply)
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

@@ -14,7 +14,7 @@ use fuser::{
 };
 use parking_lot::Mutex;
 use solofs_client::Target;
-use solofs_client::{at, Client, LockKind, LockReq};
+use solofs_client::{at, Client, Closed, LockKind, LockReq, ReleaseFlags};
 use solofs_data::BlockStore;
 use solofs_types::{Access, Attr, Cred, SetAttr, TimeSet};
 use std::collections::HashMap;
@@ -78,6 +78,7 @@ impl SoloFs {
             next_fh: AtomicU64::new(1),
             releases: Releases::start(client.clone()),
             pages: Mutex::default(),
+            dir_ends: Mutex::default(),
         }
     }
 
@@ -224,6 +225,56 @@ impl SoloFs {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.handles.lock().insert(fh, (ino, access, here));
         fh
+    }
+
+    /// A file handle closed for the last time (RELEASE): flushes what this
+    /// mount holds of the file and ends the open at the server (in the
+    /// background), unless the mount answered the open itself.
+    pub(crate) fn close_handle(
+        &self,
+        req: &Request,
+        ino: u64,
+        fh: u64,
+        lock_owner: Option<u64>,
+    ) -> Res<()> {
+        let cred = self.cred(req);
+        self.locking.released(&cred, fh, ino, lock_owner);
+        let h = self.handles.lock().remove(&fh);
+        let mode = h.map(|h| h.1);
+        let mut r = Ok(());
+        if let Some(f) = self.file(ino) {
+            let mut g = f.lock();
+            if mode.is_some_and(|m| m.writes()) {
+                g.writers = g.writers.saturating_sub(1);
+            }
+            r = self.flush_file(&cred, &mut g);
+            if r.is_err() && g.handles <= 1 {
+                // The last close and blocks still unstored: they are given
+                // up, and only what was stored is committed.
+                if let Some((size, mtime)) = g.abandon() {
+                    if let Err(e) = self.commit(&cred, &mut g, size, mtime) {
+                        eprintln!("solofs: commit of ino {} after a lost write: {e:?}", ino);
+                    }
+                }
+            }
+            g.handles = g.handles.saturating_sub(1);
+            if g.handles == 0 {
+                let mut files = self.files.lock();
+                if files.get(&ino).is_some_and(|x| Arc::ptr_eq(x, &f)) {
+                    files.remove(&ino);
+                }
+            }
+        }
+        if let Some((_, access, false)) = h {
+            // Sent in the background, with others (the kernel waits for
+            // no release, and neither does this thread).
+            let flags = ReleaseFlags {
+                access,
+                clean: r.is_ok(),
+            };
+            self.releases.push(Closed { ino, flags });
+        }
+        r
     }
 
     /// Flush and fsync: stores what this mount buffered for `ino` and

@@ -123,10 +123,6 @@ impl SoloFs {
                 return None;
             }
         }
-        // Notices that reached this host count before the attributes do.
-        if !self.client.notices_settled() {
-            return None;
-        }
         let a = self.attrs.watched(ino, watch)?;
         if a.mode & libc::S_IFMT != libc::S_IFREG || a.size > self.inline_max {
             return None;
@@ -135,6 +131,14 @@ impl SoloFs {
             0 => None,
             _ => Some(self.smalls.get(ino, version(&a))?),
         };
+        // Notices that reached this host count: handled, they may have
+        // dropped the attributes.
+        if !self.client.notices_settled()
+            || self.coh.watch() != watch
+            || self.attrs.watched(ino, watch).map(|b| version(&b)) != Some(version(&a))
+        {
+            return None;
+        }
         Some((self.opened(ino, Access::Read, &a, data, true), a))
     }
 

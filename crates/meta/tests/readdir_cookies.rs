@@ -85,3 +85,37 @@ fn listing_across_concurrent_creates_and_deletes() {
         &rep.problems[..rep.problems.len().min(10)]
     );
 }
+
+/// A batch says the directory ends with it exactly when nothing follows:
+/// also when the last batch is exactly `max` long, and with attributes.
+#[test]
+fn a_batch_says_when_the_listing_ends() {
+    let s = Scratch::new("cookies-end");
+    let e = s.engine(2);
+    let r = Cred::root();
+    let d = e.mkdir(&r, ROOT_INO, b"d", 0o755).unwrap().ino;
+    assert_eq!(e.readdir_page(&r, d, 0, 4).unwrap(), (vec![], true));
+    for i in 0..12 {
+        e.create(&r, d, format!("f{i}").as_bytes(), 0o644).unwrap();
+    }
+    // A removed entry leaves a gap the listing skips.
+    e.unlink(&r, d, b"f5").unwrap();
+    for max in 1..=14usize {
+        let (mut cookie, mut seen, mut batches) = (0, 0, 0);
+        loop {
+            let (v, end) = e.readdir_page(&r, d, cookie, max).unwrap();
+            let (p, pend) = e.readdir_plus_page(&r, d, cookie, max).unwrap();
+            assert_eq!(pend, end, "max {max}: plus and plain agree");
+            assert_eq!(p.len(), v.len());
+            seen += v.len();
+            batches += 1;
+            assert_eq!(end, seen == 11, "max {max}: end after {seen} of 11");
+            if end {
+                break;
+            }
+            assert_eq!(v.len(), max, "a batch that is not the end is full");
+            cookie = v.last().unwrap().cookie;
+        }
+        assert_eq!(batches, 11usize.div_ceil(max), "max {max}");
+    }
+}

@@ -35,10 +35,11 @@ pub enum Body {
     Bytes(Vec<u8>),
     /// Names (xattr list).
     Names(Vec<Vec<u8>>),
-    /// Directory entries.
-    Entries(Vec<DirEntry>),
-    /// Directory entries with attributes.
-    EntriesPlus(Vec<(DirEntry, Attr)>),
+    /// Directory entries; true: the directory ends with them.
+    Entries(Vec<DirEntry>, bool),
+    /// Directory entries with attributes; true: the directory ends with
+    /// them.
+    EntriesPlus(Vec<(DirEntry, Attr)>, bool),
     /// File-system statistics.
     StatFs(StatFs),
     /// A new entry's attributes, and its directory's right after.
@@ -143,20 +144,22 @@ impl Reply {
                             w.bytes(n);
                         }
                     }
-                    Body::Entries(v) => {
+                    Body::Entries(v, end) => {
                         w.u8(4);
                         w.u32(v.len() as u32);
                         for e in v {
                             put_entry(&mut w, e);
                         }
+                        w.u8(*end as u8);
                     }
-                    Body::EntriesPlus(v) => {
+                    Body::EntriesPlus(v, end) => {
                         w.u8(5);
                         w.u32(v.len() as u32);
                         for (e, a) in v {
                             put_entry(&mut w, e);
                             put_attr(&mut w, a);
                         }
+                        w.u8(*end as u8);
                     }
                     Body::Created(a, p) => {
                         w.u8(7);
@@ -232,15 +235,15 @@ impl Reply {
             }
             4 => {
                 let n = count(r, 24)?;
-                Body::Entries((0..n).map(|_| get_entry(r)).collect::<Result<_, _>>()?)
+                let v = (0..n).map(|_| get_entry(r)).collect::<Result<_, _>>()?;
+                Body::Entries(v, r.u8()? != 0)
             }
             5 => {
                 let n = count(r, 96)?;
-                Body::EntriesPlus(
-                    (0..n)
-                        .map(|_| Ok((get_entry(r)?, get_attr(r)?)))
-                        .collect::<Result<_, _>>()?,
-                )
+                let v = (0..n)
+                    .map(|_| Ok((get_entry(r)?, get_attr(r)?)))
+                    .collect::<Result<_, _>>()?;
+                Body::EntriesPlus(v, r.u8()? != 0)
             }
             6 => Body::StatFs(StatFs {
                 pool_bytes: r.u64()?,
@@ -531,7 +534,8 @@ mod tests {
             Ok(Body::Attr(a.clone())),
             Ok(Body::Bytes(b"abc".to_vec())),
             Ok(Body::Names(vec![b"user.a".to_vec()])),
-            Ok(Body::Entries(vec![e.clone()])),
+            Ok(Body::Entries(vec![e.clone()], true)),
+            Ok(Body::Entries(vec![], false)),
             Ok(Body::Created(a.clone(), a.clone())),
             Ok(Body::Inline(a.clone(), b"tiny".to_vec())),
             Ok(Body::LockHeld {
@@ -541,7 +545,7 @@ mod tests {
                 pid: 4242,
             }),
             Ok(Body::Queued),
-            Ok(Body::EntriesPlus(vec![(e, a.clone())])),
+            Ok(Body::EntriesPlus(vec![(e, a.clone())], false)),
             Ok(Body::StatFs(StatFs {
                 pool_bytes: 1,
                 pool_capacity: 2,

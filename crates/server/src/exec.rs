@@ -36,13 +36,20 @@ fn hidden(dir: u64) -> usize {
     (dir == solofs_meta::ROOT_INO) as usize
 }
 
-/// A listing of `dir` without what it hides, at most `max` entries.
-fn unhidden<T>(dir: u64, mut v: Vec<T>, max: usize, name: impl Fn(&T) -> &Vec<u8>) -> Vec<T> {
+/// A listing of `dir` without what it hides, at most `max` entries, and
+/// whether the directory ends with them (`end`: the engine's listing did).
+fn unhidden<T>(
+    dir: u64,
+    (mut v, end): (Vec<T>, bool),
+    max: usize,
+    name: impl Fn(&T) -> &Vec<u8>,
+) -> (Vec<T>, bool) {
     if hidden(dir) > 0 {
         v.retain(|x| name(x) != crate::tmpfiles::DIR);
     }
+    let cut = v.len() > max;
     v.truncate(max);
-    v
+    (v, end && !cut)
 }
 
 /// Runs one request of a connection that holds no opens.
@@ -180,14 +187,18 @@ impl Serve for Exec<'_> {
     fn readdir(&self, dir: &Target, cookie: &u64, max: &u32) -> Result<Body> {
         let d = self.ino(dir)?;
         let max = (*max).min(MAX_LIST) as usize;
-        let v = self.e.readdir(self.c, d, *cookie, max + hidden(d))?;
-        Ok(Body::Entries(unhidden(d, v, max, |x| &x.name)))
+        let v = self.e.readdir_page(self.c, d, *cookie, max + hidden(d))?;
+        let (v, end) = unhidden(d, v, max, |x| &x.name);
+        Ok(Body::Entries(v, end))
     }
     fn readdirplus(&self, dir: &Target, cookie: &u64, max: &u32) -> Result<Body> {
         let d = self.ino(dir)?;
         let max = (*max).min(MAX_LIST) as usize;
-        let v = self.e.readdir_plus(self.c, d, *cookie, max + hidden(d))?;
-        Ok(Body::EntriesPlus(unhidden(d, v, max, |x| &x.0.name)))
+        let v = self
+            .e
+            .readdir_plus_page(self.c, d, *cookie, max + hidden(d))?;
+        let (v, end) = unhidden(d, v, max, |x| &x.0.name);
+        Ok(Body::EntriesPlus(v, end))
     }
     fn statfs(&self) -> Result<Body> {
         Ok(Body::StatFs(self.e.statfs()?))

@@ -385,8 +385,8 @@ impl Caps {
                 attr(a);
                 attr(p);
             }
-            Body::Entries(v) => v.iter_mut().for_each(entry),
-            Body::EntriesPlus(v) => v.iter_mut().for_each(|(d, a)| {
+            Body::Entries(v, _) => v.iter_mut().for_each(entry),
+            Body::EntriesPlus(v, _) => v.iter_mut().for_each(|(d, a)| {
                 entry(d);
                 attr(a);
             }),

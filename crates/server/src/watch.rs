@@ -450,7 +450,7 @@ fn held(op: &Op, rep: &Reply, add: &mut impl FnMut(u64)) {
             add(a.ino);
             add(p.ino);
         }
-        Ok(Body::EntriesPlus(list)) => {
+        Ok(Body::EntriesPlus(list, _)) => {
             if let Op::ReaddirPlus {
                 dir: Target::Ino(d),
                 ..

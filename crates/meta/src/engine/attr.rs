@@ -44,6 +44,9 @@ fn file_attr_words(w: &[AtomicU64; FILE_HEAD_WORDS]) -> Attr {
     }
 }
 
+/// Listed entries, each with its attributes when they were asked for.
+type Listed = Vec<(DirEntry, Option<Attr>)>;
+
 impl Engine {
     #[inline]
     pub(crate) fn file_attr(&self, f: u64) -> Result<Attr> {
@@ -266,11 +269,20 @@ impl Engine {
     /// Lists directory `ino` from `cookie` (0 = start), at most `max`
     /// entries ("." and ".." are not included; callers add them).
     pub fn readdir(&self, cred: &Cred, ino: u64, cookie: u64, max: usize) -> Result<Vec<DirEntry>> {
-        Ok(self
-            .readdir_inner(cred, ino, cookie, max, false)?
-            .into_iter()
-            .map(|(d, _)| d)
-            .collect())
+        Ok(self.readdir_page(cred, ino, cookie, max)?.0)
+    }
+
+    /// [`Engine::readdir`], and whether the directory ends with these
+    /// entries (nothing was left out for `max`).
+    pub fn readdir_page(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        cookie: u64,
+        max: usize,
+    ) -> Result<(Vec<DirEntry>, bool)> {
+        let (v, end) = self.readdir_inner(cred, ino, cookie, max, false)?;
+        Ok((v.into_iter().map(|(d, _)| d).collect(), end))
     }
 
     /// Like `readdir`, with each entry's attributes.
@@ -281,12 +293,27 @@ impl Engine {
         cookie: u64,
         max: usize,
     ) -> Result<Vec<(DirEntry, Attr)>> {
-        self.readdir_inner(cred, ino, cookie, max, true)?
-            .into_iter()
-            .filter_map(|(d, a)| a.map(|a| Ok((d, a))))
-            .collect()
+        Ok(self.readdir_plus_page(cred, ino, cookie, max)?.0)
     }
 
+    /// [`Engine::readdir_plus`], and whether the directory ends with these
+    /// entries (nothing was left out for `max`; an entry removed while it
+    /// was listed is not in the list either way).
+    pub fn readdir_plus_page(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        cookie: u64,
+        max: usize,
+    ) -> Result<(Vec<(DirEntry, Attr)>, bool)> {
+        let (v, end) = self.readdir_inner(cred, ino, cookie, max, true)?;
+        let v = v.into_iter().filter_map(|(d, a)| Some((d, a?))).collect();
+        Ok((v, end))
+    }
+
+    /// The entries of one batch, with attributes if asked for (`None`:
+    /// not asked, or the entry went away meanwhile), and whether the
+    /// directory ends with them.
     fn readdir_inner(
         &self,
         cred: &Cred,
@@ -294,17 +321,19 @@ impl Engine {
         cookie: u64,
         max: usize,
         plus: bool,
-    ) -> Result<Vec<(DirEntry, Option<Attr>)>> {
+    ) -> Result<(Listed, bool)> {
         let (access, content) = self.open_dir(ino)?;
         perm::check(cred, self.dir_owner(access)?, R)?;
         let mut out = Vec::new();
         let mut links = Vec::new();
+        let mut more = false;
         {
             let _g = self.lock_inode(ino, false);
             let end = self.pool.content(content).next_pos().get()?;
             let p = &self.pool;
             list::scan(p, content + C_LIST, cookie, end, &mut |pos, o| {
                 if out.len() >= max {
+                    more = true;
                     return Ok(false);
                 }
                 let got = self.stable(o, || {
@@ -364,7 +393,7 @@ impl Engine {
         for i in links {
             out[i].1 = self.getattr(out[i].0.ino).ok();
         }
-        Ok(out)
+        Ok((out, !more))
     }
 
     /// File-system statistics.
