@@ -115,19 +115,28 @@ fn small_files_open_without_the_server_and_changes_still_show() {
     drop(held);
 
     // The server restarts: changes made while this mount was not connected
-    // were never noticed to it, so its next open asks the server. (The same
-    // size: the kernel's own cached size is not what this tests.)
+    // were never noticed to it, so its next open asks the server, and what
+    // the kernel kept of the file (its size) is dropped at the reconnect.
     assert_eq!(read(&fa(20)).unwrap(), "v1 20");
+    assert_eq!(read(&fa(21)).unwrap(), "v1 21");
     srv.kill();
     let srv = ServerProc::start_at(&data, &addr);
     // (Something else reconnects this mount first.)
     std::fs::write(a.mnt.join("g"), "g").unwrap();
     std::fs::write(fb(20), "v3 20").unwrap();
+    std::fs::write(fb(21), "v3 21, longer than before").unwrap();
     assert_eq!(
         read(&fa(20)).unwrap(),
         "v3 20",
         "the first open after a lost connection"
     );
+    let longer = "v3 21, longer than before";
+    within(
+        "a new size after a reconnect",
+        Duration::from_secs(1),
+        || std::fs::metadata(fa(21)).unwrap().len() == longer.len() as u64,
+    );
+    assert_eq!(read(&fa(21)).unwrap(), longer);
 
     drop(c);
     assert!(b.stop().success());

@@ -95,6 +95,12 @@ impl AttrCache {
         (watch != 0 && e.3 == watch && live(e, k.gen, Instant::now())).then(|| e.0.clone())
     }
 
+    /// Every inode whose attributes are kept (also those of an old
+    /// generation not swept out yet).
+    pub fn inos(&self) -> Vec<u64> {
+        self.kept.lock().map.keys().copied().collect()
+    }
+
     /// Forgets `ino` (this mount changed it and has no fresh attributes).
     pub fn forget(&self, ino: u64) {
         self.kept.lock().map.remove(&ino);

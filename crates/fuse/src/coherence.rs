@@ -192,7 +192,14 @@ impl Coherence {
                         untracked = true;
                         self.attrs.clear_names();
                         if *n == Notice::Lost {
+                            // Changes made while this mount was away were
+                            // told to nobody: what it and the kernel keep
+                            // of inodes is dropped (names stay, up to the
+                            // entry timeout).
                             self.epoch.fetch_add(1, Ordering::AcqRel);
+                            let all = self.attrs.inos();
+                            self.attrs.clear();
+                            kernel.extend(all.into_iter().map(|ino| Notice::Inode { ino }));
                         }
                     }
                     Notice::Watching => {
