@@ -188,9 +188,32 @@ impl Conn {
     pub fn settle(&self) -> bool {
         let link = &*self.link;
         let mut st = lock(&link.st);
-        if st.dead || st.leader || !st.want.is_empty() {
+        if st.leader && !st.dead {
+            drop(st);
+            // Another thread reads: everything received is handled if it
+            // is not reading or telling right now (it holds the buffer
+            // then), no whole frame waits in the buffer, and nothing in
+            // the socket.
+            let Ok(rd) = link.rd.try_lock() else {
+                return false;
+            };
+            if !matches!(split_frame(&rd.buf, MAX_FRAME), Ok(None)) {
+                return false;
+            }
+            use rustix::net::{recv, RecvFlags};
+            let mut b = [0u8; 1];
+            let peek = recv(
+                &link.sock,
+                &mut b[..],
+                RecvFlags::PEEK | RecvFlags::DONTWAIT,
+            );
+            return matches!(peek, Err(rustix::io::Errno::AGAIN));
+        }
+        if st.dead {
             return false;
         }
+        // Nobody reads: read what is there as the leader would (replies
+        // go to their callers, who may not be waiting yet).
         st.leader = true;
         drop(st);
         let alive = link.drain();
@@ -306,11 +329,9 @@ impl Link {
     ) -> MutexGuard<'a, St> {
         loop {
             drop(st);
+            // (Notices are told in `read_frame`, in order: before any
+            // reply that follows them.)
             let f = self.read_frame();
-            if let Frame::Notices(list) = &f {
-                // In order: before any reply that follows them.
-                tell(&self.notices, list);
-            }
             st = lock(&self.st);
             match f {
                 Frame::Replies(r) => st.deliver(r),
@@ -347,10 +368,34 @@ impl Link {
     }
 
     /// Reads one frame (blocking, at most about a [`TICK`] when nothing
-    /// comes).
+    /// comes); notices are told before the buffer is let go. Bytes are
+    /// waited for without holding the buffer, so that [`Conn::settle`]
+    /// can see that everything received is handled.
     fn read_frame(&self) -> Frame {
+        let whole = split_frame(&lock(&self.rd).buf, MAX_FRAME).map_or(true, |f| f.is_some());
+        if !whole {
+            use rustix::event::{poll, PollFd, PollFlags, Timespec};
+            let mut fds = [PollFd::new(&self.sock, PollFlags::IN)];
+            let t = Timespec {
+                tv_sec: TICK.as_secs() as _,
+                tv_nsec: 0,
+            };
+            match poll(&mut fds, Some(&t)) {
+                Ok(0) => return Frame::Nothing,
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return Frame::Over,
+            }
+        }
         let mut rd = lock(&self.rd);
         let rd = &mut *rd;
+        let f = self.read_locked(rd);
+        if let Frame::Notices(list) = &f {
+            tell(&self.notices, list);
+        }
+        f
+    }
+
+    fn read_locked(&self, rd: &mut Rd) -> Frame {
         match read_frame(&mut rd.stream, &mut rd.buf) {
             Ok((ty, payload)) => frame(ty, &payload),
             // The bytes read so far stay in the buffer: the next read
