@@ -187,7 +187,7 @@ impl Conn {
     /// (what that one has read may not be handled yet).
     pub fn settle(&self) -> bool {
         let link = &*self.link;
-        let mut st = lock(&link.st);
+        let st = lock(&link.st);
         if st.leader && !st.dead {
             drop(st);
             // Another thread reads: everything received is handled if it
@@ -213,21 +213,9 @@ impl Conn {
             return false;
         }
         // Nobody reads: read what is there as the leader would (replies
-        // go to their callers, who may not be waiting yet).
-        st.leader = true;
-        drop(st);
-        let alive = link.drain();
-        let mut st = lock(&link.st);
-        if !alive {
-            link.kill_locked(&mut st);
-            st.leader = false;
-            return false;
-        }
-        // (Not a request: the background reader's quiet time stays.)
-        let last = st.last;
-        st.step_down();
-        st.last = last;
-        true
+        // go to their callers, who may not be waiting yet). Not a
+        // request: the background reader's quiet time stays.
+        link.drain_lead(st, false)
     }
 
     /// Records that replies with these ids are awaited; false if the
@@ -485,24 +473,38 @@ impl Link {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(_) => return self.kill(),
             }
-            let mut st = lock(&self.st);
+            let st = lock(&self.st);
             if st.dead {
                 return;
             }
             if st.leader || !st.want.is_empty() {
                 continue; // callers read
             }
-            st.leader = true;
-            drop(st);
-            let alive = self.drain();
-            let mut st = lock(&self.st);
-            if !alive {
-                self.kill_locked(&mut st);
-                st.leader = false;
+            if !self.drain_lead(st, true) {
                 return;
             }
-            st.step_down();
         }
+    }
+
+    /// Takes the lead nobody has, handles every frame already received
+    /// and steps down (`busy`: counts as activity for the background
+    /// reader's quiet time). False: the connection is over.
+    fn drain_lead(&self, mut st: MutexGuard<'_, St>, busy: bool) -> bool {
+        st.leader = true;
+        drop(st);
+        let alive = self.drain();
+        let mut st = lock(&self.st);
+        if !alive {
+            self.kill_locked(&mut st);
+            st.leader = false;
+            return false;
+        }
+        let last = st.last;
+        st.step_down();
+        if !busy {
+            st.last = last;
+        }
+        true
     }
 }
 

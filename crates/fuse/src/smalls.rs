@@ -94,6 +94,11 @@ impl Smalls {
         }
     }
 
+    /// Are bytes of `ino` kept (of any version)?
+    fn has(&self, ino: u64) -> bool {
+        self.inner.lock().map.contains_key(&ino)
+    }
+
     /// Forgets `ino` (it is no longer a small file this mount knows).
     pub fn forget(&self, ino: u64) {
         let mut g = self.inner.lock();
@@ -148,7 +153,8 @@ impl SoloFs {
     /// change of its metadata only moved its ctime: the content kept for
     /// that version is this one's too.
     pub(crate) fn put_attr(&self, a: &Attr, t: &Ttl) {
-        if t.watch != 0 {
+        // (Most replies are of files with no bytes kept here: asked first.)
+        if t.watch != 0 && self.smalls.has(a.ino) {
             if let Some(old) = self.attrs.watched(a.ino, t.watch) {
                 self.smalls.carry(a.ino, version(&old), version(a));
             }
