@@ -174,12 +174,8 @@ fn connect_and_mount(
     secret: &[u8],
     mnt: &Path,
     opts: MountOptions,
-    retry: Duration,
+    copts: Options,
 ) -> Result<fuser::BackgroundSession> {
-    let copts = Options {
-        retry,
-        ..Options::default()
-    };
     let client = Client::connect_with(addr, secret, copts)
         .with_context(|| format!("connecting to {addr}"))?;
     mount_client(client, mnt, opts)
@@ -245,7 +241,7 @@ pub fn mount(args: Vec<OsString>) -> Result<()> {
     let mut secret_file: Option<PathBuf> = std::env::var_os("SOLOFS_SECRET_FILE").map(Into::into);
     let mut mnt: Option<PathBuf> = None;
     let mut opts = MountOptions::default();
-    let mut retry = Options::default().retry;
+    let mut copts = Options::default();
     while let Some(a) = next_arg(&mut p)? {
         if mount_flag(&a, &mut p, &mut opts)? {
             continue;
@@ -256,12 +252,19 @@ pub fn mount(args: Vec<OsString>) -> Result<()> {
                 if !(0.0..=86400.0).contains(&v) {
                     bail!("--retry-secs is 0..=86400");
                 }
-                retry = Duration::from_secs_f64(v);
+                copts.retry = Duration::from_secs_f64(v);
+            }
+            Arg::Long(k) if k == "spin-us" => {
+                let v: u64 = p.value()?.parse()?;
+                if v > 100_000 {
+                    bail!("--spin-us is 0..=100000");
+                }
+                copts.spin = Duration::from_micros(v);
             }
             Arg::Long(k) if k == "server" => server = Some(p.value()?.parse()?),
             Arg::Long(k) if k == "secret-file" => secret_file = Some(p.value()?.into()),
             a if is_help(&a) => {
-                println!("solofs mount --server ADDR --secret-file FILE MOUNTPOINT [--retry-secs S] {MOUNT_FLAGS}\n  --retry-secs S  while the server cannot be reached (a restart), calls wait and retry this long (default 60)");
+                println!("solofs mount --server ADDR --secret-file FILE MOUNTPOINT [--retry-secs S] [--spin-us N] {MOUNT_FLAGS}\n  --retry-secs S  while the server cannot be reached (a restart), calls wait and retry this long (default 60)\n  --spin-us N     most µs a call polls for its reply before sleeping, adaptive below (default 50; 0: never)");
                 return Ok(());
             }
             Arg::Value(v) if mnt.is_none() => mnt = Some(v.into()),
@@ -274,7 +277,7 @@ pub fn mount(args: Vec<OsString>) -> Result<()> {
     let secret_file =
         secret_file.context("mount needs --secret-file FILE (or SOLOFS_SECRET_FILE)")?;
     let secret = serve::read_secret_file(&secret_file)?;
-    let session = connect_and_mount(&server, &secret, &mnt, opts, retry)?;
+    let session = connect_and_mount(&server, &secret, &mnt, opts, copts)?;
     println!(
         "mounted {server} at {}{}",
         mnt.display(),
@@ -411,7 +414,7 @@ pub fn up(args: Vec<OsString>) -> Result<()> {
         .spawn(move || server.run())?;
     let mounted = match local {
         Some(local) => mount_client(Client::in_process(local), &mnt, opts),
-        None => connect_and_mount(&addr, &secret, &mnt, opts, Options::default().retry),
+        None => connect_and_mount(&addr, &secret, &mnt, opts, Options::default()),
     };
     let session = match mounted {
         Ok(s) => s,

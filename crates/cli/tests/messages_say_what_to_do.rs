@@ -2,7 +2,8 @@
 //! mistake costs nothing: `serve` on a busy port names the address and
 //! leaves the pool cleanly closed; a client pointed at a port that is not
 //! SoloFS says so; `fsck | head` ends quietly; a bare pool's `mkfs` says
-//! it has no block store; mounting over a mount is refused.
+//! it has no block store; mounting over a mount is refused; a polling
+//! window out of range is refused before anything starts.
 
 mod common;
 
@@ -122,4 +123,28 @@ fn mounting_over_a_mount_is_refused() {
     assert_eq!(std::fs::read(mnt.join("mine")).unwrap(), b"x");
     assert!(first.stop().success());
     let _ = std::fs::remove_dir(&mnt);
+}
+
+#[test]
+fn a_polling_window_out_of_range_is_refused() {
+    let s = Scratch::new("spin-range");
+    let out = Command::new(BIN)
+        .args(["mount", "--server", "127.0.0.1:1", "--secret-file"])
+        .arg(s.path.join("secret"))
+        .args(["--spin-us", "100001"])
+        .arg(s.path.join("mnt"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("--spin-us is 0..=100000"), "{err}");
+    let out = Command::new(BIN)
+        .args(["serve", "--data"])
+        .arg(s.path.join("data"))
+        .args(["--spin-us", "100001"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("spin_us is 0..=100000"), "{err}");
 }

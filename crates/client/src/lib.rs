@@ -40,6 +40,7 @@
 mod api;
 mod conn;
 mod errors;
+mod hello;
 mod locks;
 
 pub use api::{at, path, Made, Removed};
@@ -72,6 +73,9 @@ pub struct Options {
     /// How long a call keeps retrying while the server cannot be reached
     /// (a restart); zero: fail at once.
     pub retry: Duration,
+    /// The most a call polls for its reply before it sleeps, adaptive
+    /// below ([`solofs_proto::spin`]); zero: never.
+    pub spin: Duration,
 }
 
 impl Default for Options {
@@ -80,9 +84,13 @@ impl Default for Options {
             timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
             retry: Duration::from_secs(60),
+            spin: DEFAULT_SPIN,
         }
     }
 }
+
+/// [`Options::spin`] by default.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 
 struct Inner {
     addr: String,

@@ -30,6 +30,7 @@ mod frame;
 mod msg;
 mod notice;
 mod ops;
+pub mod spin;
 
 pub use auth::{auth_mac, key_name_ok, split_key, verify_mac, KEY_NAME_MAX, KEY_PREFIX, NONCE_LEN};
 pub use codec::{DecodeError, Reader, Writer};

@@ -21,17 +21,11 @@ const WAKE: Token = Token(usize::MAX);
 /// written (backpressure: a client that does not read cannot make the
 /// server buffer without bound).
 const OUT_HIGH: usize = 8 << 20;
-/// After activity a worker polls for a while without sleeping (waking a
-/// sleeping thread costs several µs each way on small VMs), yielding the
-/// core between polls so clients on the same machine are not starved. How
-/// long adapts, as KVM's halt-polling does: when the next event came
-/// shortly after the worker went to sleep (within the most it may spin),
-/// spinning would have caught it and the window doubles; when it came
-/// later than that, spinning only burned the core and the window halves
-/// (down to none).
+/// After activity a worker polls for a while without sleeping, yielding
+/// the core between polls so clients on the same machine are not starved;
+/// how long adapts ([`solofs_proto::spin`]).
 struct Spin {
-    cur: Duration,
-    max: Duration,
+    win: solofs_proto::spin::Spin,
     /// Polling without sleeping until then.
     until: Instant,
     /// When the worker last went to sleep (`None`: it spins or works).
@@ -41,8 +35,7 @@ struct Spin {
 impl Spin {
     fn new(max: Duration) -> Spin {
         Spin {
-            cur: max / 2,
-            max,
+            win: solofs_proto::spin::Spin::new(max),
             until: Instant::now(),
             slept: None,
         }
@@ -52,7 +45,9 @@ impl Spin {
     fn timeout(&mut self) -> Duration {
         let now = Instant::now();
         if now < self.until {
-            std::thread::yield_now();
+            if !solofs_proto::spin::yield_core() {
+                self.until = now;
+            }
             return Duration::ZERO;
         }
         self.slept.get_or_insert(now);
@@ -66,16 +61,9 @@ impl Spin {
         }
         let now = Instant::now();
         if let Some(t) = self.slept.take() {
-            if now - t <= self.max {
-                self.cur = (self.cur * 2).clamp(Duration::from_micros(5), self.max);
-            } else {
-                self.cur /= 2;
-                if self.cur < Duration::from_micros(2) {
-                    self.cur = Duration::ZERO;
-                }
-            }
+            self.win.woke(now - t);
         }
-        self.until = now + self.cur;
+        self.until = now + self.win.window();
     }
 }
 

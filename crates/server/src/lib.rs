@@ -139,7 +139,7 @@ pub const DEFAULT_WATCH_CAP: usize = 256 * 1024;
 pub const DEFAULT_LOCK_GRACE: Duration = Duration::from_secs(10);
 
 /// Most a worker spins unless configured otherwise.
-pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(200);
 
 /// State shared by the acceptor, the workers and shutdown handles.
 pub(crate) struct Shared {

@@ -1,0 +1,132 @@
+//! Connecting: the greeting, the challenge and the authentication
+//! (docs/protocol.md §2), and reading a whole frame from a blocking stream.
+
+use crate::{ClientError, Inner, Result, Volume};
+use solofs_proto::{
+    auth_mac, put_frame, split_frame, FrameType, Reader, Writer, MAGIC, MAX_FRAME, NONCE_LEN,
+    PROTOCOL_VERSION,
+};
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+
+/// Reads until one whole frame is in `buf` and takes it out.
+pub(crate) fn read_frame(s: &mut TcpStream, buf: &mut Vec<u8>) -> Result<(FrameType, Vec<u8>)> {
+    let mut tmp = [0u8; 64 * 1024];
+    loop {
+        if let Some((ty, payload, n)) =
+            split_frame(buf, MAX_FRAME).map_err(|e| ClientError::Protocol(e.to_string()))?
+        {
+            let p = payload.to_vec();
+            buf.drain(..n);
+            return Ok((ty, p));
+        }
+        let n = s.read(&mut tmp)?;
+        if n == 0 {
+            return Err(ClientError::Io(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "server closed the connection",
+            )));
+        }
+        buf.extend_from_slice(&tmp[..n]);
+    }
+}
+
+fn server_error(payload: &[u8]) -> ClientError {
+    let mut r = Reader::new(payload);
+    let _errno = r.u32();
+    let msg = r
+        .bytes(4096)
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .unwrap_or_default();
+    ClientError::Refused(msg)
+}
+
+/// Connects and authenticates: the stream, the bytes read past the
+/// WELCOME frame, and what the server said of its volume.
+pub(crate) fn greet(inner: &Inner) -> Result<(TcpStream, Vec<u8>, Volume)> {
+    let addr = inner.addr.to_socket_addrs()?.next().ok_or_else(|| {
+        ClientError::Io(io::Error::new(
+            io::ErrorKind::NotFound,
+            "address resolves to nothing",
+        ))
+    })?;
+    let mut s = TcpStream::connect_timeout(&addr, inner.opts.connect_timeout)?;
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(inner.opts.connect_timeout))?;
+    let mut out = Vec::new();
+    put_frame(&mut out, FrameType::Hello, |b| {
+        let mut w = Writer(b);
+        w.u32(MAGIC);
+        w.u16(PROTOCOL_VERSION);
+    });
+    s.write_all(&out)?;
+    let mut buf = Vec::new();
+    let not_solofs = |why: String| {
+        ClientError::Protocol(format!(
+            "{} does not answer as a SoloFS server ({why}); is it the right address and port?",
+            inner.addr
+        ))
+    };
+    let (ty, p) = match read_frame(&mut s, &mut buf) {
+        Ok(f) => f,
+        Err(ClientError::Protocol(why)) => return Err(not_solofs(why)),
+        Err(ClientError::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
+            return Err(not_solofs("it closed the connection".into()))
+        }
+        Err(ClientError::Io(e))
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            return Err(not_solofs("no reply to the greeting in time".into()))
+        }
+        Err(e) => return Err(e),
+    };
+    if ty == FrameType::Error {
+        return Err(server_error(&p));
+    }
+    if ty != FrameType::Challenge {
+        return Err(not_solofs(format!("its first frame is {ty:?}")));
+    }
+    let mut r = Reader::new(&p);
+    let bad = |_| ClientError::Protocol("bad CHALLENGE".into());
+    let version = r.u16().map_err(bad)?;
+    if version != PROTOCOL_VERSION {
+        return Err(ClientError::Protocol(format!(
+            "server speaks protocol {version}"
+        )));
+    }
+    let nonce = r.take(NONCE_LEN).map_err(bad)?.to_vec();
+    let volume = r.take(16).map_err(bad)?.to_vec();
+    let mut vol = Volume::default();
+    vol.id.copy_from_slice(&volume);
+    // A client key names itself after the client id (docs/protocol.md §2).
+    let (key, secret) = solofs_proto::split_key(&inner.secret);
+    let mac = auth_mac(secret, &nonce, &volume);
+    out.clear();
+    put_frame(&mut out, FrameType::Auth, |b| {
+        b.extend_from_slice(&mac);
+        b.extend_from_slice(&inner.id);
+        if let Some(k) = key {
+            Writer(b).bytes(k);
+        }
+    });
+    s.write_all(&out)?;
+    let (ty, p) = read_frame(&mut s, &mut buf)?;
+    match ty {
+        FrameType::Welcome => {
+            let mut r = Reader::new(&p);
+            let bad = |_| ClientError::Protocol("bad WELCOME".into());
+            let _max_frame = r.u32().map_err(bad)?;
+            let _max_batch = r.u32().map_err(bad)?;
+            vol.root = r.u64().map_err(bad)?;
+            vol.block_size = r.u64().map_err(bad)?;
+            vol.storage = String::from_utf8_lossy(r.bytes(4096).map_err(bad)?).into_owned();
+            vol.inline_max = r.u64().map_err(bad)?;
+        }
+        FrameType::Error => return Err(server_error(&p)),
+        _ => return Err(ClientError::Protocol("expected WELCOME".into())),
+    }
+    Ok((s, buf, vol))
+}
