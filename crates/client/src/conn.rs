@@ -32,7 +32,7 @@ use solofs_proto::{
 use std::collections::{HashMap, HashSet};
 use std::io::{self, Write};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -96,8 +96,12 @@ struct Link {
     /// A notice is awaited (a queued lock request): the background thread
     /// reads as soon as no caller does, not only after [`QUIET`].
     eager: Arc<AtomicBool>,
-    /// How long a leader polls for bytes before it sleeps.
+    /// How long a leader polls for bytes before it sleeps, and a
+    /// follower for its reply.
     spin: Mutex<solofs_proto::spin::Spin>,
+    /// Bumped under `st` whenever replies are delivered, the leader steps
+    /// down or the connection dies: what a polling follower watches.
+    gen: AtomicU64,
 }
 
 struct Rd {
@@ -247,6 +251,9 @@ impl Conn {
     pub fn wait(&self, id: u64, deadline: Instant) -> Waited {
         let link = &*self.link;
         let mut st = lock(&link.st);
+        // Following, poll a while for the reply before parking (the
+        // leader then need not wake this thread).
+        let mut poll_until: Option<Instant> = None;
         loop {
             match st.want.get_mut(&id) {
                 None => return Waited::Lost,
@@ -270,6 +277,19 @@ impl Conn {
             if !st.leader {
                 st.leader = true;
                 st = link.lead(st, id, deadline);
+                continue;
+            }
+            let until = *poll_until.get_or_insert_with(|| now + lock(&link.spin).window());
+            if now < until {
+                let g = link.gen.load(Ordering::Acquire);
+                drop(st);
+                while link.gen.load(Ordering::Acquire) == g && Instant::now() < until {
+                    if !solofs_proto::spin::yield_core() {
+                        poll_until = Some(now);
+                        break;
+                    }
+                }
+                st = lock(&link.st);
                 continue;
             }
             if let Some(s) = st.want.get_mut(&id) {
@@ -297,6 +317,7 @@ impl Link {
 
     fn kill_locked(&self, st: &mut St) {
         st.dead = true;
+        self.gen.fetch_add(1, Ordering::Release);
         self.dead.store(true, Ordering::SeqCst);
         for (_, s) in st.want.drain() {
             if let Some(t) = s.waiter {
@@ -324,7 +345,10 @@ impl Link {
             let f = self.read_frame();
             st = lock(&self.st);
             match f {
-                Frame::Replies(r) => st.deliver(r),
+                Frame::Replies(r) => {
+                    st.deliver(r);
+                    self.gen.fetch_add(1, Ordering::Release);
+                }
                 Frame::Over => {
                     self.kill_locked(&mut st);
                     st.leader = false;
@@ -349,6 +373,7 @@ impl Link {
                     }
                 }
                 st.step_down();
+                self.gen.fetch_add(1, Ordering::Release);
                 if st.want.is_empty() && self.eager.load(Ordering::Relaxed) {
                     self.quiet.notify_all();
                 }
@@ -532,6 +557,7 @@ impl Link {
         }
         let last = st.last;
         st.step_down();
+        self.gen.fetch_add(1, Ordering::Release);
         if !busy {
             st.last = last;
         }
@@ -609,6 +635,7 @@ pub(crate) fn handshake(inner: &Inner) -> Result<(Conn, Volume)> {
         notices: inner.notices.clone(),
         eager: inner.locks.waiting.clone(),
         spin: Mutex::new(solofs_proto::spin::Spin::new(inner.opts.spin)),
+        gen: AtomicU64::new(0),
     });
     let l2 = link.clone();
     std::thread::Builder::new()
