@@ -20,8 +20,14 @@ pub struct Spin {
 }
 
 impl Spin {
-    /// A window of at most `max` (zero: never poll), starting at half.
+    /// A window of at most `max` (zero: never poll), starting at half;
+    /// none at all where this process may run on one CPU only (what is
+    /// awaited needs that CPU).
     pub fn new(max: Duration) -> Spin {
+        let max = match std::thread::available_parallelism() {
+            Ok(n) if n.get() == 1 => Duration::ZERO,
+            _ => max,
+        };
         Spin { cur: max / 2, max }
     }
 
