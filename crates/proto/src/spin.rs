@@ -24,10 +24,13 @@ impl Spin {
     /// none at all where this process may run on one CPU only (what is
     /// awaited needs that CPU).
     pub fn new(max: Duration) -> Spin {
-        let max = match std::thread::available_parallelism() {
-            Ok(n) if n.get() == 1 => Duration::ZERO,
-            _ => max,
-        };
+        match std::thread::available_parallelism() {
+            Ok(n) if n.get() == 1 => Spin::exact(Duration::ZERO),
+            _ => Spin::exact(max),
+        }
+    }
+
+    fn exact(max: Duration) -> Spin {
         Spin { cur: max / 2, max }
     }
 
@@ -68,7 +71,7 @@ mod tests {
     #[test]
     fn grows_when_polling_would_have_caught_it_and_shrinks_to_none_otherwise() {
         let us = Duration::from_micros;
-        let mut s = Spin::new(us(40));
+        let mut s = Spin::exact(us(40));
         assert_eq!(s.window(), us(20));
         s.woke(us(30));
         assert_eq!(s.window(), us(40));
@@ -80,7 +83,7 @@ mod tests {
         assert_eq!(s.window(), Duration::ZERO, "late wake-ups turn polling off");
         s.woke(us(1));
         assert_eq!(s.window(), us(5), "and a quick one turns it back on");
-        let mut never = Spin::new(Duration::ZERO);
+        let mut never = Spin::exact(Duration::ZERO);
         never.woke(Duration::ZERO);
         assert_eq!(never.window(), Duration::ZERO, "a most of 0 never polls");
     }
