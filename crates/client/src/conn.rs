@@ -25,6 +25,7 @@
 //! that comes before the park).
 
 use crate::{ClientError, Inner, Result, Volume};
+use solofs_proto::spin;
 use solofs_proto::{
     decode_notices, decode_replies, put_frame, split_frame, FrameType, Notice, NoticeSink, Reply,
     MAX_FRAME,
@@ -98,7 +99,7 @@ struct Link {
     eager: Arc<AtomicBool>,
     /// How long a leader polls for bytes before it sleeps, and a
     /// follower for its reply.
-    spin: Mutex<solofs_proto::spin::Spin>,
+    spin: Mutex<spin::Spin>,
     /// Bumped under `st` whenever replies are delivered, the leader steps
     /// down or the connection dies: what a polling follower watches.
     gen: AtomicU64,
@@ -283,11 +284,9 @@ impl Conn {
             if now < until {
                 let g = link.gen.load(Ordering::Acquire);
                 drop(st);
-                while link.gen.load(Ordering::Acquire) == g && Instant::now() < until {
-                    if !solofs_proto::spin::yield_core() {
-                        poll_until = Some(now);
-                        break;
-                    }
+                let moved = || link.gen.load(Ordering::Acquire) != g;
+                if spin::poll_until(until, moved) == spin::Polled::Wanted {
+                    poll_until = Some(now);
                 }
                 st = lock(&link.st);
                 continue;
@@ -313,6 +312,12 @@ impl Link {
     fn kill(&self) {
         let mut st = lock(&self.st);
         self.kill_locked(&mut st);
+    }
+
+    /// The leader steps down ([`St::step_down`]); polling followers see it.
+    fn step_down(&self, st: &mut St) {
+        st.step_down();
+        self.gen.fetch_add(1, Ordering::Release);
     }
 
     fn kill_locked(&self, st: &mut St) {
@@ -372,8 +377,7 @@ impl Link {
                         return st;
                     }
                 }
-                st.step_down();
-                self.gen.fetch_add(1, Ordering::Release);
+                self.step_down(&mut st);
                 if st.want.is_empty() && self.eager.load(Ordering::Relaxed) {
                     self.quiet.notify_all();
                 }
@@ -427,16 +431,13 @@ impl Link {
             tv_sec: 0,
             tv_nsec: 0,
         };
-        let until = Instant::now() + window;
-        loop {
-            match rustix::event::poll(fds, Some(&zero)) {
-                Ok(0) | Err(rustix::io::Errno::INTR) => {}
-                _ => return true,
-            }
-            if Instant::now() >= until || !solofs_proto::spin::yield_core() {
-                return false;
-            }
-        }
+        let readable = || {
+            !matches!(
+                rustix::event::poll(fds, Some(&zero)),
+                Ok(0) | Err(rustix::io::Errno::INTR)
+            )
+        };
+        spin::poll_until(Instant::now() + window, readable) == spin::Polled::Ready
     }
 
     fn read_locked(&self, rd: &mut Rd) -> Frame {
@@ -556,8 +557,7 @@ impl Link {
             return false;
         }
         let last = st.last;
-        st.step_down();
-        self.gen.fetch_add(1, Ordering::Release);
+        self.step_down(&mut st);
         if !busy {
             st.last = last;
         }
@@ -634,7 +634,7 @@ pub(crate) fn handshake(inner: &Inner) -> Result<(Conn, Volume)> {
         dead: AtomicBool::new(false),
         notices: inner.notices.clone(),
         eager: inner.locks.waiting.clone(),
-        spin: Mutex::new(solofs_proto::spin::Spin::new(inner.opts.spin)),
+        spin: Mutex::new(spin::Spin::new(inner.opts.spin)),
         gen: AtomicU64::new(0),
     });
     let l2 = link.clone();

@@ -10,7 +10,7 @@
 //! have caught it and the window doubles; when it came later than that,
 //! polling only burned the core and the window halves, down to none.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// An adaptive polling window.
 #[derive(Clone, Debug)]
@@ -59,9 +59,36 @@ impl Spin {
 /// one did (the yield took long), so that polling stops and the core goes
 /// to the thread that needs it instead.
 pub fn yield_core() -> bool {
-    let t = std::time::Instant::now();
+    let t = Instant::now();
     std::thread::yield_now();
     t.elapsed() < Duration::from_micros(20)
+}
+
+/// How [`poll_until`] ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Polled {
+    /// `ready` said yes.
+    Ready,
+    /// The time was up.
+    Expired,
+    /// Another thread of this core wanted it ([`yield_core`]).
+    Wanted,
+}
+
+/// Asks `ready` until it says yes, `until` passes or the core is wanted,
+/// yielding between two asks.
+pub fn poll_until(until: Instant, mut ready: impl FnMut() -> bool) -> Polled {
+    loop {
+        if ready() {
+            return Polled::Ready;
+        }
+        if Instant::now() >= until {
+            return Polled::Expired;
+        }
+        if !yield_core() {
+            return Polled::Wanted;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -86,5 +113,21 @@ mod tests {
         let mut never = Spin::exact(Duration::ZERO);
         never.woke(Duration::ZERO);
         assert_eq!(never.window(), Duration::ZERO, "a most of 0 never polls");
+    }
+
+    #[test]
+    fn polling_ends_when_ready_or_when_the_time_is_up() {
+        let mut n = 0;
+        let far = Instant::now() + Duration::from_secs(60);
+        let r = poll_until(far, || {
+            n += 1;
+            n == 3
+        });
+        // (Wanted is possible if the test thread lost its core between asks.)
+        assert!(
+            r == Polled::Ready || (r == Polled::Wanted && n < 3),
+            "{r:?} after {n}"
+        );
+        assert_eq!(poll_until(Instant::now(), || false), Polled::Expired);
     }
 }
