@@ -63,6 +63,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// on.
 pub(crate) struct Conn {
     out: Mutex<Out>,
+    /// Written only by the caller that set `Out::writing` (`&TcpStream`
+    /// writes; no copy of the socket per frame).
+    wr: TcpStream,
     link: Arc<Link>,
 }
 
@@ -70,12 +73,11 @@ impl Drop for Conn {
     /// The background thread holds the socket too: shut it down so the
     /// server sees the client go (and that thread ends).
     fn drop(&mut self) {
-        let _ = lock(&self.out).stream.shutdown(std::net::Shutdown::Both);
+        let _ = self.wr.shutdown(std::net::Shutdown::Both);
     }
 }
 
 struct Out {
-    stream: TcpStream,
     queued: Vec<u8>,
     count: u32,
     writing: bool,
@@ -108,6 +110,8 @@ struct Link {
 struct Rd {
     stream: TcpStream,
     buf: Vec<u8>,
+    /// What each read lands in first: allocated (and zeroed) once.
+    tmp: Vec<u8>,
 }
 
 struct St {
@@ -441,7 +445,7 @@ impl Link {
     }
 
     fn read_locked(&self, rd: &mut Rd) -> Frame {
-        match crate::hello::read_frame(&mut rd.stream, &mut rd.buf) {
+        match crate::hello::read_frame(&mut rd.stream, &mut rd.buf, &mut rd.tmp) {
             Ok((ty, payload)) => frame(ty, &payload),
             // The bytes read so far stay in the buffer: the next read
             // goes on where this one stopped.
@@ -485,15 +489,15 @@ impl Link {
     /// waiting for more. False: the connection is over.
     fn drain(&self) -> bool {
         let mut rd = lock(&self.rd);
-        let mut tmp = [0u8; 64 * 1024];
+        let rd = &mut *rd;
         loop {
-            if !self.buffered(&mut rd) {
+            if !self.buffered(rd) {
                 return false;
             }
             use rustix::net::{recv, RecvFlags};
-            match recv(&self.sock, &mut tmp[..], RecvFlags::DONTWAIT) {
+            match recv(&self.sock, &mut rd.tmp[..], RecvFlags::DONTWAIT) {
                 Ok((0, _)) => return false,
-                Ok((n, _)) => rd.buf.extend_from_slice(&tmp[..n]),
+                Ok((n, _)) => rd.buf.extend_from_slice(&rd.tmp[..n]),
                 Err(rustix::io::Errno::AGAIN) => return true,
                 Err(rustix::io::Errno::INTR) => {}
                 Err(_) => return false,
@@ -594,9 +598,8 @@ impl Conn {
                 b.extend_from_slice(&n.to_le_bytes());
                 b.extend_from_slice(&body);
             });
-            let mut stream = o.stream.try_clone()?;
             drop(o);
-            let r = stream.write_all(&frame);
+            let r = (&self.wr).write_all(&frame);
             o = lock(&self.out);
             if let Err(e) = r {
                 o.writing = false;
@@ -629,6 +632,7 @@ pub(crate) fn handshake(inner: &Inner) -> Result<(Conn, Volume)> {
         rd: Mutex::new(Rd {
             stream: s.try_clone()?,
             buf,
+            tmp: vec![0; crate::hello::READ_CHUNK],
         }),
         sock: s.try_clone()?,
         dead: AtomicBool::new(false),
@@ -643,8 +647,8 @@ pub(crate) fn handshake(inner: &Inner) -> Result<(Conn, Volume)> {
         .spawn(move || l2.background())?;
     Ok((
         Conn {
+            wr: s,
             out: Mutex::new(Out {
-                stream: s,
                 queued: Vec::new(),
                 count: 0,
                 writing: false,

@@ -10,8 +10,16 @@ use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 
 /// Reads until one whole frame is in `buf` and takes it out.
-pub(crate) fn read_frame(s: &mut TcpStream, buf: &mut Vec<u8>) -> Result<(FrameType, Vec<u8>)> {
-    let mut tmp = [0u8; 64 * 1024];
+/// Most bytes one read of the connection takes.
+pub(crate) const READ_CHUNK: usize = 64 * 1024;
+
+/// Reads one whole frame: its type and payload. `buf` keeps the bytes
+/// read past it; `tmp` (any size) is where each read lands first.
+pub(crate) fn read_frame(
+    s: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    tmp: &mut [u8],
+) -> Result<(FrameType, Vec<u8>)> {
     loop {
         if let Some((ty, payload, n)) =
             split_frame(buf, MAX_FRAME).map_err(|e| ClientError::Protocol(e.to_string()))?
@@ -20,7 +28,7 @@ pub(crate) fn read_frame(s: &mut TcpStream, buf: &mut Vec<u8>) -> Result<(FrameT
             buf.drain(..n);
             return Ok((ty, p));
         }
-        let n = s.read(&mut tmp)?;
+        let n = s.read(tmp)?;
         if n == 0 {
             return Err(ClientError::Io(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -61,13 +69,14 @@ pub(crate) fn greet(inner: &Inner) -> Result<(TcpStream, Vec<u8>, Volume)> {
     });
     s.write_all(&out)?;
     let mut buf = Vec::new();
+    let mut tmp = vec![0u8; READ_CHUNK];
     let not_solofs = |why: String| {
         ClientError::Protocol(format!(
             "{} does not answer as a SoloFS server ({why}); is it the right address and port?",
             inner.addr
         ))
     };
-    let (ty, p) = match read_frame(&mut s, &mut buf) {
+    let (ty, p) = match read_frame(&mut s, &mut buf, &mut tmp) {
         Ok(f) => f,
         Err(ClientError::Protocol(why)) => return Err(not_solofs(why)),
         Err(ClientError::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
@@ -113,7 +122,7 @@ pub(crate) fn greet(inner: &Inner) -> Result<(TcpStream, Vec<u8>, Volume)> {
         }
     });
     s.write_all(&out)?;
-    let (ty, p) = read_frame(&mut s, &mut buf)?;
+    let (ty, p) = read_frame(&mut s, &mut buf, &mut tmp)?;
     match ty {
         FrameType::Welcome => {
             let mut r = Reader::new(&p);

@@ -21,6 +21,8 @@ const WAKE: Token = Token(usize::MAX);
 /// written (backpressure: a client that does not read cannot make the
 /// server buffer without bound).
 const OUT_HIGH: usize = 8 << 20;
+/// Most bytes one read of a connection takes.
+const READ_CHUNK: usize = 64 * 1024;
 /// After activity a worker polls for a while without sleeping, yielding
 /// the core between polls so clients on the same machine are not starved;
 /// how long adapts ([`solofs_proto::spin`]).
@@ -148,6 +150,8 @@ pub fn worker(
     let mut next = 0usize;
     let mut events = Events::with_capacity(256);
     let mut replies = Vec::new();
+    // What each read lands in first: allocated (and zeroed) once.
+    let mut scratch = vec![0u8; READ_CHUNK];
     let mut last_sweep = Instant::now();
     let mut spin = Spin::new(shared.cfg.spin);
     loop {
@@ -227,7 +231,7 @@ pub fn worker(
             if ev.is_writable() {
                 c.writable = true;
             }
-            let alive = service(&shared, c, &m, &mut replies);
+            let alive = service(&shared, c, &m, &mut replies, &mut scratch);
             if !alive {
                 close(&shared, &poll, &mut conns, t, &m);
             }
@@ -268,18 +272,25 @@ pub fn worker(
 
 /// Reads what the connection sent, executes complete frames, writes the
 /// replies. Returns false when the connection is finished.
-fn service(shared: &Shared, c: &mut Conn, m: &Metrics, replies: &mut Vec<Reply>) -> bool {
+fn service(
+    shared: &Shared,
+    c: &mut Conn,
+    m: &Metrics,
+    replies: &mut Vec<Reply>,
+    buf: &mut [u8],
+) -> bool {
     loop {
         let mut eof = false;
         let mut stalled = false;
-        // Read everything available (edge-triggered), unless replies pile up.
-        let mut buf = [0u8; 64 * 1024];
+        // Read everything available (edge-triggered), unless replies pile
+        // up. Until EAGAIN even after a short read: an end of stream that
+        // came with the data raises no edge of its own.
         loop {
             if c.outbuf.len() > OUT_HIGH {
                 stalled = true;
                 break;
             }
-            match c.stream.read(&mut buf) {
+            match c.stream.read(buf) {
                 Ok(0) => {
                     eof = true;
                     break;
