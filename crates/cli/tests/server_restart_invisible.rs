@@ -13,8 +13,7 @@ use common::{
 };
 use solofs_client::{at, Client, Target};
 use solofs_meta::{Cred, ROOT_INO};
-use solofs_proto::{decode_replies, encode_requests, Body, FrameType, Op, Request, RETRY};
-use std::io::Write;
+use solofs_proto::{decode_replies, Body, FrameType, Op, RETRY};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -123,16 +122,7 @@ fn writers_see_no_error_across_ten_server_kills() {
 
 /// Sends one request with id `id` and returns its result.
 fn call(s: &mut TcpStream, id: u64, op: Op) -> Result<Body, i32> {
-    let mut out = Vec::new();
-    encode_requests(
-        &[Request {
-            id,
-            cred: Cred::root(),
-            op,
-        }],
-        &mut out,
-    );
-    s.write_all(&out).unwrap();
+    common::send_request(s, id, op);
     let (ty, p) = read_frame(s);
     assert_eq!(ty, FrameType::Replies);
     let mut reps = decode_replies(&p).unwrap();

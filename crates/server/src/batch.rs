@@ -35,7 +35,7 @@ pub(crate) fn run_batch(
     }
     let t0 = Instant::now();
     let first = replies.len();
-    let before = shared.watch.before(&shared.engine, reqs);
+    let before = shared.watch.before(me, &shared.engine, reqs);
     let record = shared.replies.as_ref().zip(client);
     if retried {
         for q in reqs.iter_mut() {

@@ -497,13 +497,13 @@ fn frame(
                 (Some(rep), Some(id)) => rep.slot(id),
                 _ => None,
             };
-            let w = shared
-                .watch
-                .join(crate::watch::Sink::Worker(c.waker.clone()));
             c.session = match id {
                 Some(id) => u128::from_le_bytes(id),
                 None => session_of(&shared.nonce()),
             };
+            let w = shared
+                .watch
+                .join(crate::watch::Sink::Worker(c.waker.clone()), c.session);
             shared.locks.attach(c.session, &w);
             c.watcher = Some(w);
             let welcome = shared.welcome();

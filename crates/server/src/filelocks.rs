@@ -10,8 +10,8 @@
 //! ([`Notice::Granted`]). Deadlocks between waiting owners are refused with
 //! `EDEADLK` when the wait would close a cycle.
 //!
-//! Connections come and go: a client whose connection is lost keeps its
-//! locks for the grace period (it reconnects and claims them again), its
+//! Connections come and go: a client whose last connection is lost keeps
+//! its locks for the grace period (it reconnects and claims them again), its
 //! queued requests are dropped (it sends them again). The table lives in
 //! memory: after a server start, for the grace period, only claims of
 //! locks held before are granted, so every client that reconnects in time
@@ -97,9 +97,10 @@ struct File {
 
 #[derive(Default)]
 struct Client {
-    /// Its connection now, for its grants.
-    conn: Option<Arc<Watcher>>,
-    /// When its connection was lost (its locks go after the grace).
+    /// Its connections now (several: a mount's lanes, or a reconnect
+    /// before the old connection's end is seen); grants go to the newest.
+    conns: Vec<Arc<Watcher>>,
+    /// When its last connection was lost (its locks go after the grace).
     lost: Option<Instant>,
     /// Files it holds locks on or waits for.
     files: HashSet<u64>,
@@ -168,25 +169,26 @@ impl FileLocks {
         }
     }
 
-    /// Client `id` is served by connection `w` from now on.
+    /// Client `id` is served by connection `w` too from now on.
     pub fn attach(&self, id: u128, w: &Arc<Watcher>) {
         let mut t = self.table.lock();
         let c = t.clients.entry(id).or_default();
-        c.conn = Some(w.clone());
+        c.conns.push(w.clone());
         c.lost = None;
     }
 
-    /// Connection `w` of client `id` went away: its waits are dropped, its
-    /// locks kept for the grace period.
+    /// Connection `w` of client `id` went away. If it was the client's
+    /// last, the client's waits are dropped and its locks kept for the
+    /// grace period.
     pub fn detach(&self, id: u128, w: &Watcher) {
         let mut t = self.table.lock();
         let Some(c) = t.clients.get_mut(&id) else {
             return;
         };
-        if !c.conn.as_ref().is_some_and(|x| std::ptr::eq(&**x, w)) {
-            return; // a newer connection serves it already
+        c.conns.retain(|x| !std::ptr::eq(&**x, w));
+        if !c.conns.is_empty() {
+            return; // another connection serves it
         }
-        c.conn = None;
         c.lost = Some(Instant::now());
         let files: Vec<u64> = c.files.iter().copied().collect();
         for ino in files {
@@ -387,7 +389,7 @@ fn tidy(t: &mut Table, id: u128, ino: u64) {
     if !mine {
         if let Some(c) = t.clients.get_mut(&id) {
             c.files.remove(&ino);
-            if c.files.is_empty() && c.conn.is_none() {
+            if c.files.is_empty() && c.conns.is_empty() {
                 t.clients.remove(&id);
             }
         }
@@ -400,7 +402,7 @@ fn drop_client(t: &mut Table, id: u128) -> Vec<u64> {
     let Some(c) = t.clients.remove(&id) else {
         return Vec::new();
     };
-    let conn = c.conn.clone();
+    let conns = c.conns.clone();
     let inos: Vec<u64> = c.files.into_iter().collect();
     for ino in &inos {
         if let Some(f) = t.files.get_mut(ino) {
@@ -408,12 +410,12 @@ fn drop_client(t: &mut Table, id: u128) -> Vec<u64> {
             f.waiting.retain(|x| x.owner.0 != id);
         }
     }
-    if conn.is_some() {
+    if !conns.is_empty() {
         // Still connected (it asked): it stays known, with nothing.
         t.clients.insert(
             id,
             Client {
-                conn,
+                conns,
                 ..Default::default()
             },
         );
@@ -455,7 +457,7 @@ fn grant_now(t: &mut Table, ino: u64) {
         granted.push((x.owner.0, x.token));
     }
     for (id, token) in granted {
-        if let Some(w) = t.clients.get(&id).and_then(|c| c.conn.clone()) {
+        if let Some(w) = t.clients.get(&id).and_then(|c| c.conns.last().cloned()) {
             w.deliver(vec![Notice::Granted { token }]);
         }
     }

@@ -24,10 +24,10 @@ impl LocalConn {
     pub(crate) fn new(shared: Arc<Shared>, m: Arc<Metrics>) -> LocalConn {
         shared.connections.fetch_add(1, Ordering::SeqCst);
         m.connections.fetch_add(1, Ordering::Relaxed);
+        let session = crate::batch::session_of(&shared.nonce());
         let watcher = shared
             .watch
-            .join(crate::watch::Sink::Local(Default::default()));
-        let session = crate::batch::session_of(&shared.nonce());
+            .join(crate::watch::Sink::Local(Default::default()), session);
         shared.locks.attach(session, &watcher);
         LocalConn {
             opens: ConnOpens::new(shared.opens.clone()),

@@ -11,8 +11,10 @@
 //! after its caches of that time expired).
 //!
 //! A change (create, unlink, rename, setattr, a write commit, an xattr)
-//! names the entries and inodes it touched; every *other* connection that
-//! holds one is sent [`Notice::Entry`] / [`Notice::Inode`]. The race with
+//! names the entries and inodes it touched; every connection *of another
+//! client* that holds one is sent [`Notice::Entry`] / [`Notice::Inode`]
+//! (the connections of one client, which sent the same client id, share
+//! its caches: it saw its own change in its reply). The race with
 //! a reply that was being computed while the change happened is closed
 //! by change counters: a change bumps the counter of each inode's shard
 //! before it looks for holders, and a batch compares the counters of the
@@ -73,6 +75,10 @@ pub(crate) enum Sink {
 /// One connection's watched inodes and queued notices.
 pub(crate) struct Watcher {
     id: usize,
+    /// The client it serves (its id, or a random one if it sent none).
+    client: u128,
+    /// How many live connections that client has (shared by them).
+    group: Arc<AtomicUsize>,
     held: Mutex<InoSet>,
     full: AtomicBool,
     outbox: Mutex<Vec<Notice>>,
@@ -137,6 +143,8 @@ impl Watcher {
 pub(crate) struct Watch {
     slots: RwLock<Vec<Option<Arc<Watcher>>>>,
     live: AtomicUsize,
+    /// Live connections per client.
+    groups: Mutex<std::collections::HashMap<u128, Arc<AtomicUsize>>>,
     changes: [AtomicU64; SHARDS],
     /// Most inodes watched per connection.
     cap: usize,
@@ -152,7 +160,7 @@ pub(crate) struct Before {
     counts: [u64; SHARDS],
     /// Per request: the inodes a removal or rename is about to touch.
     victims: Vec<Vec<u64>>,
-    /// Were other connections watching (changes must be told)?
+    /// Were other clients' connections watching (changes must be told)?
     others: bool,
 }
 
@@ -169,6 +177,7 @@ impl Watch {
         Watch {
             slots: RwLock::new(Vec::new()),
             live: AtomicUsize::new(0),
+            groups: Mutex::default(),
             changes: std::array::from_fn(|_| AtomicU64::new(0)),
             cap,
             total: AtomicUsize::new(0),
@@ -200,12 +209,20 @@ impl Watch {
         }
     }
 
-    /// Registers a connection.
-    pub fn join(&self, sink: Sink) -> Arc<Watcher> {
+    /// Registers a connection of `client`.
+    pub fn join(&self, sink: Sink, client: u128) -> Arc<Watcher> {
         let mut s = self.slots.write();
         let id = s.iter().position(|x| x.is_none()).unwrap_or(s.len());
+        let group = {
+            let mut g = self.groups.lock();
+            let x = g.entry(client).or_default().clone();
+            x.fetch_add(1, Ordering::SeqCst);
+            x
+        };
         let w = Arc::new(Watcher {
             id,
+            client,
+            group,
             held: Mutex::new(InoSet::default()),
             full: AtomicBool::new(false),
             outbox: Mutex::new(Vec::new()),
@@ -228,15 +245,24 @@ impl Watch {
         if s.get(w.id).is_some_and(|x| x.is_some()) {
             s[w.id] = None;
             self.live.fetch_sub(1, Ordering::SeqCst);
+            if w.group.fetch_sub(1, Ordering::SeqCst) == 1 {
+                let mut g = self.groups.lock();
+                if g.get(&w.client)
+                    .is_some_and(|x| Arc::ptr_eq(x, &w.group) && x.load(Ordering::SeqCst) == 0)
+                {
+                    g.remove(&w.client);
+                }
+            }
             self.total.fetch_sub(w.held.lock().len(), Ordering::Relaxed);
         }
     }
 
-    /// Notes what a batch needs before it runs: the change counters, and
-    /// (if others are watching) the inodes its removals and renames are
-    /// about to touch, which their replies do not name.
-    pub fn before(&self, e: &Engine, reqs: &[Request]) -> Before {
-        let others = self.live.load(Ordering::SeqCst) > 1;
+    /// Notes what a batch of `me` needs before it runs: the change
+    /// counters, and (if other clients are watching) the inodes its
+    /// removals and renames are about to touch, which their replies do not
+    /// name.
+    pub fn before(&self, me: &Watcher, e: &Engine, reqs: &[Request]) -> Before {
+        let others = self.live.load(Ordering::SeqCst) > me.group.load(Ordering::SeqCst);
         let counts = std::array::from_fn(|i| self.changes[i].load(Ordering::Acquire));
         let victims = if others {
             reqs.iter().map(|q| victims(e, &q.cred, &q.op)).collect()
@@ -313,7 +339,7 @@ impl Watch {
         mine
     }
 
-    /// Tells every other holder of what `facts` touched.
+    /// Tells every holder of another client what `facts` touched.
     fn tell(&self, me: &Watcher, e: &Engine, facts: &[Fact]) {
         let gone: Vec<u64> = facts
             .iter()
@@ -345,7 +371,7 @@ impl Watch {
                     }
                 }
             }
-            if w.id != me.id && !list.is_empty() {
+            if w.client != me.client && !list.is_empty() {
                 self.count(&list);
                 w.deliver(list);
             }

@@ -393,6 +393,21 @@ pub fn raw_handshake(addr: &str, secret: &[u8], id: Option<[u8; 16]>) -> std::ne
     s
 }
 
+/// Writes one request, as root, in a frame of its own.
+pub fn send_request(s: &mut std::net::TcpStream, id: u64, op: solofs_proto::Op) {
+    use std::io::Write;
+    let mut out = Vec::new();
+    solofs_proto::encode_requests(
+        &[solofs_proto::Request {
+            id,
+            cred: solofs_meta::Cred::root(),
+            op,
+        }],
+        &mut out,
+    );
+    s.write_all(&out).unwrap();
+}
+
 /// The server's metrics page (empty if it cannot be read).
 pub fn metrics_page(metrics: &str) -> String {
     use std::io::{Read, Write};

@@ -1,0 +1,164 @@
+//! One client may hold several connections at once (they send the same
+//! client id at AUTH): what one of them changes is not noticed to the
+//! others, which share that client's caches, while connections of other
+//! clients that hold it are told; and the client's file locks stay held
+//! while any of its connections lives, and go after the lock grace only
+//! once the last one is gone (docs/protocol.md §8–9).
+
+mod common;
+
+use common::{raw_handshake, read_frame, Scratch, ServerProc};
+use solofs_client::at;
+use solofs_meta::ROOT_INO;
+use solofs_proto::{decode_notices, decode_replies, Body, FrameType, Notice, Op};
+use std::net::TcpStream;
+use std::time::Duration;
+
+const ME: [u8; 16] = [7; 16];
+const OTHER: [u8; 16] = [9; 16];
+const ENOENT: i32 = 2;
+const EAGAIN: i32 = 11;
+
+/// Sends one request; returns the notices that came before its reply,
+/// and the reply.
+fn call(s: &mut TcpStream, id: u64, op: Op) -> (Vec<Notice>, Result<Body, i32>) {
+    common::send_request(s, id, op);
+    let mut notices = Vec::new();
+    loop {
+        let (ty, p) = read_frame(s);
+        match ty {
+            FrameType::Notices => notices.extend(decode_notices(&p).unwrap()),
+            FrameType::Replies => {
+                let mut reps = decode_replies(&p).unwrap();
+                assert_eq!(reps.len(), 1);
+                let rep = reps.pop().unwrap();
+                assert_eq!(rep.id, id);
+                return (notices, rep.result);
+            }
+            other => panic!("unexpected frame {other:?}"),
+        }
+    }
+}
+
+fn lookup(name: &[u8]) -> Op {
+    Op::Lookup {
+        loc: at(ROOT_INO, name),
+        follow: false,
+    }
+}
+
+fn names_f(list: &[Notice]) -> bool {
+    list.iter()
+        .any(|n| matches!(n, Notice::Entry { parent, name } if *parent == ROOT_INO && name == b"f"))
+}
+
+#[test]
+fn a_change_is_noticed_to_other_clients_only() {
+    let s = Scratch::new("one-client-notices");
+    let mut srv = ServerProc::start(&s.path);
+    let mut a1 = raw_handshake(&srv.addr, &s.secret(), Some(ME));
+    let mut a2 = raw_handshake(&srv.addr, &s.secret(), Some(ME));
+    let mut b = raw_handshake(&srv.addr, &s.secret(), Some(OTHER));
+    // All three look the name up (a miss each): they hold the root.
+    for (c, id) in [(&mut a1, 1), (&mut a2, 1), (&mut b, 1)] {
+        assert_eq!(call(c, id, lookup(b"f")).1.err(), Some(ENOENT));
+    }
+    let made = call(
+        &mut a2,
+        2,
+        Op::Create {
+            loc: at(ROOT_INO, b"f"),
+            mode: 0o644,
+        },
+    );
+    assert!(made.1.is_ok(), "create: {:?}", made.1);
+    // A notice comes before any reply computed after the change.
+    let (told_b, r) = call(&mut b, 2, Op::Noop);
+    assert!(r.is_ok());
+    assert!(
+        names_f(&told_b),
+        "the other client was not told: {told_b:?}"
+    );
+    let (told_a1, r) = call(&mut a1, 2, Op::Noop);
+    assert!(r.is_ok());
+    assert!(
+        !names_f(&told_a1),
+        "a connection of the changing client was told of its change: {told_a1:?}"
+    );
+    // And the other way round: b's change reaches both of the client's
+    // connections that hold the root.
+    assert!(call(
+        &mut b,
+        3,
+        Op::Unlink {
+            loc: at(ROOT_INO, b"f")
+        }
+    )
+    .1
+    .is_ok());
+    for (c, id) in [(&mut a1, 3), (&mut a2, 3)] {
+        let (told, r) = call(c, id, Op::Noop);
+        assert!(r.is_ok());
+        assert!(names_f(&told), "a holder was not told: {told:?}");
+    }
+    assert!(srv.alive());
+}
+
+fn lock(ino: u64, owner: u64) -> Op {
+    Op::Lock {
+        ino,
+        owner,
+        kind: 1,
+        start: 0,
+        end: u64::MAX,
+        pid: 1,
+        flags: 0,
+        token: 0,
+    }
+}
+
+#[test]
+fn locks_stay_while_any_connection_of_the_client_lives() {
+    let s = Scratch::new("one-client-locks");
+    let mut srv = ServerProc::start_with(&s.path, "127.0.0.1:0", &["--lock-grace-ms", "200"]);
+    let mut a1 = raw_handshake(&srv.addr, &s.secret(), Some(ME));
+    let a2 = raw_handshake(&srv.addr, &s.secret(), Some(ME));
+    let mut b = raw_handshake(&srv.addr, &s.secret(), Some(OTHER));
+    let ino = match call(
+        &mut a1,
+        1,
+        Op::Create {
+            loc: at(ROOT_INO, b"locked"),
+            mode: 0o644,
+        },
+    )
+    .1
+    {
+        Ok(Body::Attr(a)) => a.ino,
+        other => panic!("create: {other:?}"),
+    };
+    assert!(call(&mut a1, 2, lock(ino, 1)).1.is_ok());
+    assert_eq!(call(&mut b, 1, lock(ino, 2)).1.err(), Some(EAGAIN));
+    // The client's newest connection goes; the older one still serves it,
+    // so no grace starts: well past the grace, the lock is still held.
+    drop(a2);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        call(&mut b, 2, lock(ino, 2)).1.err(),
+        Some(EAGAIN),
+        "the lock went while a connection of its client lived"
+    );
+    // The last connection goes: after the grace the lock is released.
+    drop(a1);
+    let t = std::time::Instant::now();
+    let mut id = 3;
+    while call(&mut b, id, lock(ino, 2)).1.is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the lock outlived its client's last connection by 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        id += 1;
+    }
+    assert!(srv.alive());
+}
