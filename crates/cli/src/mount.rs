@@ -234,6 +234,12 @@ fn check_not_mounted(mnt: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Connections a remote mount makes unless told: one per CPU it may use
+/// (its request threads are pinned one queue per CPU), at most 8.
+fn default_lanes() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+}
+
 /// `solofs mount --server ADDR MOUNTPOINT`.
 pub fn mount(args: Vec<OsString>) -> Result<()> {
     let mut p = lexopt::Parser::from_args(args);
@@ -241,7 +247,10 @@ pub fn mount(args: Vec<OsString>) -> Result<()> {
     let mut secret_file: Option<PathBuf> = std::env::var_os("SOLOFS_SECRET_FILE").map(Into::into);
     let mut mnt: Option<PathBuf> = None;
     let mut opts = MountOptions::default();
-    let mut copts = Options::default();
+    let mut copts = Options {
+        lanes: default_lanes(),
+        ..Options::default()
+    };
     while let Some(a) = next_arg(&mut p)? {
         if mount_flag(&a, &mut p, &mut opts)? {
             continue;
@@ -261,10 +270,17 @@ pub fn mount(args: Vec<OsString>) -> Result<()> {
                 }
                 copts.spin = Duration::from_micros(v);
             }
+            Arg::Long(k) if k == "lanes" => {
+                let v: usize = p.value()?.parse()?;
+                if !(1..=64).contains(&v) {
+                    bail!("--lanes is 1..=64");
+                }
+                copts.lanes = v;
+            }
             Arg::Long(k) if k == "server" => server = Some(p.value()?.parse()?),
             Arg::Long(k) if k == "secret-file" => secret_file = Some(p.value()?.into()),
             a if is_help(&a) => {
-                println!("solofs mount --server ADDR --secret-file FILE MOUNTPOINT [--retry-secs S] [--spin-us N] {MOUNT_FLAGS}\n  --retry-secs S  while the server cannot be reached (a restart), calls wait and retry this long (default 60)\n  --spin-us N     most µs a call polls for its reply before sleeping, adaptive below (default 50; 0: never)");
+                println!("solofs mount --server ADDR --secret-file FILE MOUNTPOINT [--retry-secs S] [--spin-us N] [--lanes N] {MOUNT_FLAGS}\n  --retry-secs S  while the server cannot be reached (a restart), calls wait and retry this long (default 60)\n  --spin-us N     most µs a call polls for its reply before sleeping, adaptive below (default 50; 0: never)\n  --lanes N       connections to the server, a call on its CPU's (default: one per CPU, at most 8)");
                 return Ok(());
             }
             Arg::Value(v) if mnt.is_none() => mnt = Some(v.into()),

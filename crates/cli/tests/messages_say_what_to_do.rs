@@ -148,3 +148,20 @@ fn a_polling_window_out_of_range_is_refused() {
     assert!(!out.status.success());
     assert!(err.contains("spin_us is 0..=100000"), "{err}");
 }
+
+#[test]
+fn a_lane_count_out_of_range_is_refused() {
+    let s = Scratch::new("lanes-range");
+    for bad in ["0", "65"] {
+        let out = Command::new(BIN)
+            .args(["mount", "--server", "127.0.0.1:1", "--secret-file"])
+            .arg(s.path.join("secret"))
+            .args(["--lanes", bad])
+            .arg(s.path.join("mnt"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(err.contains("--lanes is 1..=64"), "{err}");
+    }
+}

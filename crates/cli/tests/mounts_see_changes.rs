@@ -184,7 +184,16 @@ fn a_mount_the_server_cannot_watch_falls_back_to_short_timeouts() {
     let srv = ServerProc::start_with(&data, "127.0.0.1:0", &["--watch-cap", "40"]);
     let secret = data.join("secret");
     // Timeouts of 10 s: the mount watches again 10 s after the fall-back.
-    let t10 = &["--attr-timeout", "10", "--entry-timeout", "10"];
+    // One lane each: the cap is per connection, and this counts who is
+    // told (a thread that moved between CPUs would use two lanes).
+    let t10 = &[
+        "--attr-timeout",
+        "10",
+        "--entry-timeout",
+        "10",
+        "--lanes",
+        "1",
+    ];
     let a = MountProc::start(&srv.addr, &secret, &s.path.join("a"), t10);
     let b = MountProc::start(&srv.addr, &secret, &s.path.join("b"), t10);
     let many = a.mnt.join("many");

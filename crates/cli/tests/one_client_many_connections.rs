@@ -8,8 +8,8 @@
 mod common;
 
 use common::{raw_handshake, read_frame, Scratch, ServerProc};
-use solofs_client::at;
-use solofs_meta::ROOT_INO;
+use solofs_client::{at, Client, Options};
+use solofs_meta::{Access, Cred, ROOT_INO};
 use solofs_proto::{decode_notices, decode_replies, Body, FrameType, Notice, Op};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -160,5 +160,91 @@ fn locks_stay_while_any_connection_of_the_client_lives() {
         std::thread::sleep(Duration::from_millis(20));
         id += 1;
     }
+    assert!(srv.alive());
+}
+
+/// Runs `f` on a thread pinned to `cpu`.
+fn on_cpu<T: Send>(cpu: usize, f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut set = rustix::thread::CpuSet::new();
+            set.set(cpu);
+            rustix::thread::sched_setaffinity(None, &set).unwrap();
+            f()
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+/// A client with two lanes: what it opens from one CPU and ends from the
+/// other is ended on the lane that opened it (the server keeps opens per
+/// connection), so nothing stays open; an anonymous file made on one CPU
+/// is linked from the other.
+#[test]
+fn an_open_is_ended_on_its_lane_whatever_the_cpu() {
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        eprintln!("one CPU: every call takes lane 0; nothing to check");
+        return;
+    }
+    let s = Scratch::new("lanes-opens");
+    let mut srv = ServerProc::start(&s.path);
+    let opts = Options {
+        lanes: 2,
+        ..Options::default()
+    };
+    let c = Client::connect_with(&srv.addr, &s.secret(), opts).unwrap();
+    let r = Cred::root();
+    let open_inodes = || {
+        let page = common::metrics_page(&srv.metrics);
+        common::metric_sum(&page, "solofs_open_inodes")
+    };
+    for (a, b) in [(0, 1), (1, 0)] {
+        let name = format!("f{a}");
+        let f = on_cpu(a, || {
+            c.create_open(&r, at(ROOT_INO, name.as_bytes()), 0o644, Access::Write)
+                .unwrap()
+        });
+        let g = on_cpu(a, || c.open(&r, f.ino, Access::Read).unwrap());
+        assert_eq!(open_inodes(), 1);
+        on_cpu(b, || {
+            c.write_commit(&r, f.ino, 5, 0).unwrap();
+            c.release(&r, f.ino, Access::Write).unwrap();
+            c.release(&r, g.ino, Access::Read).unwrap();
+        });
+        assert_eq!(
+            open_inodes(),
+            0,
+            "an open made on CPU {a} stayed open after its release on CPU {b}"
+        );
+        assert_eq!(c.lookup(&r, at(ROOT_INO, name.as_bytes())).unwrap().size, 5);
+    }
+    // Many opens from both CPUs, ended together from one.
+    let mut closed = Vec::new();
+    for i in 0..20usize {
+        let name = format!("m{i}");
+        let a = on_cpu(i % 2, || {
+            c.create_open(&r, at(ROOT_INO, name.as_bytes()), 0o644, Access::Write)
+                .unwrap()
+        });
+        closed.push(solofs_client::Closed {
+            ino: a.ino,
+            flags: solofs_client::ReleaseFlags {
+                access: Access::Write,
+                clean: true,
+            },
+        });
+    }
+    assert_eq!(open_inodes(), 20);
+    on_cpu(1, || c.release_many(closed).unwrap());
+    assert_eq!(open_inodes(), 0, "release_many left opens behind");
+    // An anonymous file made on CPU 0, named from CPU 1.
+    let t = on_cpu(0, || c.tmpfile(&r, ROOT_INO, 0o600, Access::Write).unwrap());
+    on_cpu(1, || {
+        c.link_tmpfile(&r, t.ino, at(ROOT_INO, b"named")).unwrap();
+        c.release(&r, t.ino, Access::Write).unwrap();
+    });
+    assert_eq!(c.lookup(&r, at(ROOT_INO, b"named")).unwrap().ino, t.ino);
+    assert_eq!(open_inodes(), 0);
     assert!(srv.alive());
 }

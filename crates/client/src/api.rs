@@ -23,12 +23,14 @@ impl Client {
             access,
             again: false,
         };
-        let r = match self.call(cred, Op::Open { ino, flags })? {
+        let op = Op::Open { ino, flags };
+        let lane = self.lane_for_ops(std::iter::once(&op));
+        let r = match self.call_on(lane, cred, op)? {
             Body::Attr(a) => (a, None),
             Body::Inline(a, d) => (a, Some(d)),
             b => return Err(unexpected(b)),
         };
-        self.note_open(cred, ino, access);
+        self.note_open(lane, cred, ino, access);
         Ok(r)
     }
 
@@ -49,14 +51,15 @@ impl Client {
         mode: u32,
         access: Access,
     ) -> Result<Made> {
-        let m = self.made(cred, Op::CreateOpen { loc, mode, access })?;
-        self.note_open(cred, m.attr.ino, access);
+        let lane = self.lane_here();
+        let m = self.made_on(lane, cred, Op::CreateOpen { loc, mode, access })?;
+        self.note_open(lane, cred, m.attr.ino, access);
         Ok(m)
     }
 
-    fn note_open(&self, cred: &Cred, ino: u64, access: Access) {
+    fn note_open(&self, lane: usize, cred: &Cred, ino: u64, access: Access) {
         let mut o = self.inner.opens.lock().unwrap_or_else(|e| e.into_inner());
-        o.entry((ino, access)).or_insert((0, cred.clone())).0 += 1;
+        o.entry((lane, ino, access)).or_insert((0, cred.clone())).0 += 1;
     }
 
     /// Ends one [`Client::open`], saying that every block stored through
@@ -69,28 +72,57 @@ impl Client {
     /// is covered by a committed size; if not, the server deletes the
     /// file's blocks past its size once nobody has it open.
     pub fn release_with(&self, cred: &Cred, ino: u64, access: Access, clean: bool) -> Result<()> {
-        self.forget_open(ino, access);
+        let lane = self.forget_open(ino, access);
         let flags = ReleaseFlags { access, clean };
-        self.empty(cred, Op::Release { ino, flags })
+        match self.call_on(lane, cred, Op::Release { ino, flags })? {
+            Body::Empty => Ok(()),
+            b => Err(unexpected(b)),
+        }
     }
 
     /// Ends several opens in one request (as [`Client::release_with`]
     /// each).
+    /// Each lane's opens go on that lane (one request per lane).
     pub fn release_many(&self, opens: Vec<Closed>) -> Result<()> {
-        for c in &opens {
-            self.forget_open(c.ino, c.flags.access);
+        let mut by_lane: Vec<Vec<Closed>> = vec![Vec::new(); self.inner.lanes.len()];
+        for c in opens {
+            by_lane[self.forget_open(c.ino, c.flags.access)].push(c);
         }
-        self.empty(&Cred::root(), Op::ReleaseMany { opens })
-    }
-
-    fn forget_open(&self, ino: u64, access: Access) {
-        let mut o = self.inner.opens.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(e) = o.get_mut(&(ino, access)) {
-            e.0 -= 1;
-            if e.0 == 0 {
-                o.remove(&(ino, access));
+        let mut out = Ok(());
+        for (lane, opens) in by_lane.into_iter().enumerate() {
+            if opens.is_empty() {
+                continue;
+            }
+            let r = match self.call_on(lane, &Cred::root(), Op::ReleaseMany { opens }) {
+                Ok(Body::Empty) => Ok(()),
+                Ok(b) => Err(unexpected(b)),
+                Err(e) => Err(e),
+            };
+            if out.is_ok() {
+                out = r;
             }
         }
+        out
+    }
+
+    /// Ends one open of `ino` this client holds (with `access`); returns
+    /// the lane it was on.
+    fn forget_open(&self, ino: u64, access: Access) -> usize {
+        if let Some(lane) = self.forget_tmpfile(ino) {
+            return lane;
+        }
+        let mut o = self.inner.opens.lock().unwrap_or_else(|e| e.into_inner());
+        let lane = (0..self.inner.lanes.len()).find(|&l| o.contains_key(&(l, ino, access)));
+        let Some(lane) = lane else {
+            return self.lane_here();
+        };
+        if let Some(e) = o.get_mut(&(lane, ino, access)) {
+            e.0 -= 1;
+            if e.0 == 0 {
+                o.remove(&(lane, ino, access));
+            }
+        }
+        lane
     }
 
     /// Records a writer's flush: size grows to `size`, mtime is `mtime`.
@@ -144,14 +176,17 @@ impl Client {
     /// `access` (release it as any open; the server removes it at its last
     /// release unless [`Client::link_tmpfile`] named it).
     pub fn tmpfile(&self, cred: &Cred, parent: u64, mode: u32, access: Access) -> Result<Attr> {
-        self.attr(
-            cred,
-            Op::Tmpfile {
-                parent,
-                mode,
-                access,
-            },
-        )
+        let lane = self.lane_here();
+        let op = Op::Tmpfile {
+            parent,
+            mode,
+            access,
+        };
+        let a = self.made_on(lane, cred, op)?.attr;
+        if self.inner.lanes.len() > 1 {
+            self.note_tmpfile(lane, a.ino);
+        }
+        Ok(a)
     }
 
     /// `linkat` of anonymous file `ino` to `to`.
@@ -202,7 +237,12 @@ impl Client {
     }
 
     pub(crate) fn made(&self, cred: &Cred, op: Op) -> Result<Made> {
-        match self.call(cred, op)? {
+        let lane = self.lane_for_ops(std::iter::once(&op));
+        self.made_on(lane, cred, op)
+    }
+
+    pub(crate) fn made_on(&self, lane: usize, cred: &Cred, op: Op) -> Result<Made> {
+        match self.call_on(lane, cred, op)? {
             Body::Attr(attr) | Body::Inline(attr, _) => Ok(Made { attr, parent: None }),
             Body::Created(attr, p) => Ok(Made {
                 attr,

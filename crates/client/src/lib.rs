@@ -41,6 +41,7 @@ mod api;
 mod conn;
 mod errors;
 mod hello;
+mod lanes;
 mod locks;
 
 pub use api::{at, path, Made, Removed};
@@ -76,6 +77,12 @@ pub struct Options {
     /// The most a call polls for its reply before it sleeps, adaptive
     /// below ([`solofs_proto::spin`]); zero: never.
     pub spin: Duration,
+    /// Connections to the server ("lanes", at least 1): a call goes on
+    /// the lane of the CPU it runs on (so the server's workers share the
+    /// callers' CPUs), and anything about a file this client holds open
+    /// on the lane that opened it. They share one client id: one
+    /// client's caches, notices and locks (docs/protocol.md §8–9).
+    pub lanes: usize,
 }
 
 impl Default for Options {
@@ -85,6 +92,7 @@ impl Default for Options {
             connect_timeout: Duration::from_secs(5),
             retry: Duration::from_secs(60),
             spin: DEFAULT_SPIN,
+            lanes: 1,
         }
     }
 }
@@ -92,16 +100,22 @@ impl Default for Options {
 /// [`Options::spin`] by default.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 
+/// (lane, ino, access) → (count, cred) of the opens held.
+type OpenTable = HashMap<(usize, u64, Access), (u32, Cred)>;
+
 struct Inner {
     addr: String,
     secret: Vec<u8>,
     opts: Options,
-    conn: Mutex<Option<Arc<Conn>>>,
+    /// One connection slot per lane (`Options::lanes`).
+    lanes: Vec<Mutex<Option<Arc<Conn>>>>,
     next_id: AtomicU64,
     volume: Mutex<Volume>,
-    /// Files this client holds open: (ino, flags) → (count, cred). A new
-    /// connection registers them again.
-    opens: Mutex<HashMap<(u64, Access), (u32, Cred)>>,
+    /// Files this client holds open: (lane, ino, flags) → (count, cred).
+    /// A new connection of that lane registers them again.
+    opens: Mutex<OpenTable>,
+    /// Anonymous files (`open(O_TMPFILE)`) open here: ino → (lane, opens).
+    tmpfiles: Mutex<HashMap<u64, (usize, u32)>>,
     /// A server in this process: no connection at all.
     local: Option<Arc<dyn InProcess>>,
     /// This client's id for the server's reply record (random).
@@ -134,7 +148,11 @@ impl Client {
     /// Connects with explicit options.
     pub fn connect_with(addr: &str, secret: &[u8], opts: Options) -> Result<Client> {
         let c = Client::with(addr, secret, opts, Volume::default(), None);
-        c.conn()?;
+        // All lanes at once, so the server's round robin puts them on
+        // different workers.
+        for lane in 0..c.inner.lanes.len() {
+            c.conn(lane)?;
+        }
         Ok(c)
     }
 
@@ -145,23 +163,26 @@ impl Client {
         volume: Volume,
         local: Option<Arc<dyn InProcess>>,
     ) -> Client {
+        let lanes = opts.lanes.max(1);
         let (user, locks): (Notices, Arc<locks::LockBook>) = Default::default();
         let notices = Arc::new(std::sync::RwLock::new(Some(locks::sink(
             locks.clone(),
             user.clone(),
+            lanes > 1,
         ))));
         if let Some(l) = &local {
-            l.watch(locks::sink(locks.clone(), user.clone()));
+            l.watch(locks::sink(locks.clone(), user.clone(), false));
         }
         Client {
             inner: Arc::new(Inner {
                 addr: addr.to_string(),
                 secret: secret.to_vec(),
                 opts,
-                conn: Mutex::new(None),
+                lanes: (0..lanes).map(|_| Mutex::new(None)).collect(),
                 next_id: AtomicU64::new(1),
                 volume: Mutex::new(volume),
                 opens: Mutex::new(HashMap::new()),
+                tmpfiles: Mutex::new(HashMap::new()),
                 local,
                 id: random_id(),
                 notices,
@@ -187,21 +208,18 @@ impl Client {
         if self.inner.local.is_some() {
             return true; // told in the changer's thread
         }
-        let c = self
-            .inner
-            .conn
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        c.is_some_and(|c| c.settle())
+        self.inner.lanes.iter().all(|l| {
+            let c = l.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            c.is_some_and(|c| c.settle())
+        })
     }
 
     /// [`Client::conn`], retrying until `deadline` while the server cannot
     /// be reached.
-    fn conn_until(&self, deadline: std::time::Instant) -> Result<Arc<Conn>> {
+    fn conn_until(&self, lane: usize, deadline: std::time::Instant) -> Result<Arc<Conn>> {
         let mut pause = Duration::from_millis(20);
         loop {
-            match self.conn() {
+            match self.conn(lane) {
                 Err(e) if retryable(&e) && std::time::Instant::now() < deadline => {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(500));
@@ -211,8 +229,12 @@ impl Client {
         }
     }
 
-    fn conn(&self) -> Result<Arc<Conn>> {
-        let mut g = self.inner.conn.lock().unwrap_or_else(|e| e.into_inner());
+    /// Lane `lane`'s connection, made (and its opens registered again)
+    /// if there is none or it is gone.
+    fn conn(&self, lane: usize) -> Result<Arc<Conn>> {
+        let mut g = self.inner.lanes[lane]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if let Some(c) = &*g {
             if !c.dead() {
                 return Ok(c.clone());
@@ -234,7 +256,8 @@ impl Client {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .flat_map(|(&(ino, access), (n, cred))| {
+            .filter(|(&(l, _, _), _)| l == lane)
+            .flat_map(|(&(_, ino, access), (n, cred))| {
                 (0..*n).map(move |_| {
                     let flags = OpenFlags {
                         access,
@@ -246,9 +269,16 @@ impl Client {
             .collect();
         if !again.is_empty() {
             // Best effort: a file that went away meanwhile just fails.
-            let _ = self.submit(&again);
+            let _ = self.submit_on(lane, &again).and_then(Ticket::wait);
         }
-        self.claim_locks();
+        // While another lane lives the server kept this client's locks
+        // and waits; otherwise claim them.
+        let alone = (0..self.inner.lanes.len())
+            .filter(|&l| l != lane)
+            .all(|l| self.lane_dead(l));
+        if alone {
+            self.claim_locks();
+        }
         Ok(c)
     }
 
@@ -261,10 +291,14 @@ impl Client {
         *self.inner.user.write().unwrap_or_else(|e| e.into_inner()) = Some(sink);
     }
 
-    /// Is the connection known to be gone (none yet counts as gone)?
+    /// Is the first lane's connection known to be gone (none yet counts
+    /// as gone)?
     fn is_dead(&self) -> bool {
-        self.inner
-            .conn
+        self.lane_dead(0)
+    }
+
+    fn lane_dead(&self, lane: usize) -> bool {
+        self.inner.lanes[lane]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
@@ -274,8 +308,21 @@ impl Client {
     /// Asks the server to forget what it watched for this client and to
     /// watch again from now on (after a [`Notice::Full`], once what was
     /// cached before it has expired).
+    /// Every lane is asked; with several, their `Watching` notices are
+    /// held back and one is told once all of them watch again.
     pub fn rewatch(&self) -> Result<()> {
-        self.empty(&Cred::root(), Op::Rewatch)
+        let n = self.inner.lanes.len();
+        if n == 1 || self.inner.local.is_some() {
+            return self.empty(&Cred::root(), Op::Rewatch);
+        }
+        for lane in 0..n {
+            match self.call_on(lane, &Cred::root(), Op::Rewatch)? {
+                Body::Empty => {}
+                b => return Err(unexpected(b)),
+            }
+        }
+        tell(&self.inner.user, &[Notice::Watching]);
+        Ok(())
     }
 
     /// The volume this client is connected to.
@@ -304,6 +351,11 @@ impl Client {
     /// outstanding, so one thread can keep the connection busy (a deep
     /// pipeline) while it prepares the next batch.
     pub fn submit_async(&self, ops: &[(Cred, Op)]) -> Result<Ticket> {
+        self.submit_on(self.lane_for(ops), ops)
+    }
+
+    /// [`Client::submit_async`] on lane `lane`.
+    pub(crate) fn submit_on(&self, lane: usize, ops: &[(Cred, Op)]) -> Result<Ticket> {
         if let Some(local) = &self.inner.local {
             let reqs = ops
                 .iter()
@@ -319,6 +371,7 @@ impl Client {
             }
             return Ok(Ticket {
                 client: self.clone(),
+                lane,
                 conn: None,
                 ids: Vec::new(),
                 ops: Vec::new(),
@@ -337,18 +390,20 @@ impl Client {
             .iter()
             .map(|_| self.inner.next_id.fetch_add(1, Ordering::Relaxed))
             .collect();
-        self.send_ops(ops, ids, false, deadline)
+        self.send_ops(lane, ops, ids, false, deadline)
     }
 
-    /// Sends `ops` with request ids `ids` (marked as retries if `again`).
+    /// Sends `ops` on lane `lane` with request ids `ids` (marked as
+    /// retries if `again`).
     fn send_ops(
         &self,
+        lane: usize,
         ops: &[(Cred, Op)],
         ids: Vec<u64>,
         again: bool,
         deadline: std::time::Instant,
     ) -> Result<Ticket> {
-        let conn = self.conn_until(deadline)?;
+        let conn = self.conn_until(lane, deadline)?;
         let mut buf = Vec::new();
         for ((cred, op), &id) in ops.iter().zip(&ids) {
             Request {
@@ -366,6 +421,7 @@ impl Client {
         };
         Ok(Ticket {
             client: self.clone(),
+            lane,
             conn: Some(conn),
             ids,
             ops: ops.to_vec(),
@@ -379,6 +435,8 @@ impl Client {
 /// Replies still to come for a batch sent with [`Client::submit_async`].
 pub struct Ticket {
     client: Client,
+    /// The lane it went on (a retry goes there too).
+    lane: usize,
     /// `None` for an in-process server.
     conn: Option<Arc<Conn>>,
     ids: Vec<u64>,
@@ -423,7 +481,7 @@ impl Ticket {
             let ids = std::mem::take(&mut self.ids);
             let again = self
                 .client
-                .send_ops(&self.ops, ids, true, self.deadline)
+                .send_ops(self.lane, &self.ops, ids, true, self.deadline)
                 .map_err(|e| {
                     if retryable(&e) {
                         ClientError::ConnectionLost

@@ -402,16 +402,31 @@ impl Client {
                     }
                 }
                 if c.is_dead() {
-                    let _ = c.conn();
+                    let _ = c.conn(0);
                 }
             });
     }
 }
 
 /// The notice sink the connection calls: grants first, then the user's.
-pub(crate) fn sink(locks: Arc<LockBook>, user: crate::Notices) -> solofs_proto::NoticeSink {
+/// With several lanes (`many`), a lane's `Watching` is not passed on:
+/// [`Client::rewatch`] tells it once every lane watches again.
+pub(crate) fn sink(
+    locks: Arc<LockBook>,
+    user: crate::Notices,
+    many: bool,
+) -> solofs_proto::NoticeSink {
     Arc::new(move |list: &[Notice]| {
         locks.notices(list);
-        crate::conn::tell(&user, list);
+        if many && list.contains(&Notice::Watching) {
+            let rest: Vec<Notice> = list
+                .iter()
+                .filter(|n| **n != Notice::Watching)
+                .cloned()
+                .collect();
+            crate::conn::tell(&user, &rest);
+        } else {
+            crate::conn::tell(&user, list);
+        }
     })
 }
