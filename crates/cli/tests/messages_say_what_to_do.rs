@@ -125,18 +125,25 @@ fn mounting_over_a_mount_is_refused() {
     let _ = std::fs::remove_dir(&mnt);
 }
 
-#[test]
-fn a_polling_window_out_of_range_is_refused() {
-    let s = Scratch::new("spin-range");
+/// `solofs mount` of an unreachable server with `flag value`: did it
+/// fail, and what it said.
+fn mount_with(s: &Scratch, flag: &str, value: &str) -> (bool, String) {
     let out = Command::new(BIN)
         .args(["mount", "--server", "127.0.0.1:1", "--secret-file"])
         .arg(s.path.join("secret"))
-        .args(["--spin-us", "100001"])
+        .args([flag, value])
         .arg(s.path.join("mnt"))
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (!out.status.success(), err)
+}
+
+#[test]
+fn a_polling_window_out_of_range_is_refused() {
+    let s = Scratch::new("spin-range");
+    let (failed, err) = mount_with(&s, "--spin-us", "100001");
+    assert!(failed);
     assert!(err.contains("--spin-us is 0..=100000"), "{err}");
     let out = Command::new(BIN)
         .args(["serve", "--data"])
@@ -153,15 +160,8 @@ fn a_polling_window_out_of_range_is_refused() {
 fn a_lane_count_out_of_range_is_refused() {
     let s = Scratch::new("lanes-range");
     for bad in ["0", "65"] {
-        let out = Command::new(BIN)
-            .args(["mount", "--server", "127.0.0.1:1", "--secret-file"])
-            .arg(s.path.join("secret"))
-            .args(["--lanes", bad])
-            .arg(s.path.join("mnt"))
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success());
+        let (failed, err) = mount_with(&s, "--lanes", bad);
+        assert!(failed);
         assert!(err.contains("--lanes is 1..=64"), "{err}");
     }
 }

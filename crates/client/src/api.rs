@@ -74,10 +74,7 @@ impl Client {
     pub fn release_with(&self, cred: &Cred, ino: u64, access: Access, clean: bool) -> Result<()> {
         let lane = self.forget_open(ino, access);
         let flags = ReleaseFlags { access, clean };
-        match self.call_on(lane, cred, Op::Release { ino, flags })? {
-            Body::Empty => Ok(()),
-            b => Err(unexpected(b)),
-        }
+        self.empty_on(lane, cred, Op::Release { ino, flags })
     }
 
     /// Ends several opens in one request (as [`Client::release_with`]
@@ -93,11 +90,7 @@ impl Client {
             if opens.is_empty() {
                 continue;
             }
-            let r = match self.call_on(lane, &Cred::root(), Op::ReleaseMany { opens }) {
-                Ok(Body::Empty) => Ok(()),
-                Ok(b) => Err(unexpected(b)),
-                Err(e) => Err(e),
-            };
+            let r = self.empty_on(lane, &Cred::root(), Op::ReleaseMany { opens });
             if out.is_ok() {
                 out = r;
             }
@@ -183,9 +176,7 @@ impl Client {
             access,
         };
         let a = self.made_on(lane, cred, op)?.attr;
-        if self.inner.lanes.len() > 1 {
-            self.note_tmpfile(lane, a.ino);
-        }
+        self.note_tmpfile(lane, a.ino);
         Ok(a)
     }
 
@@ -261,7 +252,12 @@ impl Client {
     }
 
     pub(crate) fn empty(&self, cred: &Cred, op: Op) -> Result<()> {
-        match self.call(cred, op)? {
+        let lane = self.lane_for_ops(std::iter::once(&op));
+        self.empty_on(lane, cred, op)
+    }
+
+    pub(crate) fn empty_on(&self, lane: usize, cred: &Cred, op: Op) -> Result<()> {
+        match self.call_on(lane, cred, op)? {
             Body::Empty => Ok(()),
             b => Err(unexpected(b)),
         }

@@ -316,10 +316,7 @@ impl Client {
             return self.empty(&Cred::root(), Op::Rewatch);
         }
         for lane in 0..n {
-            match self.call_on(lane, &Cred::root(), Op::Rewatch)? {
-                Body::Empty => {}
-                b => return Err(unexpected(b)),
-            }
+            self.empty_on(lane, &Cred::root(), Op::Rewatch)?;
         }
         tell(&self.inner.user, &[Notice::Watching]);
         Ok(())
@@ -335,9 +332,7 @@ impl Client {
     }
     /// Runs one operation as `cred`.
     pub fn call(&self, cred: &Cred, op: Op) -> Result<Body> {
-        let mut r = self.submit(&[(cred.clone(), op)])?;
-        r.pop()
-            .ok_or_else(|| ClientError::Protocol("no reply".into()))?
+        self.call_on(self.lane_for_ops(std::iter::once(&op)), cred, op)
     }
 
     /// Sends a batch of operations in one frame and waits for all replies
