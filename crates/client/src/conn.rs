@@ -616,8 +616,9 @@ impl Conn {
 }
 
 /// Connects, authenticates and starts the connection's background thread.
-pub(crate) fn handshake(inner: &Inner) -> Result<(Conn, Volume)> {
-    let (s, buf, vol) = crate::hello::greet(inner)?;
+/// Also says how many other connections of this client the server serves.
+pub(crate) fn handshake(inner: &Inner) -> Result<(Conn, Volume, u32)> {
+    let (s, buf, vol, others) = crate::hello::greet(inner)?;
     // A leader blocked in a read looks at its deadline this often.
     s.set_read_timeout(Some(TICK))?;
     let link = Arc::new(Link {
@@ -656,5 +657,6 @@ pub(crate) fn handshake(inner: &Inner) -> Result<(Conn, Volume)> {
             link,
         },
         vol,
+        others,
     ))
 }

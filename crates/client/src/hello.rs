@@ -50,8 +50,10 @@ fn server_error(payload: &[u8]) -> ClientError {
 }
 
 /// Connects and authenticates: the stream, the bytes read past the
-/// WELCOME frame, and what the server said of its volume.
-pub(crate) fn greet(inner: &Inner) -> Result<(TcpStream, Vec<u8>, Volume)> {
+/// WELCOME frame, what the server said of its volume, and how many other
+/// connections of this client it serves (none: it keeps no waits of the
+/// client, and maybe no locks, so they must be claimed again).
+pub(crate) fn greet(inner: &Inner) -> Result<(TcpStream, Vec<u8>, Volume, u32)> {
     let addr = inner.addr.to_socket_addrs()?.next().ok_or_else(|| {
         ClientError::Io(io::Error::new(
             io::ErrorKind::NotFound,
@@ -123,6 +125,7 @@ pub(crate) fn greet(inner: &Inner) -> Result<(TcpStream, Vec<u8>, Volume)> {
     });
     s.write_all(&out)?;
     let (ty, p) = read_frame(&mut s, &mut buf, &mut tmp)?;
+    let others;
     match ty {
         FrameType::Welcome => {
             let mut r = Reader::new(&p);
@@ -133,9 +136,10 @@ pub(crate) fn greet(inner: &Inner) -> Result<(TcpStream, Vec<u8>, Volume)> {
             vol.block_size = r.u64().map_err(bad)?;
             vol.storage = String::from_utf8_lossy(r.bytes(4096).map_err(bad)?).into_owned();
             vol.inline_max = r.u64().map_err(bad)?;
+            others = r.u32().map_err(bad)?;
         }
         FrameType::Error => return Err(server_error(&p)),
         _ => return Err(ClientError::Protocol("expected WELCOME".into())),
     }
-    Ok((s, buf, vol))
+    Ok((s, buf, vol, others))
 }

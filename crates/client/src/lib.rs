@@ -240,7 +240,7 @@ impl Client {
                 return Ok(c.clone());
             }
         }
-        let (c, vol) = handshake(&self.inner)?;
+        let (c, vol, others) = handshake(&self.inner)?;
         let c = Arc::new(c);
         if g.is_some() {
             // What the old connection let the caller cache is no longer
@@ -271,14 +271,7 @@ impl Client {
             // Best effort: a file that went away meanwhile just fails.
             let _ = self.submit_on(lane, &again).and_then(Ticket::wait);
         }
-        // While another lane lives the server kept this client's locks
-        // and waits; otherwise claim them.
-        let alone = (0..self.inner.lanes.len())
-            .filter(|&l| l != lane)
-            .all(|l| self.lane_dead(l));
-        if alone {
-            self.claim_locks();
-        }
+        self.connected(lane, others);
         Ok(c)
     }
 
@@ -294,11 +287,7 @@ impl Client {
     /// Is the first lane's connection known to be gone (none yet counts
     /// as gone)?
     fn is_dead(&self) -> bool {
-        self.lane_dead(0)
-    }
-
-    fn lane_dead(&self, lane: usize) -> bool {
-        self.inner.lanes[lane]
+        self.inner.lanes[0]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()

@@ -77,6 +77,9 @@ struct Book {
     next_token: u64,
     /// A thread reconnects while anything is held.
     keeper: bool,
+    /// A connection found the server keeping nothing of this client's
+    /// (docs/protocol.md §9): its locks and waits are still to be claimed.
+    unclaimed: bool,
 }
 
 impl Book {
@@ -294,12 +297,29 @@ impl Client {
         Ok(())
     }
 
-    /// On a new connection: claims the locks held before and queues the
-    /// waiting requests again. A lock someone else took meanwhile is lost
-    /// (said on stderr); a request that fails now ends with its error.
-    pub(crate) fn claim_locks(&self) {
+    /// A new connection on `lane` that the server counts `others` other
+    /// connections of this client beside: with none, the server keeps no
+    /// waits of the client (and after a restart or its grace, no locks),
+    /// so they are claimed again. The lanes' own view of each other cannot
+    /// say that: two reconnecting at once each see the other connected.
+    pub(crate) fn connected(&self, lane: usize, others: u32) {
+        if others == 0 {
+            self.inner.locks.st().unclaimed = true;
+        }
+        self.claim_locks(lane);
+    }
+
+    /// Claims the locks held before and queues the waiting requests
+    /// again, if a connection found them not kept. A lock someone else
+    /// took meanwhile is lost (said on stderr); a request that fails now
+    /// ends with its error. Claiming twice does no harm: a claim of a
+    /// lock held is granted again, a wait queued again keeps its place.
+    pub(crate) fn claim_locks(&self, lane: usize) {
         let (claims, waits): (Vec<LockReq>, Vec<(u64, LockReq, Cred)>) = {
-            let st = self.inner.locks.st();
+            let mut st = self.inner.locks.st();
+            if !std::mem::take(&mut st.unclaimed) {
+                return;
+            }
             let claims = st
                 .mine
                 .iter()
@@ -333,8 +353,10 @@ impl Client {
             .map(|r| (Cred::root(), op(r, RECLAIM, 0)))
             .collect();
         ops.extend(waits.iter().map(|(t, r, c)| (c.clone(), op(r, WAIT, *t))));
-        let Ok(results) = self.submit(&ops) else {
-            return; // the next connection tries again
+        let Ok(results) = self.submit_on(lane, &ops).and_then(crate::Ticket::wait) else {
+            // The next connection, or the keeper, tries again.
+            self.inner.locks.st().unclaimed = true;
+            return;
         };
         let mut ended = Vec::new();
         {
@@ -403,6 +425,8 @@ impl Client {
                 }
                 if c.is_dead() {
                     let _ = c.conn(0);
+                } else {
+                    c.claim_locks(0);
                 }
             });
     }

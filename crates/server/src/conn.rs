@@ -504,7 +504,7 @@ fn frame(
             let w = shared
                 .watch
                 .join(crate::watch::Sink::Worker(c.waker.clone()), c.session);
-            shared.locks.attach(c.session, &w);
+            let others = shared.locks.attach(c.session, &w);
             c.watcher = Some(w);
             let welcome = shared.welcome();
             put_frame(&mut c.outbuf, FrameType::Welcome, |b| {
@@ -515,6 +515,7 @@ fn frame(
                 w.u64(welcome.block_size);
                 w.bytes(welcome.storage.as_bytes());
                 w.u64(welcome.inline_max);
+                w.u32(others.min(u32::MAX as usize) as u32);
             });
             c.state = State::Ready;
         }

@@ -169,12 +169,17 @@ impl FileLocks {
         }
     }
 
-    /// Client `id` is served by connection `w` too from now on.
-    pub fn attach(&self, id: u128, w: &Arc<Watcher>) {
+    /// Client `id` is served by connection `w` too from now on. Returns
+    /// how many other connections serve it: none means its waits (and,
+    /// after a restart or the grace, its locks) are not kept here and the
+    /// client must claim them again.
+    pub fn attach(&self, id: u128, w: &Arc<Watcher>) -> usize {
         let mut t = self.table.lock();
         let c = t.clients.entry(id).or_default();
+        let others = c.conns.len();
         c.conns.push(w.clone());
         c.lost = None;
+        others
     }
 
     /// Connection `w` of client `id` went away. If it was the client's
@@ -284,14 +289,24 @@ impl FileLocks {
             tidy(&mut t, id, w.ino);
             return Err(EDEADLK);
         }
-        t.files.entry(w.ino).or_default().waiting.push_back(Waiter {
+        let waiter = Waiter {
             owner: me,
             write,
             start: w.start,
             end: w.end,
             pid: w.pid,
             token: w.token,
-        });
+        };
+        let waiting = &mut t.files.entry(w.ino).or_default().waiting;
+        // A wait queued again (a claim repeated after a reconnect) keeps
+        // its place: one grant per token.
+        match waiting
+            .iter_mut()
+            .find(|x| x.owner.0 == id && x.token == w.token)
+        {
+            Some(x) => *x = waiter,
+            None => waiting.push_back(waiter),
+        }
         t.clients.entry(id).or_default().files.insert(w.ino);
         drop(t);
         self.mark();

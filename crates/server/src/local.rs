@@ -28,7 +28,7 @@ impl LocalConn {
         let watcher = shared
             .watch
             .join(crate::watch::Sink::Local(Default::default()), session);
-        shared.locks.attach(session, &watcher);
+        let _ = shared.locks.attach(session, &watcher);
         LocalConn {
             opens: ConnOpens::new(shared.opens.clone()),
             watcher,

@@ -364,6 +364,12 @@ impl S3Server {
 /// A raw protocol connection that completed the handshake (as client `id`,
 /// if given, for the reply record).
 pub fn raw_handshake(addr: &str, secret: &[u8], id: Option<[u8; 16]>) -> std::net::TcpStream {
+    raw_welcome(addr, secret, id).0
+}
+
+/// [`raw_handshake`], and how many other connections of client `id` the
+/// WELCOME says the server serves.
+pub fn raw_welcome(addr: &str, secret: &[u8], id: Option<[u8; 16]>) -> (std::net::TcpStream, u32) {
     use solofs_proto::*;
     use std::io::Write;
     let mut s = std::net::TcpStream::connect(addr).unwrap();
@@ -389,8 +395,15 @@ pub fn raw_handshake(addr: &str, secret: &[u8], id: Option<[u8; 16]>) -> std::ne
         }
     });
     s.write_all(&out).unwrap();
-    assert_eq!(read_frame(&mut s).0, FrameType::Welcome);
-    s
+    let (ty, p) = read_frame(&mut s);
+    assert_eq!(ty, FrameType::Welcome);
+    let mut r = Reader::new(&p);
+    r.take(16).unwrap(); // max frame, max batch, root
+    r.u64().unwrap(); // block size
+    r.bytes(4096).unwrap(); // storage
+    r.u64().unwrap(); // inline threshold
+    let others = r.u32().unwrap();
+    (s, others)
 }
 
 /// Writes one request, as root, in a frame of its own.
@@ -431,20 +444,23 @@ pub fn metric_sum(page: &str, name: &str) -> u64 {
         .sum::<f64>() as u64
 }
 
-/// Reads one whole frame.
+/// Reads one whole frame, and not a byte past it (the next frame may have
+/// come in the same segment).
 pub fn read_frame(s: &mut std::net::TcpStream) -> (solofs_proto::FrameType, Vec<u8>) {
     use std::io::Read;
-    let mut buf = Vec::new();
-    let mut tmp = [0u8; 4096];
-    loop {
-        if let Some((ty, p, _)) = solofs_proto::split_frame(&buf, solofs_proto::MAX_FRAME).unwrap()
-        {
-            return (ty, p.to_vec());
-        }
-        let n = s.read(&mut tmp).unwrap();
-        assert!(n > 0, "connection closed");
-        buf.extend_from_slice(&tmp[..n]);
-    }
+    let mut buf = vec![0u8; 4];
+    s.read_exact(&mut buf).unwrap();
+    let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+    assert!(
+        len > 0 && len <= solofs_proto::MAX_FRAME,
+        "bad frame length {len}"
+    );
+    buf.resize(4 + len as usize, 0);
+    s.read_exact(&mut buf[4..]).unwrap();
+    let (ty, p, _) = solofs_proto::split_frame(&buf, solofs_proto::MAX_FRAME)
+        .unwrap()
+        .unwrap();
+    (ty, p.to_vec())
 }
 
 /// `solofs mkfs --data DATA` with the defaults (a volume whose blocks are
