@@ -284,3 +284,70 @@ fn blocked_lock_waiters_on_one_cpu_do_not_stop_its_other_requests() {
     let _ = std::fs::remove_dir(&mnt);
     assert_fsck_clean(&s.path);
 }
+
+/// Creates `argv[2]` files in `argv[1]`/many, says "made", waits for a line
+/// on stdin, then removes them all.
+const MANY: &str = r#"
+import os, sys
+d = os.path.join(sys.argv[1], "many")
+os.mkdir(d)
+n = int(sys.argv[2])
+for i in range(n):
+    open(os.path.join(d, str(i)), "w").close()
+print("made", flush=True)
+sys.stdin.readline()
+for i in range(n):
+    os.unlink(os.path.join(d, str(i)))
+os.rmdir(d)
+"#;
+
+/// With the rings serving requests, the `/dev/fuse` reader mostly gets
+/// forgets (one per removed file): it lets them gather and reads them in
+/// batches, instead of waking once per file.
+#[test]
+fn forgets_of_removed_files_are_read_in_batches() {
+    if !uring_available() {
+        return;
+    }
+    use std::io::{BufRead, Write};
+    const FILES: usize = 3000;
+    let s = Scratch::new("uring-forgets");
+    let mnt = s.path.with_extension("mnt");
+    let (m, _) = MountProc::up(&s.path, &mnt, &[]);
+    let pid = m.child.id();
+    let classic = || -> u64 {
+        threads(pid, "fuser-")
+            .iter()
+            .filter(|t| !t.0.starts_with("fuser-ring-"))
+            .map(|t| t.1)
+            .sum()
+    };
+    let mut p = Command::new("python3")
+        .arg("-c")
+        .arg(MANY)
+        .arg(&mnt)
+        .arg(FILES.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(p.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "made");
+    let before = classic();
+    writeln!(p.stdin.as_mut().unwrap()).unwrap();
+    assert!(p.wait().unwrap().success(), "the removals failed");
+    // The last forgets may still be on their way.
+    std::thread::sleep(Duration::from_millis(100));
+    let woke = classic() - before;
+    assert!(
+        woke * 3 < FILES as u64,
+        "the /dev/fuse reader woke {woke} times for {FILES} removed files"
+    );
+    assert!(!mnt.join("many").exists());
+    m.stop();
+    let _ = std::fs::remove_dir(&mnt);
+    assert_fsck_clean(&s.path);
+}

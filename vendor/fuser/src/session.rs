@@ -313,11 +313,13 @@ impl<FS: Filesystem> Session<FS> {
                     ch: ring_ch.clone(),
                     allowed,
                     session_owner,
+                    gather_forgets: false,
                 },
                 p,
             )?);
         }
 
+        let gather_forgets = !threads.is_empty();
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
             let event_loop = SessionEventLoop {
@@ -326,6 +328,7 @@ impl<FS: Filesystem> Session<FS> {
                 ch,
                 allowed,
                 session_owner,
+                gather_forgets,
             };
             threads.push(
                 thread::Builder::new()
@@ -561,7 +564,16 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) filesystem: Arc<FilesystemHolder<FS>>,
     pub(crate) allowed: SessionACL,
     pub(crate) session_owner: Uid,
+    /// SoloFS patch: this thread reads `/dev/fuse` beside io_uring rings,
+    /// so what it gets is mostly forgets. After one it waits
+    /// [`FORGET_GATHER`] before reading again: the forgets queued meanwhile
+    /// come in one `BATCH_FORGET` instead of one wake-up each (an `rm -r`
+    /// sends one per file). Interrupts wait at most that long.
+    pub(crate) gather_forgets: bool,
 }
+
+/// How long the `/dev/fuse` reader beside the rings lets forgets gather.
+const FORGET_GATHER: std::time::Duration = std::time::Duration::from_millis(1);
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
     pub(crate) fn event_loop(&self) -> io::Result<()> {
@@ -576,11 +588,16 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                 Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
                     // Dispatch request
                     Some(req) => {
-                        if let Ok(Operation::Destroy(_)) = req.request.operation() {
+                        let op = req.request.operation();
+                        if let Ok(Operation::Destroy(_)) = op {
                             req.reply::<ReplyEmpty>().ok();
                             return Ok(());
-                        } else {
-                            req.dispatch(self)
+                        }
+                        let forget =
+                            matches!(op, Ok(Operation::Forget(_) | Operation::BatchForget(_)));
+                        req.dispatch(self);
+                        if forget && self.gather_forgets {
+                            thread::sleep(FORGET_GATHER);
                         }
                     }
                     // Quit loop on illegal request
