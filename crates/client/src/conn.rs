@@ -284,7 +284,7 @@ impl Conn {
                 st = link.lead(st, id, deadline);
                 continue;
             }
-            let until = *poll_until.get_or_insert_with(|| now + lock(&link.spin).window());
+            let until = *poll_until.get_or_insert_with(|| now + lock(&link.spin).poll_for());
             if now < until {
                 let g = link.gen.load(Ordering::Acquire);
                 drop(st);
@@ -427,7 +427,7 @@ impl Link {
     /// ([`solofs_proto::spin`]), yielding the core between polls: true if
     /// bytes came meanwhile.
     fn polled(&self, fds: &mut [rustix::event::PollFd<'_>; 1]) -> bool {
-        let window = lock(&self.spin).window();
+        let window = lock(&self.spin).poll_for();
         if window.is_zero() {
             return false;
         }

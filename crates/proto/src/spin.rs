@@ -9,8 +9,53 @@
 //! the thread went to sleep (within the most it may poll), polling would
 //! have caught it and the window doubles; when it came later than that,
 //! polling only burned the core and the window halves, down to none.
+//!
+//! Polling yields the core between two looks, so that a thread of this
+//! core that the awaited answer needs can run. On a machine busy with other
+//! work that yield hands the core to a program that keeps it for a whole
+//! time slice, while the answer waits: one such long yield means the cores
+//! are taken, and then nobody in this process polls for a while
+//! ([`HOGGED`], [`QUIET`]); a sleeping thread is woken as soon as its answer
+//! comes, a yielded one only when the slice ends.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+/// A yield that gave the core away at least this long gave it to a thread
+/// that computes rather than one that answers (those run a few µs to tens).
+pub const HOGGED: Duration = Duration::from_micros(500);
+/// After such a yield, how long this process does not poll.
+pub const QUIET: Duration = Duration::from_millis(50);
+
+/// Until when (ns since [`epoch`]) nobody in this process polls.
+static QUIET_UNTIL: AtomicU64 = AtomicU64::new(0);
+
+/// A yield took `took`, ending at `now`: past [`HOGGED`], `until` is moved
+/// to [`QUIET`] after `now`.
+fn note_yield(until: &AtomicU64, took: Duration, now: Instant) {
+    if took >= HOGGED {
+        until.fetch_max(since_epoch(now + QUIET), Ordering::Relaxed);
+    }
+}
+
+fn quiet_at(until: &AtomicU64, now: Instant) -> bool {
+    since_epoch(now) < until.load(Ordering::Relaxed)
+}
+
+fn epoch() -> Instant {
+    static E: OnceLock<Instant> = OnceLock::new();
+    *E.get_or_init(Instant::now)
+}
+
+fn since_epoch(t: Instant) -> u64 {
+    t.saturating_duration_since(epoch()).as_nanos() as u64
+}
+
+/// Is this process's polling off because its cores were found taken?
+pub fn hogged() -> bool {
+    quiet_at(&QUIET_UNTIL, Instant::now())
+}
 
 /// An adaptive polling window.
 #[derive(Clone, Debug)]
@@ -34,8 +79,17 @@ impl Spin {
         Spin { cur: max / 2, max }
     }
 
-    /// How long to poll now.
+    /// The window as it has adapted.
     pub fn window(&self) -> Duration {
+        self.cur
+    }
+
+    /// How long to poll now: the window, or none while the cores are
+    /// taken ([`hogged`]).
+    pub fn poll_for(&self) -> Duration {
+        if hogged() {
+            return Duration::ZERO;
+        }
         self.cur
     }
 
@@ -57,11 +111,15 @@ impl Spin {
 
 /// Lets another thread of this core run, between two polls: false when
 /// one did (the yield took long), so that polling stops and the core goes
-/// to the thread that needs it instead.
+/// to the thread that needs it instead. A yield of [`HOGGED`] or more turns
+/// this process's polling off for [`QUIET`].
 pub fn yield_core() -> bool {
     let t = Instant::now();
     std::thread::yield_now();
-    t.elapsed() < Duration::from_micros(20)
+    let now = Instant::now();
+    let took = now - t;
+    note_yield(&QUIET_UNTIL, took, now);
+    took < Duration::from_micros(20)
 }
 
 /// How [`poll_until`] ended.
@@ -113,6 +171,21 @@ mod tests {
         let mut never = Spin::exact(Duration::ZERO);
         never.woke(Duration::ZERO);
         assert_eq!(never.window(), Duration::ZERO, "a most of 0 never polls");
+    }
+
+    #[test]
+    fn a_yield_that_gave_the_core_to_a_busy_program_stops_polling_for_a_while() {
+        let until = AtomicU64::new(0);
+        let t = Instant::now();
+        note_yield(&until, Duration::from_micros(30), t);
+        assert!(!quiet_at(&until, t), "a peer's short turn is no hog");
+        note_yield(&until, HOGGED, t);
+        assert!(quiet_at(&until, t));
+        assert!(quiet_at(&until, t + QUIET - Duration::from_millis(1)));
+        assert!(!quiet_at(&until, t + QUIET), "polling comes back");
+        // An earlier, shorter quiet does not cut a later one short.
+        note_yield(&until, HOGGED, t - Duration::from_millis(10));
+        assert!(quiet_at(&until, t + QUIET - Duration::from_millis(1)));
     }
 
     #[test]

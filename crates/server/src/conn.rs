@@ -65,7 +65,7 @@ impl Spin {
         if let Some(t) = self.slept.take() {
             self.win.woke(now - t);
         }
-        self.until = now + self.win.window();
+        self.until = now + self.win.poll_for();
     }
 }
 
