@@ -25,22 +25,49 @@ use std::time::{Duration, Instant};
 /// A yield that gave the core away at least this long gave it to a thread
 /// that computes rather than one that answers (those run a few µs to tens).
 pub const HOGGED: Duration = Duration::from_micros(500);
-/// After such a yield, how long this process does not poll.
+/// After such a yield, how long this process does not poll; twice that if
+/// the cores were found taken again within this long after the last quiet
+/// ended, and so on up to 16 times ([`MAX_STREAK`]): while a busy program
+/// keeps running, polling comes back rarely, each time costing a slice.
 pub const QUIET: Duration = Duration::from_millis(50);
+/// The most doublings of [`QUIET`].
+pub const MAX_STREAK: u64 = 4;
 
-/// Until when (ns since [`epoch`]) nobody in this process polls.
-static QUIET_UNTIL: AtomicU64 = AtomicU64::new(0);
-
-/// A yield took `took`, ending at `now`: past [`HOGGED`], `until` is moved
-/// to [`QUIET`] after `now`.
-fn note_yield(until: &AtomicU64, took: Duration, now: Instant) {
-    if took >= HOGGED {
-        until.fetch_max(since_epoch(now + QUIET), Ordering::Relaxed);
-    }
+/// When this process polls again, and how often in a row it found its
+/// cores taken.
+struct Quiet {
+    /// Until when (ns since [`epoch`]) nobody polls.
+    until: AtomicU64,
+    /// Doublings of [`QUIET`] now.
+    streak: AtomicU64,
 }
 
-fn quiet_at(until: &AtomicU64, now: Instant) -> bool {
-    since_epoch(now) < until.load(Ordering::Relaxed)
+static QUIET_NOW: Quiet = Quiet {
+    until: AtomicU64::new(0),
+    streak: AtomicU64::new(0),
+};
+
+/// A yield took `took`, ending at `now`: past [`HOGGED`], nobody polls for
+/// [`QUIET`] after `now`, doubled for each time in a row (the last quiet
+/// ended less than [`QUIET`] before).
+fn note_yield(q: &Quiet, took: Duration, now: Instant) {
+    if took < HOGGED {
+        return;
+    }
+    let n = since_epoch(now);
+    let quiet = QUIET.as_nanos() as u64;
+    let last = q.until.load(Ordering::Relaxed);
+    let streak = if last != 0 && n < last.saturating_add(quiet) {
+        (q.streak.load(Ordering::Relaxed) + 1).min(MAX_STREAK)
+    } else {
+        0
+    };
+    q.streak.store(streak, Ordering::Relaxed);
+    q.until.fetch_max(n + (quiet << streak), Ordering::Relaxed);
+}
+
+fn quiet_at(q: &Quiet, now: Instant) -> bool {
+    since_epoch(now) < q.until.load(Ordering::Relaxed)
 }
 
 fn epoch() -> Instant {
@@ -54,7 +81,7 @@ fn since_epoch(t: Instant) -> u64 {
 
 /// Is this process's polling off because its cores were found taken?
 pub fn hogged() -> bool {
-    quiet_at(&QUIET_UNTIL, Instant::now())
+    quiet_at(&QUIET_NOW, Instant::now())
 }
 
 /// An adaptive polling window.
@@ -114,11 +141,12 @@ impl Spin {
 /// to the thread that needs it instead. A yield of [`HOGGED`] or more turns
 /// this process's polling off for [`QUIET`].
 pub fn yield_core() -> bool {
+    epoch();
     let t = Instant::now();
     std::thread::yield_now();
     let now = Instant::now();
     let took = now - t;
-    note_yield(&QUIET_UNTIL, took, now);
+    note_yield(&QUIET_NOW, took, now);
     took < Duration::from_micros(20)
 }
 
@@ -175,17 +203,38 @@ mod tests {
 
     #[test]
     fn a_yield_that_gave_the_core_to_a_busy_program_stops_polling_for_a_while() {
-        let until = AtomicU64::new(0);
+        let ms = Duration::from_millis;
+        let q = Quiet {
+            until: AtomicU64::new(0),
+            streak: AtomicU64::new(0),
+        };
+        epoch();
         let t = Instant::now();
-        note_yield(&until, Duration::from_micros(30), t);
-        assert!(!quiet_at(&until, t), "a peer's short turn is no hog");
-        note_yield(&until, HOGGED, t);
-        assert!(quiet_at(&until, t));
-        assert!(quiet_at(&until, t + QUIET - Duration::from_millis(1)));
-        assert!(!quiet_at(&until, t + QUIET), "polling comes back");
-        // An earlier, shorter quiet does not cut a later one short.
-        note_yield(&until, HOGGED, t - Duration::from_millis(10));
-        assert!(quiet_at(&until, t + QUIET - Duration::from_millis(1)));
+        note_yield(&q, Duration::from_micros(30), t);
+        assert!(!quiet_at(&q, t), "a peer's short turn is no hog");
+        note_yield(&q, HOGGED, t);
+        assert!(quiet_at(&q, t));
+        assert!(quiet_at(&q, t + QUIET - ms(1)));
+        assert!(!quiet_at(&q, t + QUIET), "polling comes back");
+        // Taken again soon after: twice as long, then four times.
+        let t2 = t + QUIET + ms(1);
+        note_yield(&q, HOGGED, t2);
+        assert!(quiet_at(&q, t2 + 2 * QUIET - ms(1)));
+        assert!(!quiet_at(&q, t2 + 2 * QUIET));
+        let t3 = t2 + 2 * QUIET + ms(1);
+        note_yield(&q, HOGGED, t3);
+        assert!(quiet_at(&q, t3 + 4 * QUIET - ms(1)));
+        // Never past 16 times.
+        let mut tn = t3;
+        for _ in 0..10 {
+            tn += ms(1);
+            note_yield(&q, HOGGED, tn);
+        }
+        assert!(!quiet_at(&q, tn + 16 * QUIET));
+        // Long after the last quiet: back to one.
+        let late = tn + 16 * QUIET + 10 * QUIET;
+        note_yield(&q, HOGGED, late);
+        assert!(!quiet_at(&q, late + QUIET));
     }
 
     #[test]
