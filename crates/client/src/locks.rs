@@ -314,7 +314,7 @@ impl Client {
     /// took meanwhile is lost (said on stderr); a request that fails now
     /// ends with its error. Claiming twice does no harm: a claim of a
     /// lock held is granted again, a wait queued again keeps its place.
-    pub(crate) fn claim_locks(&self, lane: usize) {
+    fn claim_locks(&self, lane: usize) {
         let (claims, waits): (Vec<LockReq>, Vec<(u64, LockReq, Cred)>) = {
             let mut st = self.inner.locks.st();
             if !std::mem::take(&mut st.unclaimed) {

@@ -515,7 +515,7 @@ fn frame(
                 w.u64(welcome.block_size);
                 w.bytes(welcome.storage.as_bytes());
                 w.u64(welcome.inline_max);
-                w.u32(others.min(u32::MAX as usize) as u32);
+                w.u32(u32::try_from(others).unwrap_or(u32::MAX));
             });
             c.state = State::Ready;
         }
