@@ -52,6 +52,7 @@ fn mount_flag(a: &Arg, p: &mut lexopt::Parser, o: &mut MountOptions) -> Result<b
         "read-ahead" => o.read_ahead = p.value()?.parse()?,
         "allow-other" => o.allow_other = true,
         "no-io-uring" => o.io_uring = false,
+        "sync-unlink" => o.early_unlink = false,
         "cache-dir" => o.cache_dir = Some(p.value()?.into()),
         "cache-size" => o.cache_size = Some(parse_size(&p.value()?.string()?)?),
         "small-cache" => o.small_cache = parse_size(&p.value()?.string()?)?,
@@ -86,7 +87,7 @@ pub(crate) fn parse_size(s: &str) -> Result<u64> {
 }
 
 const MOUNT_FLAGS: &str =
-    "[--attr-timeout S] [--entry-timeout S] [--threads N] [--read-ahead BLOCKS] [--allow-other] [--cache-dir DIR] [--cache-size BYTES] [--small-cache BYTES] [--no-io-uring]";
+    "[--attr-timeout S] [--entry-timeout S] [--threads N] [--read-ahead BLOCKS] [--allow-other] [--cache-dir DIR] [--cache-size BYTES] [--small-cache BYTES] [--no-io-uring] [--sync-unlink]";
 
 /// SIGINT/SIGTERM received (set by the signal handlers, cleared when a
 /// busy mount was detached and keeps serving).

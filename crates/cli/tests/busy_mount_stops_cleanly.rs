@@ -6,17 +6,9 @@
 
 mod common;
 
-use common::{is_mounted, spawn_piped, MountProc, ServerProc, BIN};
+use common::{is_mounted, signal, spawn_piped, MountProc, ServerProc, BIN};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn signal(pid: u32, sig: &str) {
-    let st = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
-}
 
 fn wait_unmounted(mnt: &std::path::Path) {
     let t = Instant::now();

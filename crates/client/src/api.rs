@@ -326,18 +326,7 @@ impl Client {
     /// [`Client::unlink`], with what the server sent back: the directory's
     /// attributes right after, and the file's if it keeps other names.
     pub fn unlink_in(&self, cred: &Cred, loc: Loc) -> Result<Removed> {
-        match self.call(cred, Op::Unlink { loc })? {
-            Body::Empty => Ok(Removed::default()),
-            Body::Attr(a) => Ok(Removed {
-                dir: Some(a),
-                kept: None,
-            }),
-            Body::Created(a, p) => Ok(Removed {
-                dir: Some(p),
-                kept: Some(a),
-            }),
-            b => Err(unexpected(b)),
-        }
+        crate::behind::removed(self.call(cred, Op::Unlink { loc })?)
     }
     /// Removes an empty directory.
     pub fn rmdir(&self, cred: &Cred, loc: Loc) -> Result<()> {

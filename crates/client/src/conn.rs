@@ -586,7 +586,7 @@ impl Conn {
         let mut o = lock(&self.out);
         o.queued.extend_from_slice(&buf);
         o.count += count;
-        if o.writing {
+        if o.writing || o.count == 0 {
             return Ok(());
         }
         o.writing = true;
@@ -612,6 +612,21 @@ impl Conn {
                 return Ok(());
             }
         }
+    }
+}
+
+impl Conn {
+    /// Queues encoded requests without writing them: they go out with the
+    /// next frame anyone writes, or at [`Conn::flush`].
+    pub fn queue(&self, buf: &[u8], count: u32) {
+        let mut o = lock(&self.out);
+        o.queued.extend_from_slice(buf);
+        o.count += count;
+    }
+
+    /// Writes whatever is queued (a write in progress takes it along).
+    pub fn flush(&self) -> Result<()> {
+        self.send(Vec::new(), 0)
     }
 }
 

@@ -137,6 +137,7 @@ pub(crate) fn greet(inner: &Inner) -> Result<(TcpStream, Vec<u8>, Volume, u32)> 
             vol.storage = String::from_utf8_lossy(r.bytes(4096).map_err(bad)?).into_owned();
             vol.inline_max = r.u64().map_err(bad)?;
             others = r.u32().map_err(bad)?;
+            vol.as_sent = r.u8().map_err(bad)? & 1 != 0;
         }
         FrameType::Error => return Err(server_error(&p)),
         _ => return Err(ClientError::Protocol("expected WELCOME".into())),

@@ -38,6 +38,7 @@
 #![warn(missing_docs)]
 
 mod api;
+mod behind;
 mod conn;
 mod errors;
 mod hello;
@@ -45,6 +46,7 @@ mod lanes;
 mod locks;
 
 pub use api::{at, path, Made, Removed};
+pub use behind::Behind;
 pub(crate) use errors::{retryable, unexpected};
 pub use errors::{ClientError, Result};
 
@@ -127,6 +129,8 @@ struct Inner {
     user: Notices,
     /// The file locks this client holds and waits for.
     locks: Arc<locks::LockBook>,
+    /// Unlinks answered before their replies came (behind.rs).
+    behind: behind::Queue,
 }
 
 /// What the server says about its volume when a client connects: id, root
@@ -188,6 +192,7 @@ impl Client {
                 notices,
                 user,
                 locks,
+                behind: Default::default(),
             }),
         }
     }
@@ -340,6 +345,8 @@ impl Client {
 
     /// [`Client::submit_async`] on lane `lane`.
     pub(crate) fn submit_on(&self, lane: usize, ops: &[(Cred, Op)]) -> Result<Ticket> {
+        // After the unlinks answered early, on whatever lane (behind.rs).
+        self.settle_behind();
         if let Some(local) = &self.inner.local {
             let reqs = ops
                 .iter()
@@ -374,18 +381,20 @@ impl Client {
             .iter()
             .map(|_| self.inner.next_id.fetch_add(1, Ordering::Relaxed))
             .collect();
-        self.send_ops(lane, ops, ids, false, deadline)
+        self.send_ops(lane, ops, ids, false, deadline, false)
     }
 
     /// Sends `ops` on lane `lane` with request ids `ids` (marked as
-    /// retries if `again`).
-    fn send_ops(
+    /// retries if `again`); `queue_only`: they wait in the connection's
+    /// queue for the next frame written ([`Conn::flush`]).
+    pub(crate) fn send_ops(
         &self,
         lane: usize,
         ops: &[(Cred, Op)],
         ids: Vec<u64>,
         again: bool,
         deadline: std::time::Instant,
+        queue_only: bool,
     ) -> Result<Ticket> {
         let conn = self.conn_until(lane, deadline)?;
         let mut buf = Vec::new();
@@ -398,10 +407,13 @@ impl Client {
             .encode(&mut buf);
         }
         // A connection known to be gone would never answer.
-        let sent = if conn.expect(&ids) {
-            conn.send(buf, ops.len() as u32)
-        } else {
+        let sent = if !conn.expect(&ids) {
             Err(ClientError::ConnectionLost)
+        } else if queue_only {
+            conn.queue(&buf, ops.len() as u32);
+            Ok(())
+        } else {
+            conn.send(buf, ops.len() as u32)
         };
         Ok(Ticket {
             client: self.clone(),
@@ -433,6 +445,14 @@ pub struct Ticket {
 }
 
 impl Ticket {
+    /// Writes its requests if they still wait in the connection's queue
+    /// ([`Client::send_ops`]).
+    pub(crate) fn flush(&self) {
+        if let Some(c) = &self.conn {
+            let _ = c.flush();
+        }
+    }
+
     /// Waits for every reply of the batch, in order. If the connection
     /// broke, the batch is sent again (marked as a retry, same ids) on a new
     /// connection, until the client's retry window is over; then a batch of
@@ -465,7 +485,7 @@ impl Ticket {
             let ids = std::mem::take(&mut self.ids);
             let again = self
                 .client
-                .send_ops(self.lane, &self.ops, ids, true, self.deadline)
+                .send_ops(self.lane, &self.ops, ids, true, self.deadline, false)
                 .map_err(|e| {
                     if retryable(&e) {
                         ClientError::ConnectionLost

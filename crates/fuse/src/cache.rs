@@ -141,6 +141,13 @@ impl AttrCache {
         (Instant::now() < until).then_some(ino)
     }
 
+    /// What `name` in `parent` held (0: nothing), if this mount knows.
+    pub fn peek_name(&self, parent: u64, name: &[u8]) -> Option<u64> {
+        let m = self.names.lock();
+        let &(ino, until) = m.get(&name_key(parent, name))?;
+        (Instant::now() < until).then_some(ino)
+    }
+
     /// Forgets every name (the server stopped telling this mount about
     /// other mounts' changes).
     pub fn clear_names(&self) {

@@ -130,6 +130,17 @@ impl Coherence {
         START.with(|s| s.set(self.seq.load(Ordering::Acquire)));
     }
 
+    /// The sequence number this thread's request began at.
+    pub fn begun(&self) -> u64 {
+        START.with(|s| s.get())
+    }
+
+    /// Goes on with a request that began at `seq` ([`Coherence::begun`])
+    /// in this thread (its reply came later, to another thread).
+    pub fn resume(&self, seq: u64) {
+        START.with(|s| s.set(seq));
+    }
+
     /// Runs `f` with the timeouts this thread's request may give, under
     /// the gate (an answer to the kernel is written inside `f`).
     pub fn gated<R>(&self, f: impl FnOnce(Ttl) -> R) -> R {
@@ -169,7 +180,7 @@ impl Coherence {
 
     /// The server's notices (on the connection's reading thread, in order
     /// with the replies).
-    fn notice(&self, list: &[Notice]) {
+    pub(crate) fn notice(&self, list: &[Notice]) {
         let mut kernel = Vec::new();
         let mut untracked = false;
         {

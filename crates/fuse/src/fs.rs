@@ -54,11 +54,15 @@ pub struct SoloFs {
     /// Open directories whose listing ended: the offset after the last
     /// entry.
     pub(crate) dir_ends: Mutex<HashMap<u64, u64>>,
+    /// Unlinks answered early that the server then refused (early.rs).
+    pub(crate) failed: crate::early::Failed,
 }
 
 pub(crate) type Res<T> = Result<T, Errno>;
 impl Filesystem for SoloFs {
     fn destroy(&mut self) {
+        // Unlinks answered early reach the server first.
+        self.client.settle_behind();
         // Closes still queued reach the server before the mount ends.
         self.releases.stop();
         if let Err(e) = self.client.drop_locks() {
@@ -211,9 +215,11 @@ impl Filesystem for SoloFs {
     fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
         // A file still open here keeps answering fstat from its OpenFile
         // (getattr_of), so nothing needs to be noted.
-        let r = self
-            .client
-            .unlink_in(&self.cred(req), at(parent.0, n.as_bytes()));
+        let cred = self.cred(req);
+        if let Some(r) = self.unlink_early(&cred, parent.0, n.as_bytes()) {
+            return reply_empty(reply, r);
+        }
+        let r = self.client.unlink_in(&cred, at(parent.0, n.as_bytes()));
         self.name_gone(parent.0, n.as_bytes(), false, &r);
         reply_empty(reply, r.map(|_| ()).map_err(errno));
     }
@@ -474,6 +480,17 @@ impl Filesystem for SoloFs {
         reply: ReplyEmpty,
     ) {
         reply_empty(reply, self.flush_ino(req, ino.0));
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fsync_dir(ino.0).map_err(Errno::from_i32));
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {

@@ -79,6 +79,7 @@ impl SoloFs {
             releases: Releases::start(client.clone()),
             pages: Mutex::default(),
             dir_ends: Mutex::default(),
+            failed: Default::default(),
         }
     }
 
@@ -337,6 +338,7 @@ impl SoloFs {
 
 impl Drop for SoloFs {
     fn drop(&mut self) {
+        self.client.settle_behind();
         self.coh.stop();
     }
 }

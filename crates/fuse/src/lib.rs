@@ -33,6 +33,7 @@ mod cache;
 mod coherence;
 mod convert;
 mod creds;
+mod early;
 mod file;
 mod fs;
 mod helpers;
@@ -78,6 +79,10 @@ pub struct MountOptions {
     /// read-only open of one is answered without the server (smalls.rs);
     /// 0: every open asks the server.
     pub small_cache: u64,
+    /// Answer an unlink before the server has, when this mount knows the
+    /// name's file and the server runs requests as sent (early.rs);
+    /// false: every unlink waits for the server (`--sync-unlink`).
+    pub early_unlink: bool,
 }
 
 /// How long the kernel may cache attributes and names unless told
@@ -141,6 +146,7 @@ impl Default for MountOptions {
             cache_size: None,
             io_uring: true,
             small_cache: DEFAULT_SMALL_CACHE,
+            early_unlink: true,
         }
     }
 }

@@ -58,6 +58,12 @@ pub struct Welcome {
     /// Files up to this many bytes are kept in the metadata pool
     /// (`WriteInline`); 0: none.
     pub inline_max: u64,
+    /// Requests of this connection run with the credentials the client
+    /// sends and may change the volume (no root squash, no uid map, not
+    /// read-only): what the client's kernel permits, the server permits
+    /// too, so the client may answer some changes before the server has
+    /// (docs/protocol.md §2).
+    pub as_sent: bool,
 }
 
 /// A server in the same process as its client (`solofs up`): requests are

@@ -460,6 +460,7 @@ impl Shared {
             block_size: self.engine.block_size(),
             storage: self.engine.storage_url().to_string(),
             inline_max: self.engine.inline_max(),
+            as_sent: !self.cfg.root_squash,
         }
     }
 

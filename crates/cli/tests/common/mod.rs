@@ -483,3 +483,12 @@ pub fn within(
     }
     t.elapsed()
 }
+
+/// Sends signal `sig` (`-STOP`, `-KILL`, …) to process `pid`.
+pub fn signal(pid: u32, sig: &str) {
+    let st = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
