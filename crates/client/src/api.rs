@@ -326,7 +326,7 @@ impl Client {
     /// [`Client::unlink`], with what the server sent back: the directory's
     /// attributes right after, and the file's if it keeps other names.
     pub fn unlink_in(&self, cred: &Cred, loc: Loc) -> Result<Removed> {
-        crate::behind::removed(self.call(cred, Op::Unlink { loc })?)
+        removed(self.call(cred, Op::Unlink { loc })?)
     }
     /// Removes an empty directory.
     pub fn rmdir(&self, cred: &Cred, loc: Loc) -> Result<()> {
@@ -477,6 +477,22 @@ pub struct Removed {
     /// The inode the name held, if it lives on under other names (its
     /// link count and ctime changed).
     pub kept: Option<Attr>,
+}
+
+/// An unlink's reply as [`Client::unlink_in`] gives it.
+pub(crate) fn removed(b: Body) -> Result<Removed> {
+    match b {
+        Body::Empty => Ok(Removed::default()),
+        Body::Attr(a) => Ok(Removed {
+            dir: Some(a),
+            kept: None,
+        }),
+        Body::Created(a, p) => Ok(Removed {
+            dir: Some(p),
+            kept: Some(a),
+        }),
+        b => Err(unexpected(b)),
+    }
 }
 
 /// `Loc::At(parent, name)`.

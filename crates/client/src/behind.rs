@@ -17,6 +17,8 @@
 //! Each reply goes to the [`Behind`] given with its unlink, in the
 //! reaper's thread: it must not call this client.
 
+use crate::api::removed;
+use crate::conn::lock;
 use crate::*;
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -61,22 +63,6 @@ thread_local! {
     /// This thread is reaping (a reconnect inside a reap sends requests
     /// of its own: they must not wait for the reap).
     static REAPING: Cell<bool> = const { Cell::new(false) };
-}
-
-/// The unlink's reply as [`Client::unlink_in`] gives it.
-pub(crate) fn removed(b: Body) -> Result<Removed> {
-    match b {
-        Body::Empty => Ok(Removed::default()),
-        Body::Attr(a) => Ok(Removed {
-            dir: Some(a),
-            kept: None,
-        }),
-        Body::Created(a, p) => Ok(Removed {
-            dir: Some(p),
-            kept: Some(a),
-        }),
-        b => Err(unexpected(b)),
-    }
 }
 
 impl Client {
@@ -201,8 +187,4 @@ fn reaper(weak: Weak<Inner>) {
         std::thread::sleep(LINGER);
         c.settle_behind();
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -55,7 +55,7 @@ pub(crate) fn tell(sink: &Notices, list: &[Notice]) {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -580,6 +580,19 @@ fn frame(ty: FrameType, payload: &[u8]) -> Frame {
 }
 
 impl Conn {
+    /// Queues encoded requests without writing them: they go out with the
+    /// next frame anyone writes, or at [`Conn::flush`].
+    pub fn queue(&self, buf: &[u8], count: u32) {
+        let mut o = lock(&self.out);
+        o.queued.extend_from_slice(buf);
+        o.count += count;
+    }
+
+    /// Writes whatever is queued (a write in progress takes it along).
+    pub fn flush(&self) -> Result<()> {
+        self.send(Vec::new(), 0)
+    }
+
     /// Queues encoded requests; the caller that finds no write in progress
     /// writes everything queued (its own and others') as one frame.
     pub fn send(&self, buf: Vec<u8>, count: u32) -> Result<()> {
@@ -612,21 +625,6 @@ impl Conn {
                 return Ok(());
             }
         }
-    }
-}
-
-impl Conn {
-    /// Queues encoded requests without writing them: they go out with the
-    /// next frame anyone writes, or at [`Conn::flush`].
-    pub fn queue(&self, buf: &[u8], count: u32) {
-        let mut o = lock(&self.out);
-        o.queued.extend_from_slice(buf);
-        o.count += count;
-    }
-
-    /// Writes whatever is queued (a write in progress takes it along).
-    pub fn flush(&self) -> Result<()> {
-        self.send(Vec::new(), 0)
     }
 }
 

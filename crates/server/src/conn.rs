@@ -516,10 +516,8 @@ fn frame(
                 w.bytes(welcome.storage.as_bytes());
                 w.u64(welcome.inline_max);
                 w.u32(u32::try_from(others).unwrap_or(u32::MAX));
-                let k = c.caps.as_ref().map(|c| &*c.key);
-                let plain =
-                    k.is_none_or(|k| !k.read_only && !k.root_squash && k.uid_map.is_empty());
-                w.u8(u8::from(welcome.as_sent && plain));
+                let key = c.caps.as_ref().is_none_or(|c| c.key.as_sent());
+                w.u8(u8::from(welcome.as_sent && key));
             });
             c.state = State::Ready;
         }

@@ -64,6 +64,12 @@ impl Key {
         }
     }
 
+    /// Do requests under this key run with the credentials the client
+    /// sends, and may they change the volume (WELCOME's *as sent*)?
+    pub fn as_sent(&self) -> bool {
+        !self.read_only && !self.root_squash && self.uid_map.is_empty()
+    }
+
     /// Its line in the keys file.
     pub fn line(&self) -> String {
         let mut s = format!("{} {}", self.name, String::from_utf8_lossy(&self.secret));
