@@ -4,7 +4,9 @@
 //! subdir key sees its directory as the root and cannot reach outside it
 //! (by inode, by path, with `..`, or by a rename or link out); a uid map
 //! is applied both ways; a revoked key's connections are closed and it
-//! authenticates no more.
+//! authenticates no more; only connections whose requests run as sent
+//! (no read-only, root-squash or uid-map key, no squashing server) may
+//! answer unlinks early.
 
 mod common;
 use common::*;
@@ -193,4 +195,29 @@ fn mounts_use_their_key_files() {
     }
     drop((a, r, d));
     srv.stop();
+}
+
+/// WELCOME's *as sent* flag (docs/protocol.md §2): only a connection whose
+/// requests run with the credentials it sends, and may change the volume,
+/// may have unlinks answered before the server's reply (docs/data.md).
+#[test]
+fn only_keys_that_run_requests_as_sent_answer_early() {
+    let s = Scratch::new("keys-as-sent");
+    let srv = ServerProc::start(&s.path);
+    key(&s.path, &["add", "ro", "--read-only"]);
+    key(&s.path, &["add", "sd", "--subdir", "/"]);
+    key(&s.path, &["add", "rs", "--root-squash"]);
+    key(&s.path, &["add", "um", "--uid-map", "1000:5000"]);
+    let early = |secret: &[u8]| Client::connect(&srv.addr, secret).unwrap().answers_early();
+    let keyfile = |n: &str| std::fs::read(s.path.join(format!("{n}.key"))).unwrap();
+    assert!(early(&s.secret()), "the volume's own secret");
+    assert!(early(&keyfile("sd")), "a subdir key");
+    for k in ["ro", "rs", "um"] {
+        assert!(!early(&keyfile(k)), "key {k}");
+    }
+    drop(srv);
+    let squash = ServerProc::start_with(&s.path, "127.0.0.1:0", &["--root-squash"]);
+    assert!(!Client::connect(&squash.addr, &s.secret())
+        .unwrap()
+        .answers_early());
 }
