@@ -160,7 +160,7 @@ impl Filesystem for SoloFs {
                         }
                     }
                 }
-                self.fresh(self.client.setattr(&cred, Target::Ino(ino.0), sa))
+                self.fresh_of(ino.0, self.client.setattr(&cred, Target::Ino(ino.0), sa))
             }
         };
         self.attr(reply, r);
@@ -169,7 +169,7 @@ impl Filesystem for SoloFs {
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
         match self.client.readlink(&self.cred(req), Target::Ino(ino.0)) {
             Ok(t) => reply.data(&t),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.stale(ino.0, e)),
         }
     }
 
@@ -579,7 +579,7 @@ impl Filesystem for SoloFs {
                 value,
                 flags as u32,
             )
-            .map_err(errno);
+            .map_err(|e| self.stale(ino.0, e));
         self.xattrs_changed(ino.0);
         reply_empty(reply, r);
     }
@@ -595,7 +595,7 @@ impl Filesystem for SoloFs {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
             Ok(v) => reply.data(&v),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.stale(ino.0, e)),
         }
     }
 
@@ -620,7 +620,7 @@ impl Filesystem for SoloFs {
                     reply.data(&out)
                 }
             }
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.stale(ino.0, e)),
         }
     }
 
@@ -628,7 +628,7 @@ impl Filesystem for SoloFs {
         let r = self
             .client
             .removexattr(&self.cred(req), Target::Ino(ino.0), n.as_bytes())
-            .map_err(errno);
+            .map_err(|e| self.stale(ino.0, e));
         self.xattrs_changed(ino.0);
         reply_empty(reply, r);
     }
@@ -642,7 +642,7 @@ impl Filesystem for SoloFs {
         let r = self
             .client
             .access(&self.cred(req), Target::Ino(ino.0), mask.bits() as u32)
-            .map_err(errno);
+            .map_err(|e| self.stale(ino.0, e));
         reply_empty(reply, r);
     }
 

@@ -174,7 +174,10 @@ impl SoloFs {
         if let Some(f) = self.file(ino) {
             self.send_held(&mut f.lock())?;
         }
-        let (a, data) = self.client.open_data(cred, ino, access).map_err(errno)?;
+        let (a, data) = self
+            .client
+            .open_data(cred, ino, access)
+            .map_err(|e| self.stale(ino, e))?;
         self.keep(&a);
         let data = data.map(bytes::Bytes::from);
         self.small(&a, data.as_ref());
@@ -321,7 +324,7 @@ impl SoloFs {
             Some(g) => g.size,
             None => self.getattr_of(cred, ino)?.size,
         };
-        let a = self.fresh(self.client.setattr(cred, Target::Ino(ino), sa))?;
+        let a = self.fresh_of(ino, self.client.setattr(cred, Target::Ino(ino), sa))?;
         match guard.as_deref_mut() {
             Some(g) => g.truncate(&self.store, size).map_err(data_errno)?,
             None if size < old => {

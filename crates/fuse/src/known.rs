@@ -126,6 +126,29 @@ impl SoloFs {
         Ok(a)
     }
 
+    /// [`Self::fresh`] of a request about inode `ino`, which the kernel
+    /// named ([`Self::stale`]).
+    pub(crate) fn fresh_of(&self, ino: u64, r: Result<Attr, ClientError>) -> Res<Attr> {
+        let a = r.map_err(|e| self.stale(ino, e))?;
+        self.keep(&a);
+        Ok(a)
+    }
+
+    /// The error of a request about inode `ino`, which the kernel named.
+    /// If the server has no such inode, the name the kernel reached it by
+    /// was removed or replaced (a rename over it, an unlink and a create,
+    /// on another mount) before this mount heard of it: `ESTALE`, on which
+    /// the kernel looks the path up again at the server and retries once
+    /// (as for NFS), so the program finds what the name holds now instead
+    /// of `ENOENT`. What this mount kept of the inode is forgotten.
+    pub(crate) fn stale(&self, ino: u64, e: ClientError) -> fuser::Errno {
+        if e.errno() == libc::ENOENT {
+            self.attrs.forget(ino);
+            return fuser::Errno::ESTALE;
+        }
+        errno(e)
+    }
+
     /// A file created here that has no extended attributes?
     pub(crate) fn has_no_xattrs(&self, ino: u64) -> bool {
         self.file(ino).is_some_and(|f| f.lock().no_xattrs)
@@ -159,7 +182,7 @@ impl SoloFs {
                         return Ok(a);
                     }
                 }
-                Err(errno(e))
+                Err(self.stale(ino, e))
             }
         }
     }

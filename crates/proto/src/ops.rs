@@ -256,4 +256,31 @@ impl Op {
     pub fn name(code: u16) -> &'static str {
         NAMES.get(code as usize).copied().unwrap_or("unknown")
     }
+
+    /// Calls `f` with each directory this request names an entry in by
+    /// inode (`Loc::At`): where it looks up, makes, removes or renames.
+    pub fn named_dirs(&self, mut f: impl FnMut(u64)) {
+        let mut dir = |loc: &Loc| {
+            if let Loc::At(p, _) = loc {
+                f(*p)
+            }
+        };
+        match self {
+            Op::Lookup { loc, .. }
+            | Op::Create { loc, .. }
+            | Op::Mknod { loc, .. }
+            | Op::Mkdir { loc, .. }
+            | Op::Symlink { loc, .. }
+            | Op::Unlink { loc }
+            | Op::Rmdir { loc }
+            | Op::CreateOpen { loc, .. }
+            | Op::Link { to: loc, .. }
+            | Op::LinkTmpfile { to: loc, .. } => dir(loc),
+            Op::Rename { from, to, .. } => {
+                dir(from);
+                dir(to);
+            }
+            _ => {}
+        }
+    }
 }

@@ -68,7 +68,29 @@ pub fn execute_with(e: &Engine, req: &Request, writing: &dyn Fn(u64) -> bool) ->
     };
     Reply {
         id: req.id,
-        result: req.op.serve(&x).map_err(|err: Error| err.errno()),
+        result: req
+            .op
+            .serve(&x)
+            .map_err(|err: Error| stale(e, &req.op, err.errno())),
+    }
+}
+
+/// `errno` of a request, except that `ENOENT` becomes `ESTALE` when a
+/// directory the request names an entry in by inode is gone (removed,
+/// maybe replaced under its name, through another connection): the
+/// client's kernel then looks the directory's path up again and retries,
+/// as with NFS, instead of caching that the name is missing in a
+/// directory that no longer exists.
+fn stale(e: &Engine, op: &Op, errno: i32) -> i32 {
+    if errno != solofs_meta::errno::ENOENT {
+        return errno;
+    }
+    let mut gone = false;
+    op.named_dirs(|d| gone |= matches!(e.getattr(d), Err(Error::NotFound)));
+    if gone {
+        solofs_meta::errno::ESTALE
+    } else {
+        errno
     }
 }
 
@@ -354,7 +376,7 @@ impl Serve for Exec<'_> {
 /// its success. A create finds its name there, an unlink or rename finds
 /// its name gone.
 pub fn resolve_retry(e: &Engine, req: &Request, rep: Reply) -> Reply {
-    use solofs_meta::errno::{EEXIST, ENODATA, ENOENT};
+    use solofs_meta::errno::{EEXIST, ENODATA, ENOENT, ESTALE};
     let c = &req.cred;
     let lookup = |loc: &Loc| -> Option<solofs_meta::Attr> {
         let (p, n) = at(e, c, loc).ok()?;
@@ -369,8 +391,9 @@ pub fn resolve_retry(e: &Engine, req: &Request, rep: Reply) -> Reply {
             | Op::CreateOpen { loc, .. },
             Err(EEXIST),
         ) => lookup(loc).map(Body::Attr),
-        (Op::Unlink { .. } | Op::Rmdir { .. }, Err(ENOENT)) => Some(Body::Empty),
-        (Op::Rename { to, .. }, Err(ENOENT)) => lookup(to).map(|_| Body::Empty),
+        // ESTALE: the directory went too (after the name, stale()).
+        (Op::Unlink { .. } | Op::Rmdir { .. }, Err(ENOENT | ESTALE)) => Some(Body::Empty),
+        (Op::Rename { to, .. }, Err(ENOENT | ESTALE)) => lookup(to).map(|_| Body::Empty),
         (Op::Link { from, to }, Err(EEXIST)) => {
             let want = ino(e, c, from).ok();
             lookup(to).filter(|a| Some(a.ino) == want).map(Body::Attr)
@@ -429,7 +452,9 @@ pub fn execute_batch(
             {
                 out.push(Reply {
                     id: r.id,
-                    result: res.map(Body::Attr).map_err(|err| err.errno()),
+                    result: res
+                        .map(Body::Attr)
+                        .map_err(|err| stale(e, &r.op, err.errno())),
                 });
             }
             i += run;

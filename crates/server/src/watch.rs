@@ -448,27 +448,7 @@ fn held(op: &Op, rep: &Reply, add: &mut impl FnMut(u64)) {
     // cache the answer, a miss included.
     let named = matches!(rep.result, Ok(_) | Err(solofs_meta::errno::ENOENT));
     if named {
-        let mut dir = |loc: &Loc| {
-            if let Loc::At(p, _) = loc {
-                add(*p)
-            }
-        };
-        match op {
-            Op::Lookup { loc, .. }
-            | Op::Create { loc, .. }
-            | Op::Mknod { loc, .. }
-            | Op::Mkdir { loc, .. }
-            | Op::Symlink { loc, .. }
-            | Op::Unlink { loc }
-            | Op::Rmdir { loc }
-            | Op::CreateOpen { loc, .. }
-            | Op::Link { to: loc, .. } => dir(loc),
-            Op::Rename { from, to, .. } => {
-                dir(from);
-                dir(to);
-            }
-            _ => {}
-        }
+        op.named_dirs(&mut *add);
     }
     match &rep.result {
         Ok(Body::Attr(a)) => add(a.ino),
