@@ -142,6 +142,7 @@ impl Inode {
             ctime,
             btime: 0,
             blocks: 0,
+            xattrs: Default::default(),
         };
         let mut n = Inode {
             a,

@@ -338,3 +338,72 @@ fn a_name_replaced_on_another_mount_is_never_missing() {
     );
     t.stop();
 }
+
+/// Extended attributes of files that have none, asked on another mount
+/// (`ls -l` asks every file for `security.selinux`), cost no server
+/// request: the attributes that mount keeps say whether an inode has any.
+/// One another mount gives or takes away is seen there, through the notice.
+#[test]
+fn files_without_xattrs_cost_no_server_request() {
+    use rustix::fs::{lgetxattr, llistxattr, lremovexattr, lsetxattr, XattrFlags};
+    use rustix::io::Errno;
+    if !is_root() {
+        eprintln!("skipped: FUSE mounts need root here");
+        return;
+    }
+    let t = Two::start("xattrs");
+    let (a, b) = (&t.a, &t.b);
+    let (da, db) = (a.mnt.join("x"), b.mnt.join("x"));
+    std::fs::create_dir(&da).unwrap();
+    for i in 0..200 {
+        std::fs::write(da.join(format!("f{i}")), format!("file {i}")).unwrap();
+    }
+    lsetxattr(da.join("f7"), "user.k", b"v", XattrFlags::empty()).unwrap();
+    within("the files on b", BOUND, || db.join("f199").exists());
+    // b lists the directory with attributes and looks at every file.
+    assert_eq!(std::fs::read_dir(&db).unwrap().count(), 200);
+    for i in 0..200 {
+        std::fs::symlink_metadata(db.join(format!("f{i}"))).unwrap();
+    }
+    let get = |p: &Path, n: &str| {
+        let mut buf = [0u8; 64];
+        lgetxattr(p, n, &mut buf).map(|len| buf[..len].to_vec())
+    };
+    let requests = || metric_sum(&metrics_page(&t.srv.metrics), "solofs_ops_total");
+    let before = requests();
+    for i in 0..200 {
+        let p = db.join(format!("f{i}"));
+        assert_eq!(get(&p, "security.selinux"), Err(Errno::NODATA), "f{i}");
+        let mut names = [0u8; 64];
+        let n = llistxattr(&p, &mut names).unwrap();
+        if i == 7 {
+            assert_eq!(get(&p, "user.k").unwrap(), b"v");
+            assert_eq!(&names[..n], b"user.k\0");
+        } else {
+            assert_eq!(get(&p, "user.k"), Err(Errno::NODATA), "f{i}");
+            assert_eq!(n, 0, "f{i} lists no attributes");
+        }
+    }
+    // A name outside the namespaces the server keeps is its to refuse.
+    assert_eq!(
+        get(&db.join("f0"), "foo.bar"),
+        Err(Errno::NOTSUP),
+        "an unknown namespace"
+    );
+    let spent = requests() - before;
+    eprintln!("600 xattr calls on 200 files, 1 with attributes: {spent} server requests");
+    assert!(
+        spent <= 10,
+        "asking 199 files without attributes for them cost {spent} server requests"
+    );
+    // What a gives and takes away, b sees.
+    lsetxattr(da.join("f3"), "user.new", b"w", XattrFlags::empty()).unwrap();
+    within("an attribute given on a", BOUND, || {
+        get(&db.join("f3"), "user.new").as_deref() == Ok(b"w".as_slice())
+    });
+    lremovexattr(da.join("f7"), "user.k").unwrap();
+    within("an attribute taken away on a", BOUND, || {
+        get(&db.join("f7"), "user.k") == Err(Errno::NODATA)
+    });
+    t.stop();
+}

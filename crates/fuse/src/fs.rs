@@ -585,7 +585,7 @@ impl Filesystem for SoloFs {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
-        if self.has_no_xattrs(ino.0) {
+        if plain_xattr(n.as_bytes()) && self.has_no_xattrs(ino.0) {
             return reply.error(Errno::ENODATA);
         }
         match self

@@ -43,6 +43,17 @@ pub(crate) fn fopen_flags(flags: i32) -> FopenFlags {
     }
 }
 
+/// An attribute name the server answers `ENODATA` for on an inode that
+/// has no attributes: in one of the namespaces it keeps (`user.`,
+/// `trusted.`, `security.`), with a name after the dot and not too long.
+/// Anything else goes to the server, which says what is wrong with it.
+pub(crate) fn plain_xattr(n: &[u8]) -> bool {
+    n.len() <= solofs_types::XATTR_NAME_MAX
+        && ["user.", "trusted.", "security."]
+            .iter()
+            .any(|p| n.len() > p.len() && n.starts_with(p.as_bytes()))
+}
+
 /// Most files whose page-cache version a mount remembers (about 40 bytes
 /// each); past it, it starts over (the next opens then drop pages).
 const PAGE_VERSIONS: usize = 1 << 20;

@@ -8,7 +8,7 @@ use crate::convert::{data_errno, errno, now_ns};
 use crate::file::OpenFile;
 use crate::fs::{Res, SoloFs};
 use solofs_client::{ClientError, Made, Removed, Target};
-use solofs_types::{Attr, Cred, SetAttr, TimeSet};
+use solofs_types::{Attr, Cred, SetAttr, TimeSet, Xattrs};
 
 impl SoloFs {
     /// Server attributes overlaid with what this mount has not flushed.
@@ -149,9 +149,29 @@ impl SoloFs {
         errno(e)
     }
 
-    /// A file created here that has no extended attributes?
+    /// Has `ino` no extended attributes, as far as this mount may answer
+    /// for the server? A file created here that got none; or an inode
+    /// whose attributes this mount keeps from a reply under the current
+    /// watch that said it has none (another mount's change of its
+    /// attributes sends a notice that drops them), when the server runs
+    /// this mount's requests as sent (so the kernel's permission check
+    /// before a `getxattr` is the server's too).
     pub(crate) fn has_no_xattrs(&self, ino: u64) -> bool {
-        self.file(ino).is_some_and(|f| f.lock().no_xattrs)
+        if self.file(ino).is_some_and(|f| f.lock().no_xattrs) {
+            return true;
+        }
+        let watch = self.coh.watch();
+        if watch == 0 || !self.client.answers_early() {
+            return false;
+        }
+        let none = || {
+            self.attrs
+                .watched(ino, watch)
+                .is_some_and(|a| a.xattrs == Xattrs::None)
+        };
+        // Notices that reached this host count: handled, they may have
+        // dropped the attributes.
+        none() && self.client.notices_settled() && self.coh.watch() == watch && none()
     }
 
     /// This mount set or removed an extended attribute of `ino`.

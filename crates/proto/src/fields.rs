@@ -4,7 +4,7 @@
 
 use crate::codec::{DecodeError, Reader, Writer};
 use solofs_types::extents::Extents;
-use solofs_types::{Access, Attr, Cred, DirEntry, FileType, SetAttr, TimeSet};
+use solofs_types::{Access, Attr, Cred, DirEntry, FileType, SetAttr, TimeSet, Xattrs};
 
 /// Most supplementary groups a credential may carry.
 pub const MAX_GROUPS: usize = 64;
@@ -361,7 +361,7 @@ impl Field for Cred {
     }
 }
 
-/// Encodes attributes (80 bytes).
+/// Encodes attributes (81 bytes).
 pub fn put_attr(w: &mut Writer, a: &Attr) {
     w.u64(a.ino);
     w.u32(a.mode);
@@ -375,6 +375,11 @@ pub fn put_attr(w: &mut Writer, a: &Attr) {
     w.i64(a.ctime);
     w.i64(a.btime);
     w.u64(a.blocks);
+    w.u8(match a.xattrs {
+        Xattrs::Unknown => 0,
+        Xattrs::None => 1,
+        Xattrs::Some => 2,
+    });
 }
 
 /// Decodes attributes.
@@ -392,6 +397,12 @@ pub fn get_attr(r: &mut Reader) -> Result<Attr, DecodeError> {
         ctime: r.i64()?,
         btime: r.i64()?,
         blocks: r.u64()?,
+        xattrs: match r.u8()? {
+            1 => Xattrs::None,
+            2 => Xattrs::Some,
+            // 0, and anything else: not known.
+            _ => Xattrs::Unknown,
+        },
     })
 }
 

@@ -521,6 +521,7 @@ mod tests {
             ctime: 3,
             btime: 0,
             blocks: 24,
+            xattrs: solofs_types::Xattrs::Some,
         };
         let e = DirEntry {
             name: b"x".to_vec(),

@@ -206,6 +206,8 @@ fn attr_of(w: &[u64; 9]) -> Attr {
         ctime: w[7] as i64,
         btime: w[8] as i64,
         blocks: if is_dev(w[1] as u32) { 0 } else { w[4] },
+        // Not recorded: a retried request's client asks again.
+        xattrs: Default::default(),
     }
 }
 
@@ -230,6 +232,7 @@ mod tests {
             ctime: 3,
             btime: 4,
             blocks: 8,
+            xattrs: Default::default(),
         };
         {
             let r = Replies::open(&p).unwrap();

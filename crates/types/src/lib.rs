@@ -160,6 +160,19 @@ impl FileType {
     }
 }
 
+/// Whether an inode has extended attributes a program can read, as the
+/// server knew when it gave its attributes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Xattrs {
+    /// Not said (a reply kept for a retry, attributes made by a client).
+    #[default]
+    Unknown,
+    /// None: a `getxattr` would answer `ENODATA`, a `listxattr` nothing.
+    None,
+    /// At least one.
+    Some,
+}
+
 /// Attributes of an inode (what `stat` returns). Times are nanoseconds since
 /// the Unix epoch.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -189,6 +202,9 @@ pub struct Attr {
     /// Data stored, in 512-byte units (`st_blocks`): regular files only
     /// (4 KiB per granule that holds data; holes count nothing).
     pub blocks: u64,
+    /// Whether it has extended attributes (a mount answers a program's
+    /// `getxattr` of an inode that has none itself).
+    pub xattrs: Xattrs,
 }
 
 impl Attr {

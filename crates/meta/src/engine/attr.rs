@@ -41,6 +41,10 @@ fn file_attr_words(w: &[AtomicU64; FILE_HEAD_WORDS]) -> Attr {
         ctime: at(F_CTIME) as i64,
         btime: at(E_BDTIME) as i64,
         blocks: 0,
+        xattrs: match at(F_XATTR) {
+            0 => Xattrs::None,
+            _ => Xattrs::Unknown, // the blob says (file_attr_of)
+        },
     }
 }
 
@@ -59,8 +63,12 @@ impl Engine {
     fn file_attr_of(&self, w: &[AtomicU64; FILE_HEAD_WORDS]) -> Attr {
         let mut a = file_attr_words(w);
         let blob = w[(F_XATTR / 8) as usize].load(Ordering::Acquire);
-        if blob != 0 && a.mode & S_IFMT == S_IFREG {
-            a.blocks = self.blob_blocks(blob);
+        if blob != 0 {
+            let (blocks, xattrs) = self.blob_facts(blob);
+            if a.mode & S_IFMT == S_IFREG {
+                a.blocks = blocks;
+            }
+            a.xattrs = xattrs;
         }
         a
     }
@@ -83,6 +91,10 @@ impl Engine {
                 ctime: c1 as i64,
                 btime: p.content(content).bdtime().get()? as i64,
                 blocks: 0,
+                xattrs: match p.content(content).xattr().get()? {
+                    0 => Xattrs::None,
+                    blob => self.blob_facts(blob).1,
+                },
             };
             if p.content(content).ctime().get()? == c1 {
                 return Ok(a);

@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::format::layout::{
     ctx_area, F_XATTR, GRANULE, INLINE_NAME, K_XATTR, MAP_NAME, MAP_RANGES, MAX_CTX, X_DATA,
 };
-use crate::{Attr, S_IFMT, S_IFREG};
+use crate::{Attr, Xattrs, S_IFMT, S_IFREG};
 use solofs_types::extents::Extents;
 use std::sync::atomic::Ordering;
 
@@ -61,43 +61,48 @@ fn granules_around(a: u64, b: u64) -> (u64, u64) {
 }
 
 impl Engine {
-    /// `st_blocks` of a regular file whose attribute blob is `blob`:
-    /// read without the inode's lock (a `stat`), so a blob being replaced
-    /// may read as anything; the caller's validation of the file object
-    /// discards such a read, and nothing here fails on one.
-    pub(crate) fn blob_blocks(&self, blob: u64) -> u64 {
+    /// What attribute blob `blob` says of its inode: `st_blocks` (of a
+    /// regular file) and whether it holds attributes a program can read
+    /// (any but the engine's own, `system.`). Read without the inode's
+    /// lock (a `stat`), so a blob being replaced may read as anything; the
+    /// caller's validation of the object discards such a read, and nothing
+    /// here fails on one.
+    pub(crate) fn blob_facts(&self, blob: u64) -> (u64, Xattrs) {
         let p = &self.pool;
         let Ok(lw) = p.xblob(blob).len().get() else {
-            return 0;
+            return (0, Xattrs::Unknown);
         };
         let len = lw as u32 as usize;
         if X_DATA as usize + len > BLOB_MAX {
-            return 0;
+            return (0, Xattrs::Unknown);
         }
         // Word-aligned reads only: the whole blob (small, but for a file
         // with large user attributes).
         let mut b = vec![0u8; len];
         if p.xblob(blob).data().read_bytes(&mut b).is_err() {
-            return 0;
+            return (0, Xattrs::Unknown);
         }
         let mut i = 0;
         let mut data = Extents::new();
+        let mut visible = Xattrs::None;
         while i + 6 <= len {
             let nl = u16::from_le_bytes([b[i], b[i + 1]]) as usize;
             let vl = u32::from_le_bytes([b[i + 2], b[i + 3], b[i + 4], b[i + 5]]) as usize;
             i += 6;
             if i + nl + vl > len {
-                return 0;
+                return (0, Xattrs::Unknown);
             }
             let (name, v) = (&b[i..i + nl], &b[i + nl..i + nl + vl]);
             if name == INLINE_NAME {
                 data.add(0, inline_granules(vl));
             } else if name == MAP_NAME {
                 data.add_all(&Extents::decode(v).unwrap_or_default());
+            } else if !super::xattr::hidden(name) {
+                visible = Xattrs::Some;
             }
             i += nl + vl;
         }
-        data.total() * (GRANULE / 512)
+        (data.total() * (GRANULE / 512), visible)
     }
 
     /// The granules file object `f` holds data in.

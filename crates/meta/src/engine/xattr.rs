@@ -23,7 +23,7 @@ pub(crate) fn blob_len(pairs: &Pairs) -> usize {
 
 /// A pair the engine keeps for itself (inline bytes, the data map): in
 /// the `system.` namespace, which no client may name.
-fn hidden(name: &[u8]) -> bool {
+pub(crate) fn hidden(name: &[u8]) -> bool {
     name.starts_with(b"system.")
 }
 
