@@ -585,6 +585,9 @@ impl Filesystem for SoloFs {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
+        if foreign_xattr(n.as_bytes()) {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
         if plain_xattr(n.as_bytes()) && self.has_no_xattrs(ino.0) {
             return reply.error(Errno::ENODATA);
         }

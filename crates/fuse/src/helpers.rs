@@ -43,15 +43,29 @@ pub(crate) fn fopen_flags(flags: i32) -> FopenFlags {
     }
 }
 
+/// The namespaces of extended attributes the server keeps.
+const XATTR_SPACES: [&str; 3] = ["user.", "trusted.", "security."];
+
 /// An attribute name the server answers `ENODATA` for on an inode that
-/// has no attributes: in one of the namespaces it keeps (`user.`,
-/// `trusted.`, `security.`), with a name after the dot and not too long.
-/// Anything else goes to the server, which says what is wrong with it.
+/// has no attributes: in one of the namespaces it keeps, with a name
+/// after the dot and not too long. Anything else goes to the server,
+/// which says what is wrong with it (but see [`foreign_xattr`]).
 pub(crate) fn plain_xattr(n: &[u8]) -> bool {
     n.len() <= solofs_types::XATTR_NAME_MAX
-        && ["user.", "trusted.", "security."]
+        && XATTR_SPACES
             .iter()
             .any(|p| n.len() > p.len() && n.starts_with(p.as_bytes()))
+}
+
+/// A well-formed name in none of the namespaces the server keeps (such as
+/// the `system.posix_acl_access` that `cp -a` asks every file for): the
+/// server answers `EOPNOTSUPP` for it whatever the inode, so the mount
+/// does too, without asking.
+pub(crate) fn foreign_xattr(n: &[u8]) -> bool {
+    (1..=solofs_types::XATTR_NAME_MAX).contains(&n.len())
+        && !XATTR_SPACES
+            .iter()
+            .any(|p| n.starts_with(p.trim_end_matches('.').as_bytes()))
 }
 
 /// Most files whose page-cache version a mount remembers (about 40 bytes
