@@ -570,6 +570,10 @@ impl Filesystem for SoloFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        if foreign_xattr(n.as_bytes()) {
+            // What `cp -a` tries on every file (`system.posix_acl_access`).
+            return reply.error(Errno::EOPNOTSUPP);
+        }
         let r = self
             .client
             .setxattr(
@@ -628,6 +632,9 @@ impl Filesystem for SoloFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        if foreign_xattr(n.as_bytes()) {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
         let r = self
             .client
             .removexattr(&self.cred(req), Target::Ino(ino.0), n.as_bytes())

@@ -58,9 +58,10 @@ pub(crate) fn plain_xattr(n: &[u8]) -> bool {
 }
 
 /// A well-formed name in none of the namespaces the server keeps (such as
-/// the `system.posix_acl_access` that `cp -a` asks every file for): the
-/// server answers `EOPNOTSUPP` for it whatever the inode, so the mount
-/// does too, without asking.
+/// the `system.posix_acl_access` that `cp -a` asks of every file and sets
+/// on every copy): the server refuses it with `EOPNOTSUPP` whatever the
+/// inode (the kernel has refused a bad size or flags before), so the
+/// mount does too, without asking.
 pub(crate) fn foreign_xattr(n: &[u8]) -> bool {
     (1..=solofs_types::XATTR_NAME_MAX).contains(&n.len())
         && !XATTR_SPACES
