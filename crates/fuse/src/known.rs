@@ -5,7 +5,7 @@
 //! one request (docs/protocol.md §7).
 
 use crate::convert::{data_errno, errno, now_ns};
-use crate::file::OpenFile;
+use crate::file::{version, OpenFile};
 use crate::fs::{Res, SoloFs};
 use solofs_client::{ClientError, Made, Removed, Target};
 use solofs_types::{Attr, Cred, SetAttr, TimeSet, Xattrs};
@@ -160,18 +160,26 @@ impl SoloFs {
         if self.file(ino).is_some_and(|f| f.lock().no_xattrs) {
             return true;
         }
+        self.client.answers_early()
+            && self
+                .settled_attrs(ino, |a| a.xattrs == Xattrs::None)
+                .is_some()
+    }
+
+    /// The attributes of `ino` this mount keeps from a reply under the
+    /// current watch, if `ok` holds for them, and still the same once
+    /// every notice that reached this host is handled (one may have
+    /// dropped them): what the mount may answer for the server with.
+    pub(crate) fn settled_attrs(&self, ino: u64, ok: impl Fn(&Attr) -> bool) -> Option<Attr> {
         let watch = self.coh.watch();
-        if watch == 0 || !self.client.answers_early() {
-            return false;
+        if watch == 0 {
+            return None;
         }
-        let none = || {
-            self.attrs
-                .watched(ino, watch)
-                .is_some_and(|a| a.xattrs == Xattrs::None)
-        };
-        // Notices that reached this host count: handled, they may have
-        // dropped the attributes.
-        none() && self.client.notices_settled() && self.coh.watch() == watch && none()
+        let a = self.attrs.watched(ino, watch).filter(|a| ok(a))?;
+        let same = self.client.notices_settled()
+            && self.coh.watch() == watch
+            && self.attrs.watched(ino, watch).map(|b| version(&b)) == Some(version(&a));
+        same.then_some(a)
     }
 
     /// This mount set or removed an extended attribute of `ino`.

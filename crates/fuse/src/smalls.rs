@@ -118,32 +118,21 @@ impl SoloFs {
         {
             return None;
         }
-        let watch = self.coh.watch();
-        if watch == 0 {
-            return None;
-        }
         if let Some(f) = self.file(ino) {
             // This mount writes it: its changes are not the server's yet.
             if f.lock().writers > 0 {
                 return None;
             }
         }
-        let a = self.attrs.watched(ino, watch)?;
-        if a.mode & libc::S_IFMT != libc::S_IFREG || a.size > self.inline_max {
-            return None;
-        }
+        let a = self.settled_attrs(ino, |a| {
+            a.mode & libc::S_IFMT == libc::S_IFREG
+                && a.size <= self.inline_max
+                && (a.size == 0 || self.smalls.has(ino))
+        })?;
         let data = match a.size {
             0 => None,
             _ => Some(self.smalls.get(ino, version(&a))?),
         };
-        // Notices that reached this host count: handled, they may have
-        // dropped the attributes.
-        if !self.client.notices_settled()
-            || self.coh.watch() != watch
-            || self.attrs.watched(ino, watch).map(|b| version(&b)) != Some(version(&a))
-        {
-            return None;
-        }
         Some((self.opened(ino, Access::Read, &a, data, true), a))
     }
 
