@@ -363,12 +363,20 @@ impl Engine {
                         K_DIR => S_IFDIR,
                         _ => p.link(o).mode_word()?.mode(),
                     };
-                    Ok(Some((
-                        k,
-                        p.entry(o).ino().get()?,
-                        mode,
-                        self.entry_name(o)?,
-                    )))
+                    let got = (k, p.entry(o).ino().get()?, mode, self.entry_name(o)?);
+                    // The state word alone cannot tell that the object was
+                    // removed, freed and made again by a create while the
+                    // fields were read (the new one starts with the same
+                    // state word): fields of a later object would then be
+                    // listed here and again at its own position. A removal
+                    // takes the object out of the list before it is freed,
+                    // so the position still naming it after the reads
+                    // proves the fields are its own.
+                    std::sync::atomic::fence(Ordering::Acquire);
+                    if list::get(p, content + C_LIST, pos)? != o {
+                        return Ok(None);
+                    }
+                    Ok(Some(got))
                 })?;
                 if let Some((k, child, mode, name)) = got {
                     let kind = FileType::from_mode(mode).unwrap_or(FileType::Regular);
