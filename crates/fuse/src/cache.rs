@@ -11,6 +11,7 @@
 use parking_lot::Mutex;
 use solofs_types::Attr;
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Entries beyond which stale ones are swept out.
@@ -163,6 +164,8 @@ impl AttrCache {
 #[derive(Default)]
 pub(crate) struct NewDirs {
     map: Mutex<HashMap<u64, NewDir>>,
+    /// Names this mount made or removed, in any directory, so far.
+    changes: AtomicU64,
 }
 
 /// Until when what a directory's creation told may be used, and the
@@ -192,6 +195,7 @@ impl NewDirs {
 
     /// This mount made `name` in `dir`.
     pub fn added(&self, dir: u64, name: &[u8]) {
+        self.changes.fetch_add(1, Ordering::AcqRel);
         if let Some((_, names)) = self.map.lock().get_mut(&dir) {
             names.insert(name.to_vec());
         }
@@ -199,9 +203,16 @@ impl NewDirs {
 
     /// This mount removed `name` from `dir`.
     pub fn removed(&self, dir: u64, name: &[u8]) {
+        self.changes.fetch_add(1, Ordering::AcqRel);
         if let Some((_, names)) = self.map.lock().get_mut(&dir) {
             names.remove(name);
         }
+    }
+
+    /// How many names this mount made or removed so far (a listing read
+    /// before a change may be out of date for this mount's own programs).
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
     }
 
     /// Is `name` known to be absent from `dir`?

@@ -51,9 +51,8 @@ pub struct SoloFs {
     /// that finds the same may keep the kernel's cached pages.
     pub(crate) pages: Mutex<HashMap<u64, Version>>,
     pub(crate) smalls: crate::smalls::Smalls,
-    /// Open directories whose listing ended: the offset after the last
-    /// entry.
-    pub(crate) dir_ends: Mutex<HashMap<u64, u64>>,
+    /// Open directories: where their listing ended, the first batch.
+    pub(crate) dirs: Mutex<HashMap<u64, crate::listing::OpenDir>>,
     /// Unlinks answered early that the server then refused (early.rs).
     pub(crate) failed: crate::early::Failed,
 }
@@ -493,13 +492,16 @@ impl Filesystem for SoloFs {
         reply_empty(reply, self.fsync_dir(ino.0).map_err(Errno::from_i32));
     }
 
-    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         // The kernel checked read permission (`default_permissions`).
-        reply.opened(FileHandle(self.open_dir()), FopenFlags::empty())
+        match self.open_dir(&self.cred(req), ino.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn releasedir(&self, _: &Request, _: INodeNo, fh: FileHandle, _: OpenFlags, reply: ReplyEmpty) {
-        self.dir_ends.lock().remove(&fh.0);
+        self.close_dir(fh.0);
         reply.ok()
     }
 

@@ -104,7 +104,7 @@ impl SoloFs {
             next_fh: AtomicU64::new(1),
             releases: Releases::start(client.clone()),
             pages: Mutex::default(),
-            dir_ends: Mutex::default(),
+            dirs: Mutex::default(),
             failed: Default::default(),
         }
     }

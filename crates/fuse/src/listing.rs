@@ -1,18 +1,96 @@
 //! Directory listings: `readdir` and `readdirplus`, a batch of entries
 //! from the server per kernel request.
+//!
+//! `opendir` asks the server for the listing's first batch (with
+//! attributes, as the kernel's first call at offset 0 is a
+//! `readdirplus`): a directory the server no longer has (removed on another
+//! mount, its notice not handled yet) fails the open with `ESTALE`, so the
+//! kernel looks the path up again and opens what the name holds now. The
+//! batch answers that first call, so a listing costs no more requests than
+//! before.
 
 use crate::convert::*;
 use crate::fs::SoloFs;
 use fuser::{FileType as FType, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus, Request};
 use solofs_client::Target;
+use solofs_types::{Attr, Cred, DirEntry};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
 
+/// Entries a `readdirplus` asks the server for.
+const PLUS_BATCH: u32 = 256;
+
+/// What the mount keeps of an open directory.
+#[derive(Default)]
+pub(crate) struct OpenDir {
+    /// The listing ended: the offset after its last entry.
+    end: Option<u64>,
+    /// The first batch, read at `opendir`, until the kernel asks for it.
+    first: Option<FirstBatch>,
+}
+
+/// A listing's first batch, read at `opendir`.
+struct FirstBatch {
+    /// Where the request that read it began ([`crate::coherence::Coherence::begun`]):
+    /// a notice since then gives its entries no time in the kernel's cache.
+    begun: u64,
+    /// This mount's name changes when it was read
+    /// ([`crate::cache::NewDirs::changes`]): after one, it is read again.
+    changes: u64,
+    list: Vec<(DirEntry, Attr)>,
+    end: bool,
+}
+
 impl SoloFs {
-    /// A new open directory's handle.
-    pub(crate) fn open_dir(&self) -> u64 {
-        self.next_fh.fetch_add(1, Ordering::Relaxed)
+    /// Opens directory `ino`: its handle, with the listing's first batch
+    /// read; `ESTALE` if the server no longer has the directory.
+    pub(crate) fn open_dir(&self, cred: &Cred, ino: u64) -> Result<u64, fuser::Errno> {
+        let changes = self.new_dirs.changes();
+        let first = match self
+            .client
+            .readdir_plus_page(cred, Target::Ino(ino), 0, PLUS_BATCH)
+        {
+            Ok((list, end)) => Some(FirstBatch {
+                begun: self.coh.begun(),
+                changes,
+                list,
+                end,
+            }),
+            Err(e) if e.errno() == libc::ENOENT => return Err(self.stale(ino, e)),
+            // Anything else is left to the listing itself, as before.
+            Err(_) => None,
+        };
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        if first.is_some() {
+            self.dirs.lock().insert(fh, OpenDir { end: None, first });
+        }
+        Ok(fh)
+    }
+
+    /// Open directory `fh` is closed.
+    pub(crate) fn close_dir(&self, fh: u64) {
+        self.dirs.lock().remove(&fh);
+    }
+
+    /// The batch from `cookie`: the one read at `opendir` if it is that
+    /// one and nothing changed here since (then the calling request goes
+    /// on as begun when it was read), else the server's.
+    fn batch(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        fh: u64,
+        cookie: u64,
+        max: u32,
+    ) -> solofs_client::Result<(Vec<(DirEntry, Attr)>, bool)> {
+        let first = self.dirs.lock().get_mut(&fh).and_then(|d| d.first.take());
+        if let Some(f) = first.filter(|f| cookie == 0 && f.changes == self.new_dirs.changes()) {
+            self.coh.resume(f.begun);
+            return Ok((f.list, f.end));
+        }
+        self.client
+            .readdir_plus_page(cred, Target::Ino(ino), cookie, max)
     }
 
     /// Did the listing of open directory `fh` end before `offset`? Then the
@@ -21,17 +99,19 @@ impl SoloFs {
     /// A listing from the start (a rewind) forgets where the last one
     /// ended.
     fn ended(&self, fh: u64, offset: u64) -> bool {
-        let mut m = self.dir_ends.lock();
+        let mut m = self.dirs.lock();
         if offset < 2 {
-            m.remove(&fh);
+            if let Some(d) = m.get_mut(&fh) {
+                d.end = None;
+            }
             return false;
         }
-        m.get(&fh) == Some(&offset)
+        m.get(&fh).and_then(|d| d.end) == Some(offset)
     }
 
     /// The listing of `fh` ended with the entry before `offset`.
     fn ends(&self, fh: u64, offset: u64) {
-        self.dir_ends.lock().insert(fh, offset);
+        self.dirs.lock().entry(fh).or_default().end = Some(offset);
     }
 
     /// `readdir` of `ino` (open as `fh`) from `offset`.
@@ -52,6 +132,12 @@ impl SoloFs {
         }
         if offset <= 1 && reply.add(ino, 2, FType::Directory, "..") {
             return reply.ok();
+        }
+        // The batch read at opendir is for a `readdirplus` (the kernel's
+        // call at offset 0); after a listing without it, it would be out of
+        // date at a rewind.
+        if let Some(d) = self.dirs.lock().get_mut(&fh) {
+            d.first = None;
         }
         let mut cookie = offset.saturating_sub(2);
         loop {
@@ -108,14 +194,10 @@ impl SoloFs {
         // the end; an empty one is): the entries reach the kernel under
         // the gate with the timeouts they may have.
         let cookie = offset.saturating_sub(2);
-        let (list, end) =
-            match self
-                .client
-                .readdir_plus_page(&cred, Target::Ino(ino.0), cookie, 256)
-            {
-                Ok(l) => l,
-                Err(e) => return reply.error(errno(e)),
-            };
+        let (list, end) = match self.batch(&cred, ino.0, fh, cookie, PLUS_BATCH) {
+            Ok(l) => l,
+            Err(e) => return reply.error(errno(e)),
+        };
         let last = list.last().map_or(offset.max(2), |(d, _)| d.cookie + 2);
         let list: Vec<_> = list
             .into_iter()
