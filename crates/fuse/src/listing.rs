@@ -21,6 +21,11 @@ use std::sync::atomic::Ordering;
 /// Entries a `readdirplus` asks the server for.
 const PLUS_BATCH: u32 = 256;
 
+/// Open directories whose first batch is kept at most (a program that
+/// holds more open and unread pays one more request for each of the
+/// others' listings).
+const FIRST_KEPT_MAX: usize = 1024;
+
 /// What the mount keeps of an open directory.
 #[derive(Default)]
 pub(crate) struct OpenDir {
@@ -63,7 +68,10 @@ impl SoloFs {
         };
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         if first.is_some() {
-            self.dirs.lock().insert(fh, OpenDir { end: None, first });
+            let mut m = self.dirs.lock();
+            if m.len() < FIRST_KEPT_MAX {
+                m.insert(fh, OpenDir { end: None, first });
+            }
         }
         Ok(fh)
     }
