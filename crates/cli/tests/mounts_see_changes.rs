@@ -134,12 +134,14 @@ fn stats_are_cached(b: &Path, tag: &str, srv_metrics: &str) {
 }
 
 /// A server and two remote mounts of one new volume, with the long
-/// timeouts.
+/// timeouts. Fields drop in this order when a test fails: the mounts
+/// while their server still runs (a mount's last words to it do not wait
+/// for a reconnect), then the server, then the files.
 struct Two {
-    s: Scratch,
-    srv: ServerProc,
-    a: MountProc,
     b: MountProc,
+    a: MountProc,
+    srv: ServerProc,
+    s: Scratch,
 }
 
 impl Two {
@@ -151,7 +153,7 @@ impl Two {
         let secret = data.join("secret");
         let a = MountProc::start(&srv.addr, &secret, &s.path.join("a"), LONG);
         let b = MountProc::start(&srv.addr, &secret, &s.path.join("b"), LONG);
-        Two { s, srv, a, b }
+        Two { b, a, srv, s }
     }
 
     /// Unmounts, stops the server, and checks the volume.
