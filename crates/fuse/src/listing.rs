@@ -52,26 +52,22 @@ impl SoloFs {
     /// read; `ESTALE` if the server no longer has the directory.
     pub(crate) fn open_dir(&self, cred: &Cred, ino: u64) -> Result<u64, fuser::Errno> {
         let changes = self.new_dirs.changes();
-        let first = match self
+        // Any error is the open's (a server out of reach has the open
+        // wait and fail once, not the open and then the listing).
+        let (list, end) = self
             .client
             .readdir_plus_page(cred, Target::Ino(ino), 0, PLUS_BATCH)
-        {
-            Ok((list, end)) => Some(FirstBatch {
-                begun: self.coh.begun(),
-                changes,
-                list,
-                end,
-            }),
-            Err(e) if e.errno() == libc::ENOENT => return Err(self.stale(ino, e)),
-            // Anything else is left to the listing itself, as before.
-            Err(_) => None,
-        };
+            .map_err(|e| self.stale(ino, e))?;
+        let first = Some(FirstBatch {
+            begun: self.coh.begun(),
+            changes,
+            list,
+            end,
+        });
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        if first.is_some() {
-            let mut m = self.dirs.lock();
-            if m.len() < FIRST_KEPT_MAX {
-                m.insert(fh, OpenDir { end: None, first });
-            }
+        let mut m = self.dirs.lock();
+        if m.len() < FIRST_KEPT_MAX {
+            m.insert(fh, OpenDir { end: None, first });
         }
         Ok(fh)
     }
