@@ -219,6 +219,25 @@ impl Client {
         })
     }
 
+    /// Can a call reach the server without waiting for a new connection?
+    /// True if some lane's connection is up once what already arrived on
+    /// each is read (without waiting: the end of the stream of a server
+    /// that went away marks its connection gone). Always true in process.
+    pub fn reachable(&self) -> bool {
+        if self.inner.local.is_some() {
+            return true;
+        }
+        let mut up = false;
+        for l in self.inner.lanes.iter() {
+            let c = l.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(c) = c {
+                c.settle();
+                up |= !c.dead();
+            }
+        }
+        up
+    }
+
     /// [`Client::conn`], retrying until `deadline` while the server cannot
     /// be reached.
     fn conn_until(&self, lane: usize, deadline: std::time::Instant) -> Result<Arc<Conn>> {

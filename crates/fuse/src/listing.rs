@@ -7,12 +7,13 @@
 //! mount, its notice not handled yet) fails the open with `ESTALE`, so the
 //! kernel looks the path up again and opens what the name holds now. The
 //! batch answers that first call, so a listing costs no more requests than
-//! before.
+//! before. While the server cannot be reached, the open is answered by the
+//! mount as it was before (see [`SoloFs::open_dir`]).
 
 use crate::convert::*;
 use crate::fs::SoloFs;
 use fuser::{FileType as FType, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus, Request};
-use solofs_client::Target;
+use solofs_client::{ClientError, Target};
 use solofs_types::{Attr, Cred, DirEntry};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -49,22 +50,32 @@ struct FirstBatch {
 
 impl SoloFs {
     /// Opens directory `ino`: its handle, with the listing's first batch
-    /// read; `ESTALE` if the server no longer has the directory.
+    /// read; `ESTALE` if the server no longer has the directory, and the
+    /// server's error if it refuses the listing. While the server cannot
+    /// be reached the open is answered here, as an open with the batch
+    /// would after waiting out the client's retries (the listing then
+    /// waits and fails by itself, once; and `fsync` of the directory still
+    /// reports an unlink answered early that the server never ran).
     pub(crate) fn open_dir(&self, cred: &Cred, ino: u64) -> Result<u64, fuser::Errno> {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        if !self.client.reachable() {
+            return Ok(fh);
+        }
         let changes = self.new_dirs.changes();
-        // Any error is the open's (a server out of reach has the open
-        // wait and fail once, not the open and then the listing).
-        let (list, end) = self
+        let (list, end) = match self
             .client
             .readdir_plus_page(cred, Target::Ino(ino), 0, PLUS_BATCH)
-            .map_err(|e| self.stale(ino, e))?;
+        {
+            Ok(l) => l,
+            Err(e @ ClientError::Errno(_)) => return Err(self.stale(ino, e)),
+            Err(_) => return Ok(fh),
+        };
         let first = Some(FirstBatch {
             begun: self.coh.begun(),
             changes,
             list,
             end,
         });
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         let mut m = self.dirs.lock();
         if m.len() < FIRST_KEPT_MAX {
             m.insert(fh, OpenDir { end: None, first });
