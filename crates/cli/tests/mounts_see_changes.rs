@@ -320,6 +320,13 @@ fn a_name_replaced_on_another_mount_is_never_missing() {
     // cache), so the kernel looks the directory up again.
     let (dira, dirb) = (a.mnt.join("d"), b.mnt.join("d"));
     let mut unlisted = Vec::new();
+    let list = || match std::fs::read_dir(&dirb) {
+        Ok(d) => d
+            .map(|e| e.map(|e| e.file_name().into_string().unwrap()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
     for i in 0..60 {
         let _ = std::fs::remove_dir_all(&dira);
         std::fs::create_dir(&dira).unwrap();
@@ -335,13 +342,6 @@ fn a_name_replaced_on_another_mount_is_never_missing() {
         // the server no longer has, is refused ESTALE (not answered by the
         // mount, then failing the first getdents), so the kernel opens
         // the new one.
-        let list = || match std::fs::read_dir(&dirb) {
-            Ok(d) => d
-                .map(|e| e.map(|e| e.file_name().into_string().unwrap()))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
         if i % 2 == 1 {
             match list() {
                 Ok(names) => assert_eq!(names, ["x"], "round {i}"),
