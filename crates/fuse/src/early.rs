@@ -23,6 +23,7 @@ use crate::cache::AttrCache;
 use crate::coherence::Coherence;
 use crate::convert::{errno, now_ns};
 use crate::fs::{Res, SoloFs};
+use crate::smalls::Smalls;
 use parking_lot::Mutex;
 use solofs_client::{at, ClientError, Notice, Removed};
 use solofs_types::{Cred, FileType};
@@ -57,12 +58,22 @@ impl SoloFs {
             f
         });
         let (attrs, coh, failed) = (self.attrs.clone(), self.coh.clone(), self.failed.clone());
+        let smalls = self.smalls.clone();
         let (begun, owned) = (self.coh.begun(), name.to_vec());
         let sent = self.client.unlink_behind(
             cred,
             at(parent, name),
             Box::new(move |r, last| {
-                replied(&attrs, &coh, &failed, begun, (parent, owned, ino), r, last)
+                replied(
+                    &attrs,
+                    &smalls,
+                    &coh,
+                    &failed,
+                    begun,
+                    (parent, owned, ino),
+                    r,
+                    last,
+                )
             }),
         );
         let answer = sent.map(|()| Removed {
@@ -87,8 +98,10 @@ impl SoloFs {
 /// The server's reply to an unlink answered early (in the client's
 /// reaping thread; `last`: no later unlink in the directory is
 /// outstanding, so the directory's attributes are the newest).
+#[allow(clippy::too_many_arguments)]
 fn replied(
     attrs: &AttrCache,
+    smalls: &Smalls,
     coh: &Coherence,
     failed: &Failed,
     begun: u64,
@@ -108,7 +121,9 @@ fn replied(
                     attrs.put(d, t.attr, t.watch);
                 }
                 if let Some(k) = &rm.kept {
-                    attrs.put(k, t.attr, t.watch);
+                    // The bytes kept of a small file stay its own: the
+                    // reply's ctime replaces the one made here.
+                    smalls.put_attr(attrs, k, &t);
                 }
             });
             coh.resume(own);

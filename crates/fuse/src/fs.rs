@@ -50,7 +50,7 @@ pub struct SoloFs {
     /// The version of each file the last read-only open here saw: an open
     /// that finds the same may keep the kernel's cached pages.
     pub(crate) pages: Mutex<HashMap<u64, Version>>,
-    pub(crate) smalls: crate::smalls::Smalls,
+    pub(crate) smalls: Arc<crate::smalls::Smalls>,
     /// Open directories: where their listing ended, the first batch.
     pub(crate) dirs: Mutex<HashMap<u64, crate::listing::OpenDir>>,
     /// Unlinks answered early that the server then refused (early.rs).

@@ -96,7 +96,7 @@ impl SoloFs {
             new_dirs,
             blocks,
             inline_max: client.volume().inline_max,
-            smalls: crate::smalls::Smalls::new(opts.small_cache),
+            smalls: Arc::new(crate::smalls::Smalls::new(opts.small_cache)),
             opts,
             creds: Creds::default(),
             files,

@@ -16,6 +16,7 @@
 //! it was taken at.
 
 use crate::blockcache::Version;
+use crate::cache::AttrCache;
 use crate::coherence::Ttl;
 use crate::file::version;
 use crate::fs::SoloFs;
@@ -99,6 +100,18 @@ impl Smalls {
         self.inner.lock().map.contains_key(&ino)
     }
 
+    /// [`SoloFs::put_attr`], for those that hold the cache but no mount
+    /// (the reply to an unlink answered early, early.rs).
+    pub(crate) fn put_attr(&self, attrs: &AttrCache, a: &Attr, t: &Ttl) {
+        // (Most replies are of files with no bytes kept here: asked first.)
+        if t.watch != 0 && self.has(a.ino) {
+            if let Some(old) = attrs.watched(a.ino, t.watch) {
+                self.carry(a.ino, version(&old), version(a));
+            }
+        }
+        attrs.put(a, t.attr, t.watch);
+    }
+
     /// Forgets `ino` (it is no longer a small file this mount knows).
     pub fn forget(&self, ino: u64) {
         let mut g = self.inner.lock();
@@ -142,13 +155,7 @@ impl SoloFs {
     /// change of its metadata only moved its ctime: the content kept for
     /// that version is this one's too.
     pub(crate) fn put_attr(&self, a: &Attr, t: &Ttl) {
-        // (Most replies are of files with no bytes kept here: asked first.)
-        if t.watch != 0 && self.smalls.has(a.ino) {
-            if let Some(old) = self.attrs.watched(a.ino, t.watch) {
-                self.smalls.carry(a.ino, version(&old), version(a));
-            }
-        }
-        self.attrs.put(a, t.attr, t.watch);
+        self.smalls.put_attr(&self.attrs, a, t)
     }
 
     /// Keeps what a server's open or this mount's commit says `ino` holds
