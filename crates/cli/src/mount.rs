@@ -118,9 +118,7 @@ fn unmount(session: fuser::BackgroundSession, mnt: &Path, stop: &AtomicBool) -> 
         return session.join().is_ok();
     }
     // The connection's number, to end it if the users do not leave.
-    let conn = rustix::fs::stat(mnt)
-        .ok()
-        .map(|st| rustix::fs::minor(st.st_dev));
+    let conn = connection_of(mnt);
     match umount2(mnt, UnmountFlags::empty()) {
         Ok(()) => {}
         Err(rustix::io::Errno::BUSY) => {
@@ -144,6 +142,59 @@ fn unmount(session: fuser::BackgroundSession, mnt: &Path, stop: &AtomicBool) -> 
         }
     }
     session.join().is_ok()
+}
+
+/// The FUSE connection of the mount at `mnt` (the minor number of its
+/// device), from /proc/self/mountinfo. Not from a `stat` of `mnt`: that
+/// is a request to this very mount, which waits for its server, and with
+/// the server gone it held the unmount in the kernel (state D) for good.
+fn connection_of(mnt: &Path) -> Option<u32> {
+    use std::os::unix::ffi::OsStrExt;
+    let at = match (mnt.parent(), mnt.file_name()) {
+        // The directory that holds the mount point is not the mount.
+        (Some(dir), Some(name)) => {
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
+            std::fs::canonicalize(dir).ok()?.join(name)
+        }
+        _ => std::fs::canonicalize(mnt).ok()?,
+    };
+    let info = std::fs::read("/proc/self/mountinfo").ok()?;
+    // The last mount at that path is the one on top.
+    info.split(|&b| b == b'\n').rev().find_map(|line| {
+        let f: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+        let fstype = f.iter().skip_while(|x| **x != b"-").nth(1)?;
+        if !fstype.starts_with(b"fuse") || unescape(f.get(4)?) != at.as_os_str().as_bytes() {
+            return None;
+        }
+        let dev = std::str::from_utf8(f.get(2)?).ok()?;
+        dev.split_once(':')?.1.parse().ok()
+    })
+}
+
+/// A mountinfo field with its octal escapes (`\040` for a space) undone.
+fn unescape(f: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(f.len());
+    let mut i = 0;
+    while i < f.len() {
+        let oct = f
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (f[i], oct) {
+            (b'\\', Some(d)) => {
+                out.push(d.iter().fold(0u8, |n, c| n.wrapping_mul(8) + (c - b'0')));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 /// Ends a FUSE connection (its users get ENOTCONN; the session ends).
@@ -499,7 +550,15 @@ pub fn memfs(args: Vec<OsString>) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::{parse_size, unescape};
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(unescape(br"/tmp/a\040b\011c\134d"), b"/tmp/a b\tc\\d");
+        assert_eq!(unescape(br"/plain"), b"/plain");
+        // Not an escape: kept as it is.
+        assert_eq!(unescape(br"/x\09y\"), br"/x\09y\");
+    }
 
     #[test]
     fn sizes_take_binary_suffixes_and_refuse_the_rest() {

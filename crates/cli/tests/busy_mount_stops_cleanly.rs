@@ -2,11 +2,12 @@
 //! leaves a dead mount point or a crashed pool: the mount is detached at
 //! once, the processes inside keep working until they leave, and then the
 //! volume closes cleanly; a second signal ends their access at once, and
-//! the volume still closes cleanly.
+//! the volume still closes cleanly. A mount whose server died stops at
+//! once.
 
 mod common;
 
-use common::{is_mounted, signal, spawn_piped, MountProc, ServerProc, BIN};
+use common::{is_mounted, signal, spawn_piped, MountProc, Scratch, ServerProc, BIN};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -123,4 +124,36 @@ fn stopping_a_busy_mount_detaches_it_and_closes_cleanly() {
     assert!(m.stop().success());
     assert!(srv.stop().success());
     let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A mount whose server is gone stops at once on a signal: what it would
+/// still send (queued closes, a drop of its locks) the server does itself
+/// for a connection that went away. Before, the stop waited out the
+/// client's retry window (60 s), and the unmount's `stat` of the mount
+/// point asked the mount itself.
+#[test]
+fn a_mount_whose_server_died_stops_at_once() {
+    let s = Scratch::new("deadserver");
+    let mnt = std::env::temp_dir().join(format!("solofs-deadsrv-{}", std::process::id()));
+    let srv = ServerProc::start(&s.path);
+    let mut m = MountProc::start(&srv.addr, &s.path.join("secret"), &mnt, &[]);
+    std::fs::write(mnt.join("f"), b"x").unwrap();
+    assert_eq!(std::fs::read_dir(&mnt).unwrap().count(), 1);
+    srv.kill();
+    let t = Instant::now();
+    signal(m.child.id(), "-INT");
+    let st = loop {
+        if let Some(st) = m.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "a mount whose server died did not stop within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    eprintln!("stopped in {:?}", t.elapsed());
+    assert!(st.success(), "{st:?}");
+    assert!(!is_mounted(&mnt), "still mounted");
+    let _ = std::fs::remove_dir(&mnt);
 }

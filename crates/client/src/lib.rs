@@ -131,6 +131,8 @@ struct Inner {
     locks: Arc<locks::LockBook>,
     /// Unlinks answered before their replies came (behind.rs).
     behind: behind::Queue,
+    /// Calls no longer wait for a server out of reach ([`Client::give_up`]).
+    given_up: std::sync::atomic::AtomicBool,
 }
 
 /// What the server says about its volume when a client connects: id, root
@@ -193,6 +195,7 @@ impl Client {
                 user,
                 locks,
                 behind: Default::default(),
+                given_up: Default::default(),
             }),
         }
     }
@@ -238,13 +241,27 @@ impl Client {
         up
     }
 
+    /// From now on, a call that finds the server out of reach fails at
+    /// once instead of waiting for it to come back (calls already waiting
+    /// stop within half a second): for a mount that ends, whose last
+    /// requests (releases, lock drops) the server does itself for a
+    /// connection that went away.
+    pub fn give_up(&self) {
+        self.inner.given_up.store(true, Ordering::Release);
+    }
+
+    /// May a call that lost the server still wait for it until `deadline`?
+    fn may_retry(&self, deadline: std::time::Instant) -> bool {
+        std::time::Instant::now() < deadline && !self.inner.given_up.load(Ordering::Acquire)
+    }
+
     /// [`Client::conn`], retrying until `deadline` while the server cannot
     /// be reached.
     fn conn_until(&self, lane: usize, deadline: std::time::Instant) -> Result<Arc<Conn>> {
         let mut pause = Duration::from_millis(20);
         loop {
             match self.conn(lane) {
-                Err(e) if retryable(&e) && std::time::Instant::now() < deadline => {
+                Err(e) if retryable(&e) && self.may_retry(deadline) => {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
@@ -500,7 +517,7 @@ impl Ticket {
         if let Some(c) = &self.conn {
             c.kill();
         }
-        if std::time::Instant::now() < self.deadline {
+        if self.client.may_retry(self.deadline) {
             let ids = std::mem::take(&mut self.ids);
             let again = self
                 .client

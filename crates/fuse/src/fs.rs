@@ -62,6 +62,13 @@ impl Filesystem for SoloFs {
     fn destroy(&mut self) {
         // Unlinks answered early reach the server first.
         self.client.settle_behind();
+        if !self.client.reachable() {
+            // The server is gone (or restarting): it ends this
+            // connection's opens and, after its grace, its locks itself.
+            // Nothing that follows waits for it (an unmount after the
+            // server died took the whole retry window, 60 s).
+            self.client.give_up();
+        }
         // Closes still queued reach the server before the mount ends.
         self.releases.stop();
         if let Err(e) = self.client.drop_locks() {
