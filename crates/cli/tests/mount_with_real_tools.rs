@@ -228,3 +228,40 @@ fn an_overlong_name_is_too_long_in_a_new_directory() {
     m.stop();
     let _ = std::fs::remove_dir(&mnt);
 }
+
+/// A shell whose working directory is removed (by this mount) still
+/// stats and lists it as on a local disk: no links, no entries, no error.
+/// Before, the mount answered `ESTALE` (the server no longer knows the
+/// inode), which is right only when another mount removed it.
+#[test]
+fn a_removed_working_directory_reads_as_on_a_local_disk() {
+    if !is_root() {
+        eprintln!("skipped: needs root (FUSE)");
+        return;
+    }
+    let s = Scratch::new("cwdgone");
+    let srv = ServerProc::start(&s.path);
+    let mnt = s.path.with_extension("mnt");
+    let m = MountProc::start(&srv.addr, &s.path.join("secret"), &mnt, &[]);
+    let script = r#"cd "$0" && rmdir "$0" && ls -la . ; echo "ls=$?"; stat -c "%h %F %s" .; touch x 2>/dev/null; echo "touch=$?""#;
+    let run = |dir: &Path| {
+        std::fs::create_dir(dir).unwrap();
+        let out = Command::new("sh")
+            .args(["-c", script])
+            .arg(dir)
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let local = run(&s.path.with_extension("local"));
+    let here = run(&mnt.join("d"));
+    assert!(
+        local.contains("ls=0") && local.contains("\n0 directory"),
+        "{local}"
+    );
+    assert_eq!(here, local, "on the mount, then on a local disk");
+    m.stop();
+    srv.stop();
+    let _ = std::fs::remove_dir(&mnt);
+}

@@ -55,6 +55,8 @@ pub struct SoloFs {
     pub(crate) dirs: Mutex<HashMap<u64, crate::listing::OpenDir>>,
     /// Unlinks answered early that the server then refused (early.rs).
     pub(crate) failed: crate::early::Failed,
+    /// Directories this mount removed (known.rs).
+    pub(crate) gone_dirs: crate::known::GoneDirs,
 }
 
 pub(crate) type Res<T> = Result<T, Errno>;
@@ -231,10 +233,16 @@ impl Filesystem for SoloFs {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        let r = self
-            .client
-            .rmdir_in(&self.cred(req), at(parent.0, n.as_bytes()));
-        self.name_gone(parent.0, n.as_bytes(), true, &r);
+        let name = n.as_bytes();
+        let was = self
+            .attrs
+            .peek_name(parent.0, name)
+            .and_then(|i| self.attrs.get(i));
+        let r = self.client.rmdir_in(&self.cred(req), at(parent.0, name));
+        if let (Ok(_), Some(a)) = (&r, was) {
+            self.gone_dirs.put(a);
+        }
+        self.name_gone(parent.0, name, true, &r);
         reply_empty(reply, r.map(|_| ()).map_err(errno));
     }
 
@@ -611,6 +619,8 @@ impl Filesystem for SoloFs {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
             Ok(v) => reply.data(&v),
+            // (A directory this mount removed: known.rs.)
+            Err(e) if self.removed_dir(ino.0, &e).is_some() => reply.error(Errno::ENODATA),
             Err(e) => reply.error(self.stale(ino.0, e)),
         }
     }
@@ -619,7 +629,10 @@ impl Filesystem for SoloFs {
         let names = if self.has_no_xattrs(ino.0) {
             Ok(Vec::new())
         } else {
-            self.client.listxattr(&self.cred(req), Target::Ino(ino.0))
+            match self.client.listxattr(&self.cred(req), Target::Ino(ino.0)) {
+                Err(e) if self.removed_dir(ino.0, &e).is_some() => Ok(Vec::new()),
+                r => r,
+            }
         };
         match names {
             Ok(names) => {

@@ -106,6 +106,7 @@ impl SoloFs {
             pages: Mutex::default(),
             dirs: Mutex::default(),
             failed: Default::default(),
+            gone_dirs: Default::default(),
         }
     }
 

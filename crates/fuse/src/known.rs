@@ -210,9 +210,20 @@ impl SoloFs {
                         return Ok(a);
                     }
                 }
+                if let Some(a) = self.removed_dir(ino, &e) {
+                    return Ok(a);
+                }
                 Err(self.stale(ino, e))
             }
         }
+    }
+
+    /// The server does not know `ino` (`e`) because this mount removed
+    /// that directory ([`GoneDirs`]): its attributes then.
+    pub(crate) fn removed_dir(&self, ino: u64, e: &ClientError) -> Option<Attr> {
+        (e.errno() == libc::ENOENT)
+            .then(|| self.gone_dirs.get(ino))
+            .flatten()
     }
 
     /// Flushes `f` and commits its size and mtime (a small file: its
@@ -349,4 +360,34 @@ enum Flushed {
     Blocks(u64),
     /// A small file's whole content, for the server's pool.
     Inline(Vec<u8>),
+}
+
+/// Most directories [`GoneDirs`] remembers.
+const GONE_DIRS_MAX: usize = 256;
+
+/// The last directories this mount removed, with their attributes then.
+/// A process whose working directory was removed still stats and lists
+/// it, as on a local file system: its attributes with no links, and no
+/// entries (before, both failed with `ESTALE`, which is right only for a
+/// directory another mount removed: the kernel then looks the path up
+/// again). Inode numbers are never reused, so an entry never names
+/// another directory; the oldest go first.
+#[derive(Default)]
+pub(crate) struct GoneDirs(parking_lot::Mutex<std::collections::VecDeque<Attr>>);
+
+impl GoneDirs {
+    pub fn put(&self, mut a: Attr) {
+        a.nlink = 0;
+        a.size = 0;
+        let mut g = self.0.lock();
+        g.push_back(a);
+        if g.len() > GONE_DIRS_MAX {
+            g.pop_front();
+        }
+    }
+
+    /// The attributes of `ino`, if this mount removed that directory.
+    pub fn get(&self, ino: u64) -> Option<Attr> {
+        self.0.lock().iter().rev().find(|a| a.ino == ino).cloned()
+    }
 }

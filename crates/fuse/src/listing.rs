@@ -67,6 +67,8 @@ impl SoloFs {
             .readdir_plus_page(cred, Target::Ino(ino), 0, PLUS_BATCH)
         {
             Ok(l) => l,
+            // A directory this mount removed lists nothing (known.rs).
+            Err(e) if self.removed_dir(ino, &e).is_some() => (Vec::new(), true),
             Err(e @ ClientError::Errno(_)) => return Err(self.stale(ino, e)),
             Err(_) => return Ok(fh),
         };
