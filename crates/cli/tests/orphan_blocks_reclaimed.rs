@@ -2,7 +2,9 @@
 //! --repair`: those of a file unlinked while open (C `tmpfile()`, Python
 //! `TemporaryFile`) when its last handle closes, and the uncommitted blocks
 //! of a client that disappears — its connection lost, or the server
-//! killed while it wrote — once the grace period is over.
+//! killed while it wrote — once the grace period is over. A client that
+//! only sits idle keeps them: the server does not close the connection of
+//! a client that holds files open.
 
 mod common;
 
@@ -120,6 +122,46 @@ fn uncommitted_blocks_of_a_vanished_client_are_reclaimed_online() {
     c.release(&me, x.ino, Access::Write).unwrap();
     std::thread::sleep(Duration::from_millis(800));
     assert_eq!(store.get(x.ino, 0).unwrap().map(|d| d.len()), Some(100));
+    drop(c);
+    assert!(srv.stop().success());
+    assert_fsck_clean(&s.path);
+}
+
+/// A writer that stored blocks and then waits longer than the server's
+/// idle timeout before it commits them keeps them. Before, the server
+/// closed the idle connection, released its open uncleanly, and the
+/// deleter took the uncommitted blocks after the grace: the later commit
+/// then covered blocks that were gone (a file with 14 MiB written by a
+/// program that paused past 11.5 minutes read back wrong from 8 MiB on).
+/// A client holding nothing open is still closed for being idle.
+#[test]
+fn an_idle_writer_keeps_its_uncommitted_blocks() {
+    let s = Scratch::new("idle-writer");
+    let mut flags = GRACE.to_vec();
+    flags.extend(["--idle-timeout-secs", "1"]);
+    let srv = ServerProc::start_with(&s.path, "127.0.0.1:0", &flags);
+    let c = Client::connect(&srv.addr, &s.secret()).unwrap();
+    let store = solofs_fuse::block_store(&c).unwrap();
+    let a = write_and_vanish(&c, &store, b"slow-writer");
+    // Idle for three idle timeouts and then some grace periods.
+    std::thread::sleep(Duration::from_millis(3500));
+    let me = Cred::root();
+    let bs = store.block_size();
+    c.write_commit(&me, a, 4 * bs, 2).unwrap();
+    c.release(&me, a, Access::Write).unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let left = store.all_blocks().unwrap();
+    assert_eq!(left, [(a, vec![0, 1, 2, 3])], "an idle writer's blocks");
+    for b in 0..4 {
+        let got = store.get(a, b).unwrap().expect("block kept");
+        assert!(got.iter().all(|&x| x == b as u8 + 1), "block {b}");
+    }
+    // With nothing open, the idle connection is closed (the server's
+    // count of connections drops to zero).
+    let conns = || common::metric_sum(&common::metrics_page(&srv.metrics), "solofs_connections");
+    common::within("the idle connection closed", Duration::from_secs(5), || {
+        conns() == 0
+    });
     drop(c);
     assert!(srv.stop().success());
     assert_fsck_clean(&s.path);

@@ -250,7 +250,12 @@ pub fn worker(
             let dead: Vec<usize> = conns
                 .iter()
                 .filter(|(_, c)| {
-                    (c.last.elapsed() > idle && !shared.locks.holds(c.session))
+                    // Not a connection that holds locks or open files:
+                    // closing it would release them (a writer's stored,
+                    // uncommitted blocks went to the deleter; an open
+                    // file could be deleted under its reader). Keepalive
+                    // ends one whose peer vanished (lib.rs).
+                    (c.last.elapsed() > idle && !shared.locks.holds(c.session) && !c.opens.any())
                         || (c.authenticating() && c.since.elapsed() > auth)
                         || revoked(c)
                 })

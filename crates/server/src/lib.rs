@@ -422,6 +422,7 @@ impl Server {
                         // Counted against `max_connections` once it
                         // authenticates (conn.rs).
                         let _ = stream.set_nodelay(true);
+                        keepalive(&stream);
                         let slot = &slots[next % slots.len()];
                         next += 1;
                         if slot.tx.send(stream).is_ok() {
@@ -517,4 +518,17 @@ fn checkpointer(shared: &Shared) {
             std::thread::sleep(Duration::from_secs(1));
         }
     }
+}
+
+/// TCP keepalive on a client's connection: a peer that vanished (its
+/// machine lost power, the network between broke) is found within about
+/// two minutes and its connection closed, releasing its opens and, after
+/// their grace, its locks. (An idle connection that holds either is not
+/// closed for being idle, conn.rs.)
+fn keepalive(s: &mio::net::TcpStream) {
+    use rustix::net::sockopt;
+    let _ = sockopt::set_socket_keepalive(s, true);
+    let _ = sockopt::set_tcp_keepidle(s, Duration::from_secs(60));
+    let _ = sockopt::set_tcp_keepintvl(s, Duration::from_secs(10));
+    let _ = sockopt::set_tcp_keepcnt(s, 6);
 }

@@ -222,6 +222,11 @@ impl ConnOpens {
         self.held.lock().contains_key(&ino)
     }
 
+    /// Does this connection hold anything open?
+    pub fn any(&self) -> bool {
+        !self.held.lock().is_empty()
+    }
+
     /// Does this connection hold `ino` open for writing?
     pub fn writing(&self, ino: u64) -> bool {
         self.held.lock().get(&ino).is_some_and(|h| h.1 > 0)
