@@ -166,3 +166,45 @@ fn an_idle_writer_keeps_its_uncommitted_blocks() {
     assert!(srv.stop().success());
     assert_fsck_clean(&s.path);
 }
+
+/// A writer whose server restarts while it writes, and which calls the
+/// server next only after the grace period (a long copy stores blocks
+/// without asking the server), keeps its uncommitted blocks: the client
+/// reconnects on its own while it holds files open for writing, and so
+/// registers them again in time. Before, the restarted server's deleter
+/// took them after the grace and the later commit covered blocks that
+/// were gone.
+#[test]
+fn a_writer_keeps_its_blocks_across_a_restart_it_does_not_call_through() {
+    let s = Scratch::new("restart-writer");
+    let grace: &[&str] = &["--free-grace-ms", "1000"];
+    let srv = ServerProc::start_with(&s.path, "127.0.0.1:0", grace);
+    let addr = srv.addr.clone();
+    let c = Client::connect(&addr, &s.secret()).unwrap();
+    let store = solofs_fuse::block_store(&c).unwrap();
+    let a = write_and_vanish(&c, &store, b"copying");
+    srv.kill();
+    let srv = ServerProc::start_with(&s.path, &addr, grace);
+    // Past the restarted server's grace, storing more meanwhile.
+    let bs = store.block_size();
+    store
+        .put(a, 4, bytes::Bytes::from(vec![5u8; bs as usize]))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(3000));
+    let me = Cred::root();
+    c.write_commit(&me, a, 5 * bs, 2).unwrap();
+    c.release(&me, a, Access::Write).unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(
+        store.all_blocks().unwrap(),
+        [(a, vec![0, 1, 2, 3, 4])],
+        "the writer's blocks after the restart"
+    );
+    for b in 0..5 {
+        let got = store.get(a, b).unwrap().expect("block kept");
+        assert!(got.iter().all(|&x| x == b as u8 + 1), "block {b}");
+    }
+    drop(c);
+    assert!(srv.stop().success());
+    assert_fsck_clean(&s.path);
+}

@@ -60,6 +60,52 @@ impl Client {
     fn note_open(&self, lane: usize, cred: &Cred, ino: u64, access: Access) {
         let mut o = self.inner.opens.lock().unwrap_or_else(|e| e.into_inner());
         o.entry((lane, ino, access)).or_insert((0, cred.clone())).0 += 1;
+        drop(o);
+        if access.writes() {
+            self.keep_writers();
+        }
+    }
+
+    /// While this client holds files open for writing, a thread of its own
+    /// reconnects a lane whose connection is lost as soon as the server
+    /// can be reached, and so registers the lane's opens again, even if
+    /// nothing else calls: a writer may have stored blocks it has not
+    /// committed, which the server keeps for a lost connection only for
+    /// its grace period (`free_grace_ms`, docs/data.md). A long copy
+    /// stores blocks without asking the server; it used to call it next
+    /// only at its close, after a server restart's grace, and its commit
+    /// then covered blocks the server had deleted.
+    fn keep_writers(&self) {
+        if self.inner.local.is_some() || self.inner.writers_kept.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let started = self.keeper("solofs-writers", |c| {
+            let lanes: Vec<usize> = {
+                let o = c.inner.opens.lock().unwrap_or_else(|e| e.into_inner());
+                let mut l: Vec<usize> = o.keys().filter(|k| k.2.writes()).map(|k| k.0).collect();
+                l.sort_unstable();
+                l.dedup();
+                l
+            };
+            if lanes.is_empty() {
+                c.inner.writers_kept.store(false, Ordering::Release);
+                // A writing open noted meanwhile found the flag set.
+                let o = c.inner.opens.lock().unwrap_or_else(|e| e.into_inner());
+                return o.keys().any(|k| k.2.writes())
+                    && !c.inner.writers_kept.swap(true, Ordering::AcqRel);
+            }
+            if !c.inner.given_up.load(Ordering::Acquire) {
+                for lane in lanes {
+                    if c.lane_dead(lane) {
+                        let _ = c.conn(lane);
+                    }
+                }
+            }
+            true
+        });
+        if !started {
+            self.inner.writers_kept.store(false, Ordering::Release);
+        }
     }
 
     /// Ends one [`Client::open`], saying that every block stored through

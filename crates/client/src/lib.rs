@@ -133,6 +133,8 @@ struct Inner {
     behind: behind::Queue,
     /// Calls no longer wait for a server out of reach ([`Client::give_up`]).
     given_up: std::sync::atomic::AtomicBool,
+    /// A thread reconnects while files are open for writing (api.rs).
+    writers_kept: std::sync::atomic::AtomicBool,
 }
 
 /// What the server says about its volume when a client connects: id, root
@@ -196,6 +198,7 @@ impl Client {
                 locks,
                 behind: Default::default(),
                 given_up: Default::default(),
+                writers_kept: Default::default(),
             }),
         }
     }
@@ -328,7 +331,34 @@ impl Client {
     /// Is the first lane's connection known to be gone (none yet counts
     /// as gone)?
     fn is_dead(&self) -> bool {
-        self.inner.lanes[0]
+        self.lane_dead(0)
+    }
+
+    /// Calls `tick` every 200 ms from a thread named `name` while this
+    /// client lives and `tick` returns true (keepers of locks and of
+    /// writing opens, which reconnect even if nothing else calls).
+    /// Returns whether the thread started.
+    pub(crate) fn keeper(
+        &self,
+        name: &str,
+        tick: impl Fn(&Client) -> bool + Send + 'static,
+    ) -> bool {
+        let weak = Arc::downgrade(&self.inner);
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || loop {
+                std::thread::sleep(Duration::from_millis(200));
+                let Some(inner) = weak.upgrade() else { return };
+                if !tick(&Client { inner }) {
+                    return;
+                }
+            })
+            .is_ok()
+    }
+
+    /// Is lane `lane`'s connection known to be gone (none counts as gone)?
+    pub(crate) fn lane_dead(&self, lane: usize) -> bool {
+        self.inner.lanes[lane]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()

@@ -9,8 +9,7 @@ use solofs_types::ranges::{LockKind, RangeLocks};
 use solofs_types::{Attr, Cred};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// `Lock` flag: wait for a conflicting lock to go.
 const WAIT: u32 = 1;
@@ -409,26 +408,21 @@ impl Client {
             }
             st.keeper = true;
         }
-        let weak: Weak<crate::Inner> = Arc::downgrade(&self.inner);
-        let _ = std::thread::Builder::new()
-            .name("solofs-locks".into())
-            .spawn(move || loop {
-                std::thread::sleep(Duration::from_millis(200));
-                let Some(inner) = weak.upgrade() else { return };
-                let c = Client { inner };
-                {
-                    let mut st = c.inner.locks.st();
-                    if st.mine.is_empty() && st.waits.is_empty() {
-                        st.keeper = false;
-                        return;
-                    }
+        self.keeper("solofs-locks", |c| {
+            {
+                let mut st = c.inner.locks.st();
+                if st.mine.is_empty() && st.waits.is_empty() {
+                    st.keeper = false;
+                    return false;
                 }
-                if c.is_dead() {
-                    let _ = c.conn(0);
-                } else {
-                    c.claim_locks(0);
-                }
-            });
+            }
+            if c.is_dead() {
+                let _ = c.conn(0);
+            } else {
+                c.claim_locks(0);
+            }
+            true
+        });
     }
 }
 
