@@ -250,6 +250,19 @@ fn a_mount_the_server_cannot_watch_falls_back_to_short_timeouts() {
     within("chmod past the cap", Duration::from_millis(2500), || {
         mode(&b.mnt.join("many/x99")) == 0o600
     });
+    // Close-to-open holds unwatched too: an open after the other mount's
+    // close reads the whole new content, though the kernel here still
+    // holds the old size for up to the short timeout (before, nearly every
+    // such read gave the new bytes cut to the old size).
+    for i in 0..20 {
+        let (fa, fb) = (many.join(format!("c{i}")), b.mnt.join(format!("many/c{i}")));
+        std::fs::write(&fa, format!("v1 {i}")).unwrap();
+        assert_eq!(std::fs::read_to_string(&fb).unwrap(), format!("v1 {i}"));
+        assert_eq!(std::fs::metadata(&fb).unwrap().len(), 4 + (i >= 10) as u64);
+        std::fs::write(&fa, format!("v2 {i} longer")).unwrap();
+        let got = std::fs::read_to_string(&fb).unwrap();
+        assert_eq!(got, format!("v2 {i} longer"), "close-to-open, unwatched");
+    }
     // After its old cache expired, b is watched again: changes are seen
     // at once.
     std::thread::sleep(Duration::from_secs(11));

@@ -241,6 +241,14 @@ impl Coherence {
         }
     }
 
+    /// Has the kernel drop its cached attributes of `ino` now, not its
+    /// pages (safe inside a request on `ino`: nothing is waited for).
+    pub fn drop_attrs(&self, ino: u64) {
+        if let Some(n) = self.notifier.get() {
+            let _ = n.inval_inode(fuser::INodeNo(ino), -1, 0);
+        }
+    }
+
     /// Has the kernel drop what it cached of `ino` soon, from the
     /// invalidation thread (safe inside a request on `ino`).
     pub fn drop_later(&self, ino: u64) {
