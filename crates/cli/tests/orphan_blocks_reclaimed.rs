@@ -127,6 +127,24 @@ fn uncommitted_blocks_of_a_vanished_client_are_reclaimed_online() {
     assert_fsck_clean(&s.path);
 }
 
+/// Commits `n` whole blocks of `a` (stored with byte `b + 1` in block
+/// `b`), ends the open, and checks that exactly those blocks stayed.
+fn commit_and_find_kept(c: &Client, store: &solofs_data::BlockStore, a: u64, n: u64, what: &str) {
+    let me = Cred::root();
+    c.write_commit(&me, a, n * store.block_size(), 2).unwrap();
+    c.release(&me, a, Access::Write).unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(
+        store.all_blocks().unwrap(),
+        [(a, (0..n).collect::<Vec<_>>())],
+        "{what}"
+    );
+    for b in 0..n {
+        let got = store.get(a, b).unwrap().expect("block kept");
+        assert!(got.iter().all(|&x| x == b as u8 + 1), "block {b}");
+    }
+}
+
 /// A writer that stored blocks and then waits longer than the server's
 /// idle timeout before it commits them keeps them. Before, the server
 /// closed the idle connection, released its open uncleanly, and the
@@ -145,17 +163,7 @@ fn an_idle_writer_keeps_its_uncommitted_blocks() {
     let a = write_and_vanish(&c, &store, b"slow-writer");
     // Idle for three idle timeouts and then some grace periods.
     std::thread::sleep(Duration::from_millis(3500));
-    let me = Cred::root();
-    let bs = store.block_size();
-    c.write_commit(&me, a, 4 * bs, 2).unwrap();
-    c.release(&me, a, Access::Write).unwrap();
-    std::thread::sleep(Duration::from_millis(800));
-    let left = store.all_blocks().unwrap();
-    assert_eq!(left, [(a, vec![0, 1, 2, 3])], "an idle writer's blocks");
-    for b in 0..4 {
-        let got = store.get(a, b).unwrap().expect("block kept");
-        assert!(got.iter().all(|&x| x == b as u8 + 1), "block {b}");
-    }
+    commit_and_find_kept(&c, &store, a, 4, "an idle writer's blocks");
     // With nothing open, the idle connection is closed (the server's
     // count of connections drops to zero).
     let conns = || common::metric_sum(&common::metrics_page(&srv.metrics), "solofs_connections");
@@ -191,19 +199,7 @@ fn a_writer_keeps_its_blocks_across_a_restart_it_does_not_call_through() {
         .put(a, 4, bytes::Bytes::from(vec![5u8; bs as usize]))
         .unwrap();
     std::thread::sleep(Duration::from_millis(3000));
-    let me = Cred::root();
-    c.write_commit(&me, a, 5 * bs, 2).unwrap();
-    c.release(&me, a, Access::Write).unwrap();
-    std::thread::sleep(Duration::from_millis(800));
-    assert_eq!(
-        store.all_blocks().unwrap(),
-        [(a, vec![0, 1, 2, 3, 4])],
-        "the writer's blocks after the restart"
-    );
-    for b in 0..5 {
-        let got = store.get(a, b).unwrap().expect("block kept");
-        assert!(got.iter().all(|&x| x == b as u8 + 1), "block {b}");
-    }
+    commit_and_find_kept(&c, &store, a, 5, "the writer's blocks after the restart");
     drop(c);
     assert!(srv.stop().success());
     assert_fsck_clean(&s.path);
