@@ -266,11 +266,21 @@ fn one_round(
                 // Each thread creates and removes files in its own directory
                 // and in a shared one; returns (path, exists) for every
                 // acknowledged change, and the path of the one in flight.
-                let c = connect(&addr, secret.as_bytes())?;
-                let r = Cred::root();
                 let own = format!("/r{round}-t{t}");
+                // The cut may come before this thread is set up (a loaded
+                // machine): then its directory is what was in flight.
+                let c = match connect(&addr, secret.as_bytes()) {
+                    Ok(c) => c,
+                    Err(e) if lost(&e) => return Ok((Vec::new(), None)),
+                    Err(e) => return Err(e.into()),
+                };
+                let r = Cred::root();
                 let _ = c.mkdir(&r, path("/shared"), 0o777);
-                c.mkdir(&r, path(&own), 0o755)?;
+                match c.mkdir(&r, path(&own), 0o755) {
+                    Ok(_) => {}
+                    Err(e) if lost(&e) => return Ok((Vec::new(), Some(own))),
+                    Err(e) => return Err(e.into()),
+                }
                 let mut log = vec![(own.clone(), true)];
                 let mut k = start_ino;
                 for i in 0.. {
