@@ -52,6 +52,30 @@ fn create_until_error(c: &Client, dir: u64, prefix: &str, max: usize) -> (usize,
     (made, None)
 }
 
+/// Unlinks `f{i:07}` of `dir` for every i of `range`, in batches; each
+/// must succeed (or, with `absent_ok`, find no such name).
+fn unlink_numbered(c: &Client, dir: u64, range: std::ops::Range<usize>, absent_ok: bool) {
+    let ops: Vec<(Cred, Op)> = range
+        .map(|i| {
+            (
+                Cred::root(),
+                Op::Unlink {
+                    loc: at(dir, format!("f{i:07}").as_bytes()),
+                },
+            )
+        })
+        .collect();
+    for chunk in ops.chunks(256) {
+        for r in c.submit(chunk).unwrap() {
+            match r {
+                Ok(_) => {}
+                Err(ClientError::Errno(2)) if absent_ok => {}
+                Err(e) => panic!("unlink on a full disk: {e}"),
+            }
+        }
+    }
+}
+
 #[test]
 fn full_pool_disk_gives_enospc_and_recovers() {
     let Some(fs) = SmallFs::mount("pool-full", "24m") else {
@@ -118,21 +142,7 @@ fn full_pool_disk_gives_enospc_and_recovers() {
         .is_ok());
     // Deletes work on a full disk, and then creates again.
     let gone = made / 2;
-    let ops: Vec<(Cred, Op)> = (0..gone)
-        .map(|i| {
-            (
-                me.clone(),
-                Op::Unlink {
-                    loc: at(dir, format!("f{i:07}").as_bytes()),
-                },
-            )
-        })
-        .collect();
-    for chunk in ops.chunks(256) {
-        for r in c.submit(chunk).unwrap() {
-            r.expect("unlink on a full disk");
-        }
-    }
+    unlink_numbered(&c, dir, 0..gone, false);
     c.mkdir(&me, at(ROOT_INO, b"after"), 0o755)
         .expect("mkdir after deletes on a full disk");
     let (again, err2) = create_until_error(&c, dir, "g", gone / 2);
@@ -156,4 +166,105 @@ fn full_pool_disk_gives_enospc_and_recovers() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Every kind of change on `dir`: all must succeed (the pool has room).
+fn every_change_works(c: &Client, dir: u64, tag: &str) {
+    let me = Cred::root();
+    let n = |s: &str| format!("{s}-{tag}");
+    let f = c
+        .create(&me, at(dir, n("touch").as_bytes()), 0o644)
+        .unwrap_or_else(|e| panic!("{tag}: create: {e}"));
+    c.mkdir(&me, at(dir, n("dir").as_bytes()), 0o755)
+        .unwrap_or_else(|e| panic!("{tag}: mkdir: {e}"));
+    c.symlink(&me, at(dir, n("sym").as_bytes()), b"target")
+        .unwrap_or_else(|e| panic!("{tag}: symlink: {e}"));
+    c.link(
+        &me,
+        solofs_client::Target::Ino(f.ino),
+        at(dir, n("link").as_bytes()),
+    )
+    .unwrap_or_else(|e| panic!("{tag}: link: {e}"));
+    c.rename(
+        &me,
+        at(dir, n("link").as_bytes()),
+        at(ROOT_INO, n("renamed").as_bytes()),
+        0,
+    )
+    .unwrap_or_else(|e| panic!("{tag}: rename: {e}"));
+    c.setxattr(
+        &me,
+        solofs_client::Target::Ino(f.ino),
+        b"user.k",
+        &[7u8; 300],
+        0,
+    )
+    .unwrap_or_else(|e| panic!("{tag}: setxattr: {e}"));
+    let sa = solofs_meta::SetAttr {
+        size: Some(1 << 20),
+        ..Default::default()
+    };
+    c.setattr(&me, solofs_client::Target::Ino(f.ino), sa)
+        .unwrap_or_else(|e| panic!("{tag}: truncate: {e}"));
+}
+
+/// Issue 44 item 1: a pool whose disk once filled never recovered. Creates
+/// until ENOSPC, then the deletion of every file: create, mkdir, symlink,
+/// rename, setxattr and truncate all still failed with ENOSPC, also after
+/// a clean restart (the journal wanted never-used segments, and a segment
+/// of one class never served another).
+#[test]
+fn a_full_pool_disk_recovers_once_files_are_deleted() {
+    let Some(fs) = SmallFs::mount("pool-refill", "24m") else {
+        return;
+    };
+    let data = fs.path.join("d");
+    mkfs(&data);
+    let secret = std::fs::read_to_string(data.join("secret")).unwrap();
+    let me = Cred::root();
+    let srv = ServerProc::start(&data);
+    let c = Client::connect(&srv.addr, secret.trim().as_bytes()).unwrap();
+    let dir = c.mkdir(&me, at(ROOT_INO, b"many"), 0o755).unwrap().ino;
+    let (made, err) = create_until_error(&c, dir, "f", 2_000_000);
+    assert_eq!(err, Some(ENOSPC), "made {made}");
+    // Creates after the failing one in its batch may have found room.
+    unlink_numbered(&c, dir, 0..made + 256, true);
+    c.rmdir(&me, at(ROOT_INO, b"many"))
+        .expect("rmdir of the emptied directory");
+    // Every kind of change works again, in the root and in a new directory.
+    every_change_works(&c, ROOT_INO, "a");
+    let d2 = c.mkdir(&me, at(ROOT_INO, b"again"), 0o755).unwrap().ino;
+    every_change_works(&c, d2, "b");
+    // The freed space is reused, by other classes too: directories (whose
+    // objects differ in size from files) fill a good part of it.
+    let mut dirs = 0;
+    for i in 0..made {
+        match c.mkdir(&me, at(d2, format!("d{i:07}").as_bytes()), 0o755) {
+            Ok(_) => dirs += 1,
+            Err(ClientError::Errno(ENOSPC)) => break,
+            Err(e) => panic!("mkdir {i}: {e}"),
+        }
+    }
+    assert!(
+        dirs > made / 4,
+        "only {dirs} directories fit where {made} files were"
+    );
+    // Full again; free the directories, restart, and everything works.
+    for i in 0..dirs {
+        c.rmdir(&me, at(d2, format!("d{i:07}").as_bytes()))
+            .unwrap_or_else(|e| panic!("rmdir {i}: {e}"));
+    }
+    drop(c);
+    assert!(srv.stop().success());
+    let srv = ServerProc::start(&data);
+    let c = Client::connect(&srv.addr, secret.trim().as_bytes()).unwrap();
+    every_change_works(&c, ROOT_INO, "c");
+    let (again, err) = create_until_error(&c, d2, "g", made);
+    assert!(
+        again > made * 9 / 10,
+        "after a restart only {again} of {made} files fit again ({err:?})"
+    );
+    drop(c);
+    assert!(srv.stop().success());
+    common::assert_fsck_clean(&data);
 }

@@ -14,6 +14,11 @@
 //!
 //! Objects larger than the largest class (index directories) take a *huge
 //! run* of contiguous segments; those are never freed.
+//!
+//! A segment whose every slot is free again can serve another class: when
+//! the pool cannot grow (its disk is full), [`Allocator::recycle`] clears
+//! the tag of such segments (tag 0: fresh, as a never-used one) and hands
+//! them out again, so space freed by deletes is reused by any class.
 
 use crate::error::{Error, Result};
 use crate::format::layout::{
@@ -26,6 +31,8 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 const IDLE: u8 = 0;
 const QUEUED: u8 = 1;
 const OWNED: u8 = 2;
+/// Being turned back into a fresh segment (`recycle`).
+const RECYCLING: u8 = 3;
 const TAG_HUGE_BODY: u64 = 0xFFFF_FFFF;
 const NONE: u32 = u32::MAX;
 
@@ -109,6 +116,10 @@ pub struct Allocator {
     rescan: AtomicU64,
     rescan_end: u64,
     claim_lock: Mutex<()>,
+    /// Serializes `recycle` scans.
+    recycle_lock: Mutex<()>,
+    /// A free happened since the last `recycle` scan found nothing.
+    freed: std::sync::atomic::AtomicBool,
 }
 
 impl Allocator {
@@ -127,6 +138,8 @@ impl Allocator {
             rescan: AtomicU64::new(0),
             rescan_end: seg_next,
             claim_lock: Mutex::new(()),
+            recycle_lock: Mutex::new(()),
+            freed: std::sync::atomic::AtomicBool::new(true),
         }
     }
 
@@ -267,10 +280,24 @@ impl Allocator {
 
     fn get_segment(&self, pool: &Pool, shard: u32, class: usize) -> Result<u32> {
         let q = shard as usize * CLASSES.len() + class;
-        let popped = self.partial[q].lock().pop();
-        if let Some(seg) = popped {
-            self.seg_state[seg as usize].store(OWNED, Ordering::SeqCst);
-            return Ok(seg);
+        loop {
+            let Some(seg) = self.partial[q].lock().pop() else {
+                break;
+            };
+            // An entry left behind by a segment since recycled (and maybe
+            // queued again elsewhere) is skipped: ownership is taken with a
+            // compare-and-swap, and the tag must still say this class.
+            let st = &self.seg_state[seg as usize];
+            if st
+                .compare_exchange(QUEUED, OWNED, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+            {
+                continue;
+            }
+            if self.tag_owner(pool, seg as u64)? == Some((shard, class)) {
+                return Ok(seg);
+            }
+            st.store(QUEUED, Ordering::SeqCst);
         }
         if let Some(seg) = self.rescan_step(pool, shard, class)? {
             return Ok(seg);
@@ -290,7 +317,14 @@ impl Allocator {
             }
             let tag = pool.seg_head(seg_off(seg)).tag().get()?;
             if tag == 0 {
-                self.fresh.lock().push(seg as u32);
+                // Fresh segments on the list are QUEUED, so one that
+                // `recycle` pushed is not pushed twice.
+                if self.seg_state[seg as usize]
+                    .compare_exchange(IDLE, QUEUED, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+                {
+                    self.fresh.lock().push(seg as u32);
+                }
                 continue;
             }
             if tag == TAG_HUGE_BODY || (tag as u32) != SEG_MAGIC {
@@ -322,23 +356,113 @@ impl Allocator {
         Ok(None)
     }
 
-    /// Makes sure `n` never-used segments are there to claim, growing the
-    /// pool if needed: [`Error::NoSpace`] if the disk has no room. Steps
-    /// that must not fail once an operation has committed (a journal
-    /// record's apply) ask for this first.
+    /// (owning shard, class) a segment's tag says, for a small or medium
+    /// class segment.
+    fn tag_owner(&self, pool: &Pool, seg: u64) -> Result<Option<(u32, usize)>> {
+        let tag = pool.seg_head(seg_off(seg)).tag().get()?;
+        let c = (tag >> 32) as u8;
+        if tag as u32 != SEG_MAGIC || c == CLASS_HUGE || c as usize >= CLASSES.len() {
+            return Ok(None);
+        }
+        let owner = if (c as usize) < SMALL_CLASSES {
+            (tag >> 40) as u8 as u32
+        } else {
+            0
+        };
+        Ok(Some((owner, c as usize)))
+    }
+
+    /// Makes sure `n` segments are there to claim: never-used ones, growing
+    /// the pool if needed, or else fresh ones recycled from segments
+    /// emptied by frees; [`Error::NoSpace`] if neither has room. Steps that
+    /// must not fail once an operation has committed (a journal record's
+    /// apply) ask for this first.
     pub fn headroom(&self, pool: &Pool, n: u64) -> Result<()> {
-        let _g = self.claim_lock.lock();
-        let end = seg_off(pool.header().seg_next().get()? + n);
-        if end <= pool.len() {
+        {
+            let _g = self.claim_lock.lock();
+            let next = pool.header().seg_next().get()?;
+            let end = seg_off(next + n);
+            if end <= pool.len() {
+                return Ok(());
+            }
+            let before = pool.len();
+            match pool.grow_to(end) {
+                Ok(_) => {
+                    if pool.len() != before {
+                        pool.header().pool_len().set(pool.len())?;
+                        pool.header().pool_len().persist();
+                    }
+                    return Ok(());
+                }
+                Err(Error::NoSpace) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let unclaimed = pool
+            .len()
+            .saturating_sub(seg_off(pool.header().seg_next().get()?))
+            / SEG_SIZE;
+        let fresh = self.fresh.lock().len() as u64;
+        if unclaimed + fresh >= n || unclaimed + fresh + self.recycle(pool, n)? >= n {
             return Ok(());
         }
-        let before = pool.len();
-        pool.grow_to(end)?;
-        if pool.len() != before {
-            pool.header().pool_len().set(pool.len())?;
-            pool.header().pool_len().persist();
+        Err(Error::NoSpace)
+    }
+
+    /// Turns up to `want` segments whose every slot is free into fresh
+    /// ones (tag 0, on the fresh list), for any class to claim; returns
+    /// how many. Runs when the pool cannot grow; a scan that found nothing
+    /// is not repeated until something is freed.
+    fn recycle(&self, pool: &Pool, want: u64) -> Result<u64> {
+        let _g = self.recycle_lock.lock();
+        if !self.freed.swap(false, Ordering::SeqCst) {
+            return Ok(0);
         }
-        Ok(())
+        // Segments not yet examined since the pool was opened go to their
+        // lists first (a tag-0 one among them is fresh already).
+        while self.rescan.load(Ordering::Relaxed) < self.rescan_end {
+            let _ = self.rescan_step(pool, u32::MAX, usize::MAX)?;
+        }
+        let end = pool.header().seg_next().get()?;
+        let mut found = 0;
+        for seg in 0..end.min(self.seg_state.len() as u64) {
+            if found >= want {
+                // More may be there: the next scan looks again.
+                self.freed.store(true, Ordering::SeqCst);
+                break;
+            }
+            let Some((_, class)) = self.tag_owner(pool, seg)? else {
+                continue;
+            };
+            if self.has_used(pool, seg, class) {
+                continue;
+            }
+            let st = &self.seg_state[seg as usize];
+            let was = st.load(Ordering::SeqCst);
+            if was == OWNED
+                || was == RECYCLING
+                || st
+                    .compare_exchange(was, RECYCLING, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_err()
+            {
+                continue;
+            }
+            // Nobody allocates from a segment they do not own, so it is
+            // still empty; a queue entry left for it is skipped when popped.
+            pool.seg_head(seg_off(seg)).tag().set(0)?;
+            pool.object(seg_off(seg)).persist(8);
+            st.store(QUEUED, Ordering::SeqCst);
+            self.fresh.lock().push(seg as u32);
+            found += 1;
+        }
+        Ok(found)
+    }
+
+    /// True if any slot of `seg` is allocated.
+    fn has_used(&self, pool: &Pool, seg: u64, class: usize) -> bool {
+        let (n, _) = geometry(class);
+        let base = seg_off(seg);
+        (0..n.div_ceil(64)).any(|w| pool.seg_head(base).bitmap_word(w).get().unwrap_or(1) != 0)
     }
 
     /// Claims `n` contiguous never-used segments, growing the pool if needed
@@ -349,6 +473,19 @@ impl Allocator {
                 return Ok(seg as u64);
             }
         }
+        match self.claim_new(pool, n) {
+            Err(Error::NoSpace) if n == 1 && self.recycle(pool, 1)? > 0 => self
+                .fresh
+                .lock()
+                .pop()
+                .map(|s| s as u64)
+                .ok_or(Error::NoSpace),
+            r => r,
+        }
+    }
+
+    /// Claims `n` contiguous never-used segments (see `claim`).
+    fn claim_new(&self, pool: &Pool, n: u64) -> Result<u64> {
         let _g = self.claim_lock.lock();
         let next = pool.header().seg_next().atomic()?;
         let seg = next.load(Ordering::Acquire);
@@ -426,6 +563,9 @@ impl Allocator {
             return Err(Error::Corrupt(format!("double free of object {off:#x}")));
         }
         pool.seg_head(seg_off(seg)).bitmap_word(slot / 64).persist();
+        if !self.freed.load(Ordering::Relaxed) {
+            self.freed.store(true, Ordering::Relaxed);
+        }
         let st = &self.seg_state[seg as usize];
         if st
             .compare_exchange(IDLE, QUEUED, Ordering::SeqCst, Ordering::SeqCst)
