@@ -186,6 +186,22 @@ impl Client {
     /// reply itself). [`Locked::Now`]: done now (`wait` is not called).
     pub fn set_lock(&self, cred: &Cred, req: LockReq, wait: Option<Granted>) -> Result<Locked> {
         let book = &self.inner.locks;
+        // A request over bytes the owner already holds as strongly (a
+        // downgrade, a split, the same lock again) takes nothing from
+        // anyone and must not fail (sqlite maps a failed downgrade to an
+        // I/O error): it goes as a claim, which the server grants in the
+        // grace after a restart too, before or after this client's other
+        // claims, instead of refusing it as a new lock.
+        let held = req.kind != LockKind::Unlock
+            && book.st().mine.get(&req.ino).is_some_and(|l| {
+                l.covers(req.owner, req.kind == LockKind::Write, req.start, req.end)
+            });
+        if held {
+            let a = granted(self.call(cred, op(&req, RECLAIM, 0))?)?;
+            book.st().apply(&req);
+            self.keep_locks();
+            return Ok(Locked::Now(a));
+        }
         let Some(done) = wait else {
             let a = granted(self.call(cred, op(&req, 0, 0))?)?;
             book.st().apply(&req);

@@ -87,6 +87,31 @@ impl<O: Copy + Eq> RangeLocks<O> {
             .filter(move |l| l.owner != owner && (write || l.write) && l.overlaps(start, end))
     }
 
+    /// Does `owner` already hold `start..=end` with locks at least as
+    /// strong as `write` asks (write locks for a write request)? Such a
+    /// request (a downgrade, a split, the same lock again) takes nothing
+    /// from anyone: POSIX never fails it.
+    pub fn covers(&self, owner: O, write: bool, start: u64, end: u64) -> bool {
+        let mut mine: Vec<(u64, u64)> = self
+            .held
+            .iter()
+            .filter(|l| l.owner == owner && (l.write || !write) && l.overlaps(start, end))
+            .map(|l| (l.start, l.end))
+            .collect();
+        mine.sort_unstable();
+        let mut next = start;
+        for (s, e) in mine {
+            if s > next {
+                return false;
+            }
+            if e >= end {
+                return true;
+            }
+            next = next.max(e + 1);
+        }
+        false
+    }
+
     /// Gives `owner` a lock of `kind` over `start..=end` (without checking
     /// conflicts), or clears its locks there (`Unlock`): the owner's locks
     /// that overlap are cut to what lies outside the range, and the new
@@ -207,5 +232,21 @@ mod tests {
         l.set(1, Read, 0, 0, 1);
         assert!(!l.set(2, Unlock, 0, u64::MAX, 1));
         assert_eq!(ranges(&l, 1), vec![(false, 0, 0)]);
+    }
+    #[test]
+    fn covers_what_the_owner_holds() {
+        let mut l = RangeLocks::default();
+        l.set(1u64, LockKind::Write, 0, 99, 7);
+        l.set(1u64, LockKind::Read, 100, 199, 7);
+        l.set(2u64, LockKind::Read, 300, 399, 8);
+        assert!(l.covers(1, false, 10, 150));
+        assert!(l.covers(1, true, 10, 99));
+        assert!(!l.covers(1, true, 10, 100), "an upgrade is not covered");
+        assert!(!l.covers(1, false, 150, 250));
+        assert!(!l.covers(1, false, 300, 310), "another owner's lock");
+        assert!(!l.covers(3, false, 0, 0));
+        l.set(1u64, LockKind::Write, 200, u64::MAX, 7);
+        assert!(l.covers(1, false, 0, u64::MAX));
+        assert!(!l.covers(1, true, 0, u64::MAX));
     }
 }
