@@ -8,7 +8,7 @@ use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"SOLODUMP";
-const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 1;
 /// Largest record payload a reader accepts.
 const MAX_RECORD: u32 = 64 << 20;
 /// The directory anonymous (O_TMPFILE) files live in: not dumped.
@@ -359,7 +359,7 @@ pub fn load(args: Vec<std::ffi::OsString>) -> Result<()> {
                     .context("durability is process, pmem or sync")?;
             }
             Long("help") | Short('h') => {
-                println!("solofs load --data DIR [-i FILE] [--storage URL] [--durability process|pmem|sync]\n  builds a new volume in DIR (absent or empty) from a dump (default: standard input);\n  its blocks stay where the dumped volume's are unless --storage says otherwise");
+                println!("solofs load --data DIR [-i FILE] [--storage URL] [--durability process|pmem|sync]\n  builds a new volume in DIR (absent or empty) from a dump (default: standard input);\n  it gets a volume id of its own and copies the dumped files' blocks to its own\n  names, in the store where the dumped volume's are (or --storage URL, where\n  they are now): deleting in one volume never touches the other's data");
                 return Ok(());
             }
             _ => return Err(a.unexpected().into()),
@@ -405,6 +405,17 @@ pub fn load(args: Vec<std::ffi::OsString>) -> Result<()> {
     }
 }
 
+/// The error of a read that found the stream cut short (or damaged).
+fn ended(e: std::io::Error) -> anyhow::Error {
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        anyhow::anyhow!(
+            "the dump ends early: it was cut short (an interrupted dump or copy, a full disk); make the dump again"
+        )
+    } else {
+        anyhow::anyhow!("the dump cannot be read ({e}): it is damaged; make the dump again")
+    }
+}
+
 /// A stream reader that keeps the check of everything read.
 struct In<R: Read> {
     r: R,
@@ -413,9 +424,7 @@ struct In<R: Read> {
 
 impl<R: Read> In<R> {
     fn exact(&mut self, b: &mut [u8]) -> Result<()> {
-        self.r
-            .read_exact(b)
-            .context("the dump ends early (truncated?)")?;
+        self.r.read_exact(b).map_err(ended)?;
         self.crc = solofs_meta::pool::wal::crc32c(self.crc, b);
         Ok(())
     }
@@ -464,7 +473,12 @@ fn read_dump<R: Read>(
     if let Some(s) = storage {
         cfg.storage = s;
     }
-    cfg.volume_id = Some(rd.take(16)?.try_into()?);
+    // The new volume gets an id of its own: blocks are named by volume id
+    // and inode number, and a volume deletes the blocks of the files it
+    // deletes, so two volumes must never share names. The dumped volume's
+    // blocks are copied under the new id once the namespace is in.
+    let dumped: [u8; 16] = rd.take(16)?.try_into()?;
+    cfg.volume_id = None;
     let e = crate::mount::format_data_dir(data, cfg)?;
     let root = Cred::root();
     let mut pending: HashMap<u64, Inode> = HashMap::new();
@@ -508,8 +522,7 @@ fn read_dump<R: Read>(
                 let (ci, cn) = (rd.u64()?, rd.u64()?);
                 let before = i.crc;
                 let mut c = [0u8; 4];
-                i.r.read_exact(&mut c)
-                    .context("the dump ends early (truncated?)")?;
+                i.r.read_exact(&mut c).map_err(ended)?;
                 if u32::from_le_bytes(c) != before {
                     bail!("the dump's check does not match: it is damaged");
                 }
@@ -534,8 +547,75 @@ fn read_dump<R: Read>(
         finish(&e, d)?;
     }
     e.keep_inos_above(max)?;
+    copy_blocks(&e, &dumped)?;
     e.close()?;
     Ok((inodes, names))
+}
+
+/// Copies the blocks of every loaded file from the dumped volume's names
+/// (`dumped`, its id) to the new volume's, in the same store. Blocks a
+/// file's data map says hold data but the dumped volume no longer has are
+/// said (those bytes read as an error, and `fsck` reports them); blocks
+/// past a file's size are not copied.
+fn copy_blocks(e: &Engine, dumped: &[u8; 16]) -> Result<()> {
+    let Some(dst) = crate::serve::open_blocks(e)? else {
+        return Ok(());
+    };
+    let src = solofs_data::BlockStore::open(
+        e.storage_url(),
+        &solofs_data::volume_hex(dumped),
+        e.block_size(),
+        None,
+    )?;
+    let listing = src
+        .all_blocks()
+        .context("listing the dumped volume's blocks")?;
+    let stored: HashMap<u64, Vec<u64>> = listing.into_iter().collect();
+    let (mut want, mut lost, mut files) = (Vec::new(), 0u64, 0u64);
+    crate::blocks::for_each_file(e, |ino| {
+        let have = stored.get(&ino).map_or(&[][..], |v| &v[..]);
+        let end = e.first_uncovered_block(ino)?;
+        let mapped = crate::blocks::mapped_blocks(e, ino)?;
+        lost += mapped
+            .iter()
+            .filter(|b| have.binary_search(b).is_err())
+            .count() as u64;
+        let before = want.len();
+        want.extend(have.iter().filter(|&&b| b < end).map(|&b| (ino, b)));
+        files += (want.len() > before) as u64;
+        Ok(())
+    })?;
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut done = 0u64;
+    for chunk in want.chunks(4096) {
+        if let Err(err) = dst.copy_from(&src, chunk) {
+            // Nothing of the new volume stays in the store.
+            for &(ino, _) in &want {
+                let _ = dst.delete_from(ino, 0);
+            }
+            return Err(anyhow::Error::new(err).context(format!(
+                "copying the dumped volume's blocks in {}",
+                e.storage_url()
+            )));
+        }
+        done += chunk.len() as u64;
+        if tty {
+            eprint!("\rcopied {done} of {} blocks", want.len());
+        }
+    }
+    if tty && done > 0 {
+        eprintln!();
+    }
+    println!(
+        "copied {done} blocks of {files} files to the new volume's own names in {}",
+        e.storage_url()
+    );
+    if lost > 0 {
+        eprintln!(
+            "warning: {lost} blocks the dumped files' maps name are no longer in the store: those bytes are lost (solofs fsck lists the files)"
+        );
+    }
+    Ok(())
 }
 
 /// Creates `n` as `name` in `parent`, keeping its inode number.

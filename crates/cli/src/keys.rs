@@ -105,7 +105,18 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
                 bail!("no key named {name}");
             }
             save(&file, &keys)?;
-            println!("key {name} revoked; a running server closes its connections within a second");
+            // Its key file opens nothing any more: gone with it, so that
+            // `key add` of the same name writes a new one.
+            let kf = data.join(format!("{name}.key"));
+            let gone = std::fs::remove_file(&kf).is_ok();
+            println!(
+                "key {name} revoked; a running server closes its connections within a second{}",
+                if gone {
+                    format!(" ({} removed)", kf.display())
+                } else {
+                    String::new()
+                }
+            );
         }
         _ => bail!("{USAGE}"),
     }
@@ -119,7 +130,13 @@ fn write_new(p: &Path, text: &str) -> Result<()> {
         .create_new(true)
         .mode(0o600)
         .open(p)
-        .with_context(|| format!("writing the key file {}", p.display()))?;
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => anyhow::anyhow!(
+                "{} already exists (a key file of an earlier key?): remove it, or write the new key elsewhere with -o FILE",
+                p.display()
+            ),
+            _ => anyhow::Error::new(e).context(format!("writing the key file {}", p.display())),
+        })?;
     f.write_all(text.as_bytes())?;
     Ok(())
 }

@@ -3,6 +3,7 @@ use anyhow::{bail, Context, Result};
 use solofs_meta::{Config, Durability, Engine};
 use std::path::PathBuf;
 
+mod blocks;
 mod dump;
 mod keys;
 mod mount;
@@ -12,6 +13,7 @@ const USAGE: &str = "\
 solofs — a file system whose whole namespace lives on one metadata server
 
 USAGE:
+    solofs --version                      this build's version, wire protocol and formats
     solofs up MOUNTPOINT [--data DIR]     format if needed, serve and mount (Ctrl-C stops)
     solofs mount --server ADDR --secret-file FILE MOUNTPOINT
     solofs mkfs (--data DIR | POOL) [--storage URL] [--block-size BYTES] [--shards N] [--inline-max BYTES]
@@ -98,6 +100,16 @@ fn run() -> Result<()> {
         Some("serve") => serve::serve(rest),
         Some("stats") => serve::stats(rest),
         Some("crash-test") => solofs_bench::crashtest::main(rest),
+        Some("-V" | "--version" | "version") => {
+            say!(
+                "solofs {} (wire protocol {}, pool format {}, dump format {})",
+                env!("CARGO_PKG_VERSION"),
+                solofs_proto::PROTOCOL_VERSION,
+                solofs_meta::POOL_FORMAT,
+                dump::VERSION
+            );
+            Ok(())
+        }
         Some("-h" | "--help" | "help") => {
             print!("{USAGE}");
             Ok(())
@@ -140,7 +152,15 @@ fn mkfs(args: Vec<std::ffi::OsString>) -> Result<()> {
         }
     }
     let e = match (data, path) {
+        (Some(d), None) if serve::pool_path(&d).exists() => bail!(
+            "{} already holds a volume (meta.pool): mkfs never formats over one; give another --data directory, or remove {0} first if you mean to destroy that volume and its data",
+            d.display()
+        ),
         (Some(d), None) => mount::format_data_dir(&d, cfg)?,
+        (None, Some(path)) if path.exists() => bail!(
+            "{} exists: mkfs never formats over a pool; give a new path, or remove it first if you mean to destroy it",
+            path.display()
+        ),
         (None, Some(path)) => {
             mount::probe_storage(&cfg)?;
             Engine::format(&path, &cfg).with_context(|| format!("formatting {}", path.display()))?
@@ -168,15 +188,41 @@ fn mkfs(args: Vec<std::ffi::OsString>) -> Result<()> {
 
 /// Compares the block store with the namespace: blocks of inodes that do
 /// not exist or past their size, and not waiting in the to-free queue, are
-/// orphans (a client died between storing blocks and committing the size).
-/// Returns how many were found; `repair` deletes them.
-fn check_blocks(e: &Engine, repair: bool) -> Result<u64> {
+/// orphans (a client died between storing blocks and committing the size);
+/// blocks a file's data map says hold data but the store lacks are
+/// missing (lost data: deleted behind the volume's back, or by another
+/// volume that shared its names). Returns (orphans, missing); `repair`
+/// deletes orphans (missing blocks cannot be made again).
+fn check_blocks(e: &Engine, repair: bool) -> Result<(u64, u64)> {
     let Some(store) = serve::open_blocks(e)? else {
-        return Ok(0);
+        return Ok((0, 0));
     };
     let queued: std::collections::HashSet<u64> = e.queued_frees()?.into_iter().collect();
     let (mut blocks, mut orphans, mut pending) = (0u64, 0u64, 0u64);
-    for (ino, list) in store.all_blocks().context("listing the block store")? {
+    let listing = store.all_blocks().context("listing the block store")?;
+    let stored: std::collections::HashMap<u64, &[u64]> =
+        listing.iter().map(|(i, v)| (*i, &v[..])).collect();
+    let (mut missing, mut damaged) = (0u64, 0u64);
+    blocks::for_each_file(e, |ino| {
+        let have = stored.get(&ino).copied().unwrap_or(&[]);
+        let lost: Vec<u64> = blocks::mapped_blocks(e, ino)?
+            .into_iter()
+            .filter(|b| have.binary_search(b).is_err())
+            .collect();
+        if !lost.is_empty() {
+            damaged += 1;
+            missing += lost.len() as u64;
+            if damaged <= 20 {
+                say!("  file ino {ino}: blocks {lost:?} hold data by its map but are missing from the store");
+            }
+        }
+        Ok(())
+    })?;
+    drop(stored);
+    if missing > 0 {
+        say!("{missing} blocks of {damaged} files are missing from {}: their bytes are lost (restore them into the store, or delete the files)", store.url());
+    }
+    for (ino, list) in listing {
         blocks += list.len() as u64;
         let first_uncovered = e.first_uncovered_block(ino)?;
         let extra: Vec<u64> = list.into_iter().filter(|&b| b >= first_uncovered).collect();
@@ -204,7 +250,7 @@ fn check_blocks(e: &Engine, repair: bool) -> Result<u64> {
             ""
         }
     );
-    Ok(orphans)
+    Ok((orphans, missing))
 }
 
 /// Sets each damaged file size (beyond the largest possible) to what its
@@ -250,7 +296,10 @@ fn fsck(args: Vec<std::ffi::OsString>) -> Result<()> {
         }
     }
     let path = path.context("fsck needs a pool file path")?;
-    let e = Engine::open(&path).with_context(|| format!("opening {}", path.display()))?;
+    let e = match (path.file_name(), path.parent()) {
+        (Some(n), Some(d)) if n == "meta.pool" => serve::open_volume(d, "fsck")?,
+        _ => Engine::open(&path).with_context(|| format!("opening {}", path.display()))?,
+    };
     let mut r = e.fsck(repair)?;
     if repair {
         let sized = repair_sizes(&e, &r.problems)?;
@@ -288,9 +337,9 @@ fn fsck(args: Vec<std::ffi::OsString>) -> Result<()> {
     for p in r.problems.iter().take(50) {
         say!("  {p:?}");
     }
-    let orphans = check_blocks(&e, repair)?;
+    let (orphans, missing) = check_blocks(&e, repair)?;
     e.close()?;
-    if !r.is_clean() || (orphans > 0 && !repair) {
+    if !r.is_clean() || (orphans > 0 && !repair) || missing > 0 {
         std::process::exit(2);
     }
     Ok(())

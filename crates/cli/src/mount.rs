@@ -228,9 +228,46 @@ fn connect_and_mount(
     opts: MountOptions,
     copts: Options,
 ) -> Result<fuser::BackgroundSession> {
-    let client = Client::connect_with(addr, secret, copts)
-        .with_context(|| format!("connecting to {addr}"))?;
+    // A server that is not up yet (started a moment before, restarting)
+    // is waited for as long as calls wait for a restarting one.
+    let until = std::time::Instant::now() + copts.retry;
+    let mut said = false;
+    let client = loop {
+        match Client::connect_with(addr, secret, copts.clone()) {
+            Err(solofs_client::ClientError::Io(e))
+                if e.kind() == std::io::ErrorKind::ConnectionRefused
+                    && std::time::Instant::now() < until =>
+            {
+                if !said {
+                    eprintln!(
+                        "solofs: no server answers at {addr} yet (connection refused); waiting up to {} s (--retry-secs)",
+                        copts.retry.as_secs()
+                    );
+                    said = true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            r => break r.with_context(|| format!("connecting to {addr}"))?,
+        }
+    };
     mount_client(client, mnt, opts)
+}
+
+/// Refuses before anything is done (a volume formatted, a server started)
+/// where this process cannot mount: FUSE mounts are made with mount(2) on
+/// /dev/fuse, which needs root, or else a `fusermount3` helper.
+pub fn check_can_mount() -> Result<()> {
+    let root = rustix::process::geteuid().is_root();
+    let helper = ["fusermount3", "fusermount"].iter().any(|h| {
+        std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(h).exists()))
+    });
+    if !root && !helper {
+        bail!(
+            "mounting needs root here: a FUSE mount is made with mount(2) on /dev/fuse, and there is no fusermount3 helper for other users; run as root (sudo), or install the fuse3 package"
+        );
+    }
+    Ok(())
 }
 
 fn mount_client(
@@ -340,11 +377,12 @@ pub fn mount(args: Vec<OsString>) -> Result<()> {
         }
     }
     let mnt = mnt.context("mount needs a MOUNTPOINT")?;
-    check_not_mounted(&mnt)?;
     let server = server.context("mount needs --server ADDR (or SOLOFS_SERVER)")?;
     let secret_file =
         secret_file.context("mount needs --secret-file FILE (or SOLOFS_SECRET_FILE)")?;
     let secret = serve::read_secret_file(&secret_file)?;
+    check_can_mount()?;
+    check_not_mounted(&mnt)?;
     let session = connect_and_mount(&server, &secret, &mnt, opts, copts)?;
     println!(
         "mounted {server} at {}{}",
@@ -440,6 +478,7 @@ pub fn up(args: Vec<OsString>) -> Result<()> {
         }
     }
     let mnt = mnt.context("up needs a MOUNTPOINT")?;
+    check_can_mount()?;
     check_not_mounted(&mnt)?;
     serve::check_listen(&listen, "--listen")?;
     crate::create_dir_all_public(&mnt).with_context(|| format!("creating {}", mnt.display()))?;
@@ -451,8 +490,7 @@ pub fn up(args: Vec<OsString>) -> Result<()> {
                 data.display()
             );
         }
-        Engine::open(&pool_path(&data))
-            .with_context(|| format!("opening {}", pool_path(&data).display()))?
+        crate::serve::open_volume(&data, "up")?
     } else {
         let cfg = EngineConfig {
             storage,

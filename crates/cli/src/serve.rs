@@ -19,6 +19,52 @@ pub fn pool_path(data: &Path) -> PathBuf {
     data.join("meta.pool")
 }
 
+/// The process holding an exclusive `flock` on `path`, from /proc/locks.
+pub fn lock_holder(path: &Path) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(path).ok()?.ino();
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|l| {
+        // "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let dev_ino = f.iter().position(|x| x.matches(':').count() == 2)?;
+        let i: u64 = f[dev_ino].rsplit(':').next()?.parse().ok()?;
+        (f.contains(&"FLOCK") && i == ino)
+            .then(|| f[dev_ino - 1].parse().ok())
+            .flatten()
+    })
+}
+
+/// Refuses a data directory that holds no volume, saying what to do.
+pub fn require_volume(data: &Path) -> Result<()> {
+    if !pool_path(data).exists() {
+        bail!(
+            "there is no volume in {} (no meta.pool there): make one with `solofs mkfs --data {0}`, or point --data at the directory of an existing volume",
+            data.display()
+        );
+    }
+    Ok(())
+}
+
+/// Opens the volume in `data` for `what` (a command that needs the pool to
+/// itself), with messages that say what to do when there is none or a
+/// server holds it.
+pub fn open_volume(data: &Path, what: &str) -> Result<Engine> {
+    require_volume(data)?;
+    let pool = pool_path(data);
+    match Engine::open(&pool) {
+        Ok(e) => Ok(e),
+        Err(solofs_meta::Error::Locked(_)) => {
+            let who = lock_holder(&pool).map_or(String::new(), |p| format!(" (process {p})"));
+            bail!(
+                "the volume in {} is in use by another process{who}: {what} needs it to itself, so stop that server first (`solofs dump` works while it runs)",
+                data.display()
+            )
+        }
+        Err(e) => Err(anyhow::Error::new(e).context(format!("opening {}", pool.display()))),
+    }
+}
+
 /// Secret file inside a data directory.
 pub fn secret_path(data: &Path) -> PathBuf {
     data.join("secret")
@@ -79,8 +125,14 @@ pub fn read_secret(data: &Path) -> Result<Vec<u8>> {
 /// Reads a volume secret file; refuses one shorter than [`MIN_SECRET`]
 /// bytes (an empty or truncated file must not open the volume to anyone).
 pub fn read_secret_file(p: &Path) -> Result<Vec<u8>> {
-    let s = std::fs::read_to_string(p)
-        .with_context(|| format!("reading the volume secret {}", p.display()))?;
+    let raw =
+        std::fs::read(p).with_context(|| format!("reading the volume secret {}", p.display()))?;
+    let Ok(s) = String::from_utf8(raw) else {
+        bail!(
+            "{} is not a secret file: a volume secret is the line of 64 hex digits `solofs mkfs` wrote to DATA/secret, and a client key the file `solofs key add` wrote; pass one of those with --secret-file",
+            p.display()
+        );
+    };
     let s = s.trim().as_bytes().to_vec();
     if s.len() < MIN_SECRET {
         bail!(
@@ -283,6 +335,7 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
         .clone()
         .context("serve needs --data DIR (or SOLOFS_DATA, or data = \"…\" in the config)")?;
     let mut cfg = s.cfg;
+    require_volume(&data)?;
     cfg.secret = read_secret(&data)?;
     raise_fd_limit();
     // The addresses first: a busy port must not cost the pool a clean stop.
@@ -290,10 +343,7 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
     if let Some(m) = &cfg.metrics_listen {
         check_listen(m, "--metrics")?;
     }
-    let engine = Arc::new(
-        Engine::open(&pool_path(&data))
-            .with_context(|| format!("opening {}", pool_path(&data).display()))?,
-    );
+    let engine = Arc::new(open_volume(&data, "serve")?);
     engine.set_data_capacity(s.capacity);
     let stats = engine.open_stats().clone();
     cfg.blocks = open_blocks_checked(&engine)?;

@@ -136,11 +136,16 @@ fn keys_limit_what_their_clients_do() {
     );
 
     // Revoked: the connection closes and the key is refused.
+    let sd_key = keyfile("sd");
     key(&s.path, &["revoke", "sd"]);
+    assert!(
+        !s.path.join("sd.key").exists(),
+        "the revoked key's file stays"
+    );
     within("the revoked key cut off", Duration::from_secs(5), || {
         sd.getattr(&root, Target::Ino(ROOT_INO)).is_err()
     });
-    let again = Client::connect(&srv.addr, &keyfile("sd"));
+    let again = Client::connect(&srv.addr, &sd_key);
     assert!(again.is_err(), "a revoked key authenticates");
     // The others go on.
     assert!(ro.getattr(&root, Target::Ino(ROOT_INO)).is_ok());
@@ -180,6 +185,14 @@ fn mounts_use_their_key_files() {
         Duration::from_secs(5),
         || std::fs::read_to_string(a.mnt.join("proj/sub/g")).is_ok_and(|s| s == "made"),
     );
+    // Handles opened under the key before its revocation (issue 44 item
+    // 9: reads of one went on, 20 MB, after `key revoke`).
+    std::fs::write(a.mnt.join("proj/big"), vec![7u8; 8 << 20]).unwrap();
+    let mut reader = std::fs::File::open(d.mnt.join("big")).unwrap();
+    let mut first = vec![0u8; 4096];
+    std::io::Read::read_exact(&mut reader, &mut first).unwrap();
+    let mut writer = std::fs::File::create(d.mnt.join("w")).unwrap();
+    std::io::Write::write_all(&mut writer, b"before").unwrap();
     key(&data, &["revoke", "sd"]);
     let t = Instant::now();
     while std::fs::read_dir(d.mnt.join("sub")).is_ok_and(|mut x| x.next().is_some()) {
@@ -193,6 +206,15 @@ fn mounts_use_their_key_files() {
             .arg("echo 2 > /proc/sys/vm/drop_caches")
             .status();
     }
+    // Both handles now fail with EACCES (the server told the mount its key
+    // was revoked), where the bytes are not in the kernel's cache already.
+    let e = std::io::Read::read_exact(&mut reader, &mut vec![0u8; 4 << 20]).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(13), "read after revoke: {e}");
+    let e = std::io::Write::write_all(&mut writer, b" after")
+        .and_then(|_| writer.sync_all())
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(13), "write after revoke: {e}");
+    drop((reader, writer));
     drop((a, r, d));
     srv.stop();
 }

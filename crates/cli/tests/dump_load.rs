@@ -5,7 +5,9 @@
 //! from its checkpoint and journal; `process`: a copy the server takes with
 //! changing operations held) is dumped three times while two clients keep
 //! writing, and each dump is one moment; a server that does not take a
-//! dump's request up makes it fail cleanly.
+//! dump's request up makes it fail cleanly; a loaded volume has blocks of
+//! its own (deleting in it leaves the original whole), and fsck reports a
+//! file whose blocks are missing from the store.
 
 mod common;
 use common::*;
@@ -89,6 +91,21 @@ fn populate(pool: &Path) {
         &[(0, 8192), (1 << 30, (1 << 30) + 4096)],
     )
     .unwrap();
+    // The blocks its data map names, in the volume's store (a load copies
+    // them; fsck reports missing ones).
+    if !e.storage_url().is_empty() {
+        let store = solofs_data::BlockStore::open(
+            e.storage_url(),
+            &solofs_data::volume_hex(&e.volume_id()),
+            e.block_size(),
+            None,
+        )
+        .unwrap();
+        for off in [0u64, 1 << 30] {
+            let d = bytes::Bytes::from(vec![3u8; 8192]);
+            store.put(big.ino, off / e.block_size(), d).unwrap();
+        }
+    }
     e.link(&r, f.ino, b.ino, b"hard").unwrap();
     e.symlink(&r, b.ino, b"sym", b"../small").unwrap();
     e.mknod(&r, a.ino, b"fifo", solofs_meta::S_IFIFO | 0o640, 0)
@@ -168,11 +185,11 @@ fn round_trip_keeps_everything_and_bad_dumps_are_refused() {
     assert!(out.status.success(), "{out:?}");
     assert_eq!(before, walk(&g.join("meta.pool")));
     let _ = std::fs::remove_dir_all(&g);
-    // The loaded volume keeps the dumped one's id (its blocks' names) and
-    // hands out inode numbers none of the loaded ones has.
+    // The loaded volume has an id of its own (its blocks' names: issue 44
+    // item 3) and hands out inode numbers none of the loaded ones has.
     let e = Engine::open(&b.join("meta.pool")).unwrap();
     let ea = Engine::open_copy(&pool).unwrap();
-    assert_eq!(e.volume_id(), ea.volume_id());
+    assert_ne!(e.volume_id(), ea.volume_id());
     let n = e.create(&Cred::root(), ROOT_INO, b"new", 0o644).unwrap();
     assert!(after
         .values()
@@ -419,4 +436,102 @@ fn a_dump_the_server_does_not_answer_fails_cleanly() {
     drop(srv);
     let _ = std::fs::remove_file(&target);
     let _ = std::fs::remove_dir_all(&data);
+}
+
+/// Writes `n` whole blocks of new file `name` (block `b` filled with byte
+/// `seed + b`), commits and closes it; returns its ino.
+fn write_blocks(
+    c: &solofs_client::Client,
+    store: &solofs_data::BlockStore,
+    name: &[u8],
+    n: u64,
+    seed: u8,
+) -> u64 {
+    let me = Cred::root();
+    let bs = store.block_size();
+    let a = c
+        .create_open(
+            &me,
+            solofs_client::at(ROOT_INO, name),
+            0o644,
+            solofs_meta::Access::Write,
+        )
+        .unwrap();
+    for b in 0..n {
+        store
+            .put(
+                a.ino,
+                b,
+                bytes::Bytes::from(vec![seed + b as u8; bs as usize]),
+            )
+            .unwrap();
+    }
+    c.write_commit(&me, a.ino, n * bs, 1).unwrap();
+    c.release(&me, a.ino, solofs_meta::Access::Write).unwrap();
+    a.ino
+}
+
+/// Issue 44 item 3: a volume loaded from another's dump into the same
+/// block store kept its id, so deleting a file in the copy deleted the
+/// original's blocks (it read as zeros there) and fsck of the original
+/// saw nothing. Now the copy has its own blocks, and fsck reports a file
+/// whose blocks are gone.
+#[test]
+fn a_loaded_volume_has_blocks_of_its_own_and_fsck_sees_missing_ones() {
+    let a = Scratch::new("load-own-a");
+    let srv = ServerProc::start_with(&a.path, "127.0.0.1:0", &["--free-grace-ms", "200"]);
+    let c = solofs_client::Client::connect(&srv.addr, &a.secret()).unwrap();
+    let store_a = solofs_fuse::block_store(&c).unwrap();
+    let big = write_blocks(&c, &store_a, b"big", 3, 1);
+    let keep = write_blocks(&c, &store_a, b"keep", 2, 7);
+    drop(c);
+    assert!(srv.stop().success());
+    let dump = a.path.with_extension("own.dump");
+    let out = solofs(&["dump", "--data", p(&a.path), "-o", p(&dump)]);
+    assert!(out.status.success(), "{out:?}");
+    let b = a.path.with_extension("own-b");
+    let _ = std::fs::remove_dir_all(&b);
+    let out = solofs(&["load", "--data", p(&b), "-i", p(&dump)]);
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("copied 5 blocks of 2 files"), "{said}");
+    assert_fsck_clean(&b);
+    // Delete big in the copy; its deleter takes the copy's blocks only.
+    let srv = ServerProc::start_with(&b, "127.0.0.1:0", &["--free-grace-ms", "200"]);
+    let secret_b = std::fs::read_to_string(b.join("secret")).unwrap();
+    let c = solofs_client::Client::connect(&srv.addr, secret_b.trim().as_bytes()).unwrap();
+    let store_b = solofs_fuse::block_store(&c).unwrap();
+    assert_eq!(store_b.blocks(big).unwrap(), [0, 1, 2]);
+    c.unlink(&Cred::root(), solofs_client::at(ROOT_INO, b"big"))
+        .unwrap();
+    within(
+        "the copy's blocks of big deleted",
+        std::time::Duration::from_secs(10),
+        || store_b.blocks(big).unwrap().is_empty(),
+    );
+    drop(c);
+    assert!(srv.stop().success());
+    // The original is whole, every byte.
+    for blk in 0..3u64 {
+        let d = store_a
+            .get(big, blk)
+            .unwrap()
+            .expect("the original's block");
+        assert!(
+            d.iter().all(|&x| x == 1 + blk as u8),
+            "block {blk} of big changed"
+        );
+    }
+    assert_fsck_clean(&a.path);
+    // A block deleted behind the volume's back: fsck says so, exit 2.
+    store_a.delete_range(keep, 1, 2).unwrap();
+    let out = solofs(&["fsck", "--data", p(&a.path)]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains(&format!("file ino {keep}: blocks [1]")) && said.contains("missing"),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&b);
+    let _ = std::fs::remove_file(&dump);
 }

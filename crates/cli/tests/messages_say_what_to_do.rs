@@ -165,3 +165,140 @@ fn a_lane_count_out_of_range_is_refused() {
         assert!(err.contains("--lanes is 1..=64"), "{err}");
     }
 }
+
+/// stderr (and stdout) of `solofs args`, and whether it succeeded.
+fn run(args: &[&std::ffi::OsStr]) -> (bool, String) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// Fails unless `solofs args` fails with a message holding every one of
+/// `words` and no operating-system error text twice.
+fn refused(args: &[&str], words: &[&str]) -> String {
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    let (ok, text) = run(&args);
+    assert!(!ok, "{args:?} succeeded: {text}");
+    for w in words {
+        assert!(text.contains(w), "{args:?}: no {w:?} in: {text}");
+    }
+    if let Some(i) = text.find("(os error") {
+        assert!(
+            !text[i + 1..].contains("(os error"),
+            "{args:?}: the errno text twice: {text}"
+        );
+    }
+    text
+}
+
+/// Issue 44 item 10: each message a user saw says what happened and what
+/// to do.
+#[test]
+fn common_mistakes_say_what_happened_and_what_to_do() {
+    for v in ["--version", "-V"] {
+        let (ok, text) = run(&[std::ffi::OsStr::new(v)]);
+        assert!(ok, "{v}: {text}");
+        assert!(
+            text.starts_with("solofs ")
+                && text.contains("wire protocol")
+                && text.contains("pool format"),
+            "{v}: {text}"
+        );
+    }
+    let s = Scratch::new("messages");
+    let d = s.path.to_str().unwrap();
+    let none = s.path.with_extension("none");
+    let n = none.to_str().unwrap();
+    // No volume there.
+    for cmd in [&["fsck", "--data", n][..], &["serve", "--data", n]] {
+        refused(cmd, &["no volume in", "solofs mkfs --data"]);
+    }
+    // mkfs over a volume.
+    refused(
+        &["mkfs", "--data", d],
+        &["already holds a volume", "another --data"],
+    );
+    // A binary file given as the secret.
+    let bin = s.path.with_extension("bin");
+    std::fs::write(&bin, [0xffu8, 0xfe, 0, 1, 2, 0x80, 0x90, 0xa0].repeat(8)).unwrap();
+    let t = refused(
+        &[
+            "mount",
+            "--server",
+            "127.0.0.1:1",
+            "--secret-file",
+            bin.to_str().unwrap(),
+            "/nonexistent-mnt",
+        ],
+        &["not a secret file", "--secret-file"],
+    );
+    assert!(!t.contains("UTF-8"), "{t}");
+    // fsck of a volume a server holds: who holds it, and what to do.
+    let srv = ServerProc::start(&s.path);
+    let t = refused(
+        &["fsck", "--data", d],
+        &["in use by another process", "stop that server"],
+    );
+    assert!(t.contains(&format!("process {}", srv.child.id())), "{t}");
+    drop(srv);
+    // A key revoked and added again under the same name.
+    for (w, ok) in [("add", true), ("revoke", true), ("add", true)] {
+        let (done, text) = run(&["key", w, "alice", "--data", d].map(std::ffi::OsStr::new));
+        assert_eq!(done, ok, "key {w}: {text}");
+    }
+    // A dump cut short.
+    let dump = s.path.with_extension("dump");
+    assert!(run(&["dump", "--data", d, "-o", dump.to_str().unwrap()].map(std::ffi::OsStr::new)).0);
+    let whole = std::fs::read(&dump).unwrap();
+    std::fs::write(&dump, &whole[..whole.len() - 9]).unwrap();
+    let into = s.path.with_extension("loaded");
+    let t = refused(
+        &[
+            "load",
+            "--data",
+            into.to_str().unwrap(),
+            "-i",
+            dump.to_str().unwrap(),
+        ],
+        &["ends early", "make the dump again"],
+    );
+    assert!(!t.contains("fill whole buffer"), "{t}");
+    let _ = std::fs::remove_file(&dump);
+    // bench --help names each option once.
+    let (_, help) = run(&["bench", "--help"].map(std::ffi::OsStr::new));
+    assert_eq!(help.matches("--phases").count(), 1, "{help}");
+}
+
+/// A mount started a moment before its server waits for it (it said
+/// "Connection refused" and gave up).
+#[test]
+fn a_mount_started_before_its_server_waits_for_it() {
+    if !common::is_root() {
+        eprintln!("skipped: FUSE mounts need root here");
+        return;
+    }
+    let s = Scratch::new("mount-first");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mnt = s.path.with_extension("mnt");
+    let starter = {
+        let (data, addr) = (s.path.clone(), addr.clone());
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+            ServerProc::start_at(&data, &addr)
+        })
+    };
+    let m = MountProc::start(&addr, &s.path.join("secret"), &mnt, &[]);
+    let srv = starter.join().unwrap();
+    std::fs::write(mnt.join("x"), "x").unwrap();
+    assert!(m.stop().success());
+    assert!(srv.stop().success());
+}

@@ -7,7 +7,6 @@
 mod common;
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 fn files(mnt: &Path) -> Vec<PathBuf> {
@@ -46,33 +45,11 @@ fn rereads_come_from_the_cache_and_never_wrong() {
         return;
     }
     let root = std::env::temp_dir().join(format!("solofs-rc-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(root.join("s3/vol")).unwrap();
-    let (s3, port) = S3Server::start(&root.join("s3"));
-    let url =
-        format!("s3://vol/rc?endpoint=http://127.0.0.1:{port}&region=us-east-1&allow_http=true");
-    std::env::set_var("AWS_ACCESS_KEY_ID", "AKTEST");
-    std::env::set_var("AWS_SECRET_ACCESS_KEY", "SKTEST");
-    let data = root.join("data");
-    let out = Command::new(BIN)
-        .args([
-            "mkfs",
-            // Blocks, not inline files: this test is about the cache.
-            "--inline-max",
-            "0",
-            "--block-size",
-            "1048576",
-            "--storage",
-            &url,
-            "--data",
-        ])
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    // Blocks, not inline files: this test is about the cache.
+    let (s3, port, data) = s3_volume(
+        &root,
+        "rc",
+        &["--inline-max", "0", "--block-size", "1048576"],
     );
     let srv = ServerProc::start(&data);
     let cache = root.join("cache");

@@ -64,7 +64,20 @@ fn wrong_s3_setups_fail_with_clear_messages() {
     fails_naming(
         &["mkfs", "--data", d, "--storage", &missing],
         true,
-        &["no-such-bucket", &endpoint, "of a probe object failed"],
+        &[
+            "no-such-bucket",
+            &endpoint,
+            "of a probe object failed",
+            "create it first",
+        ],
+    );
+    // An http:// endpoint without allow_http=true (issue 44 item 10: it
+    // said "HTTP error: builder error").
+    let no_http = format!("s3://good/vol?endpoint={endpoint}&region=us-east-1");
+    fails_naming(
+        &["mkfs", "--data", d, "--storage", &no_http],
+        true,
+        &["allow_http=true"],
     );
     assert!(!data.join("meta.pool").exists(), "mkfs left a pool behind");
     let mnt = root.join("mnt");

@@ -85,3 +85,69 @@ fn silent_sockets_never_lock_clients_out() {
         c.noop().unwrap();
     }
 }
+
+/// Server RSS in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = s.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Issue 44 item 5: 256 connections that announce 16 MiB frames before
+/// any HELLO and send body bytes as fast as the server takes them made the
+/// server hold up to 16 MiB each (60 of them: 28 MiB → 1 008 MiB).
+#[test]
+fn oversized_frames_before_authentication_hold_no_memory() {
+    use std::io::Write;
+    let s = Scratch::new("unauth-big");
+    let srv = ServerProc::start_with(&s.path, "127.0.0.1:0", &[]);
+    let secret = s.secret();
+    let warm = Client::connect(&srv.addr, &secret).unwrap();
+    warm.noop().unwrap();
+    drop(warm);
+    std::thread::sleep(Duration::from_millis(200));
+    let before = rss_kib(srv.child.id());
+    let mut socks: Vec<TcpStream> = (0..256)
+        .map(|_| TcpStream::connect(&srv.addr).unwrap())
+        .collect();
+    let body = vec![0x5au8; 64 << 10];
+    for s in &mut socks {
+        s.set_nonblocking(true).unwrap();
+        let _ = s.write(&(solofs_proto::MAX_FRAME).to_le_bytes());
+    }
+    // Push body bytes for a while, round robin, as far as each socket
+    // takes them (a closed socket just errors).
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut sent = 0u64;
+    let mut peak = before;
+    while Instant::now() < until {
+        for s in &mut socks {
+            if let Ok(n) = s.write(&body) {
+                sent += n as u64;
+            }
+        }
+        peak = peak.max(rss_kib(srv.child.id()));
+    }
+    let grew = peak.saturating_sub(before);
+    assert!(
+        grew < 64 << 10,
+        "server RSS grew by {grew} KiB ({before} → {peak}) for {sent} bytes sent"
+    );
+    // Every such socket has been told and closed, and a real client is
+    // served at once.
+    for (i, mut s) in socks.into_iter().enumerate() {
+        s.set_nonblocking(false).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 4096];
+        loop {
+            match s.read(&mut b) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+                Err(e) => panic!("socket {i} with an oversized frame not closed: {e}"),
+            }
+        }
+    }
+    let c = Client::connect(&srv.addr, &secret).unwrap();
+    c.noop().unwrap();
+}

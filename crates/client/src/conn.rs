@@ -99,6 +99,8 @@ struct Link {
     /// A notice is awaited (a queued lock request): the background thread
     /// reads as soon as no caller does, not only after [`QUIET`].
     eager: Arc<AtomicBool>,
+    /// Set on an ERROR frame saying `EACCES` (a revoked key).
+    revoked: Arc<AtomicBool>,
     /// How long a leader polls for bytes before it sleeps, and a
     /// follower for its reply.
     spin: Mutex<spin::Spin>,
@@ -446,7 +448,7 @@ impl Link {
 
     fn read_locked(&self, rd: &mut Rd) -> Frame {
         match crate::hello::read_frame(&mut rd.stream, &mut rd.buf, &mut rd.tmp) {
-            Ok((ty, payload)) => frame(ty, &payload),
+            Ok((ty, payload)) => self.frame(ty, &payload),
             // The bytes read so far stay in the buffer: the next read
             // goes on where this one stopped.
             Err(ClientError::Io(e))
@@ -469,7 +471,7 @@ impl Link {
         loop {
             let f = match split_frame(&rd.buf, MAX_FRAME) {
                 Ok(Some((ty, payload, n))) => {
-                    let f = frame(ty, payload);
+                    let f = self.frame(ty, payload);
                     rd.buf.drain(..n);
                     f
                 }
@@ -569,15 +571,26 @@ impl Link {
     }
 }
 
-/// Decodes a frame from the server.
-fn frame(ty: FrameType, payload: &[u8]) -> Frame {
-    match ty {
-        FrameType::Replies => decode_replies(payload).map_or(Frame::Over, Frame::Replies),
-        FrameType::Notices => decode_notices(payload).map_or(Frame::Over, Frame::Notices),
-        // ERROR or nonsense: the connection is over.
-        _ => Frame::Over,
+impl Link {
+    /// Decodes a frame from the server.
+    fn frame(&self, ty: FrameType, payload: &[u8]) -> Frame {
+        match ty {
+            FrameType::Replies => decode_replies(payload).map_or(Frame::Over, Frame::Replies),
+            FrameType::Notices => decode_notices(payload).map_or(Frame::Over, Frame::Notices),
+            FrameType::Error => {
+                // EACCES: this client's key was revoked.
+                if crate::hello::error_errno(payload) == Some(EACCES) {
+                    self.revoked.store(true, Ordering::SeqCst);
+                }
+                Frame::Over
+            }
+            // Nonsense: the connection is over.
+            _ => Frame::Over,
+        }
     }
 }
+
+const EACCES: u32 = 13;
 
 impl Conn {
     /// Queues encoded requests without writing them: they go out with the
@@ -652,6 +665,7 @@ pub(crate) fn handshake(inner: &Inner) -> Result<(Conn, Volume, u32)> {
         dead: AtomicBool::new(false),
         notices: inner.notices.clone(),
         eager: inner.locks.waiting.clone(),
+        revoked: inner.revoked.clone(),
         spin: Mutex::new(spin::Spin::new(inner.opts.spin)),
         gen: AtomicU64::new(0),
     });

@@ -39,6 +39,11 @@ pub(crate) fn read_frame(
     }
 }
 
+/// The errno an ERROR frame carries.
+pub(crate) fn error_errno(payload: &[u8]) -> Option<u32> {
+    Reader::new(payload).u32().ok()
+}
+
 fn server_error(payload: &[u8]) -> ClientError {
     let mut r = Reader::new(payload);
     let _errno = r.u32();
@@ -139,7 +144,15 @@ pub(crate) fn greet(inner: &Inner) -> Result<(TcpStream, Vec<u8>, Volume, u32)> 
             others = r.u32().map_err(bad)?;
             vol.as_sent = r.u8().map_err(bad)? & 1 != 0;
         }
-        FrameType::Error => return Err(server_error(&p)),
+        FrameType::Error => {
+            // The credentials refused (EACCES): a revoked key.
+            if error_errno(&p) == Some(13) {
+                inner
+                    .revoked
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            return Err(server_error(&p));
+        }
         _ => return Err(ClientError::Protocol("expected WELCOME".into())),
     }
     Ok((s, buf, vol, others))

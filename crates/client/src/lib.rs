@@ -135,6 +135,10 @@ struct Inner {
     given_up: std::sync::atomic::AtomicBool,
     /// A thread reconnects while files are open for writing (api.rs).
     writers_kept: std::sync::atomic::AtomicBool,
+    /// The server refused this client's credentials (`EACCES`: its key
+    /// was revoked, or the volume secret changed): handles opened before
+    /// stop working too ([`Client::revoked`]).
+    revoked: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What the server says about its volume when a client connects: id, root
@@ -199,6 +203,7 @@ impl Client {
                 behind: Default::default(),
                 given_up: Default::default(),
                 writers_kept: Default::default(),
+                revoked: Default::default(),
             }),
         }
     }
@@ -380,6 +385,22 @@ impl Client {
         }
         tell(&self.inner.user, &[Notice::Watching]);
         Ok(())
+    }
+
+    /// Has the server refused this client's credentials since it
+    /// connected (its key revoked: the server said so before closing, or
+    /// refused a reconnect)? A front end then fails reads and writes of
+    /// handles opened before with `EACCES`: they reach the object store
+    /// without the server, which can no longer check them.
+    pub fn revoked(&self) -> bool {
+        self.inner.revoked.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// How long a call keeps retrying while the server cannot be reached
+    /// ([`Options::retry`]); the data path retries the object store as
+    /// long.
+    pub fn retry_span(&self) -> Duration {
+        self.inner.opts.retry
     }
 
     /// The volume this client is connected to.

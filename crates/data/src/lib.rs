@@ -129,6 +129,59 @@ pub struct BlockStore {
     url: String,
     /// A `file://` store: its I/O is done by the calling thread ([`here`]).
     local: bool,
+    /// How long a block's put or get that failed for a passing reason
+    /// (connection refused or reset, a timeout, a 5xx) is tried again
+    /// before the error reaches the caller: an object store that hiccups
+    /// (503 SlowDown, a restart) must not lose writes. Zero for `file://`
+    /// (its errors, a full disk, do not pass by waiting).
+    retry: std::time::Duration,
+}
+
+/// How long a failed transfer is retried by default (as `solofs mount
+/// --retry-secs`, for a restarting metadata server).
+pub const DEFAULT_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// An error that may pass: the store could not be reached or answered
+/// with a server error (object_store's own retries gave up).
+fn transient(e: &object_store::Error) -> bool {
+    // Refusals that no wait changes (S3 error codes in the message).
+    const FINAL: [&str; 6] = [
+        "NoSuchBucket",
+        "AccessDenied",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "403 Forbidden",
+        "InvalidBucketName",
+    ];
+    matches!(
+        e,
+        object_store::Error::Generic { .. } | object_store::Error::JoinError { .. }
+    ) && {
+        let text = e.to_string();
+        !FINAL.iter().any(|f| text.contains(f))
+    }
+}
+
+/// Runs `f` until it succeeds, fails for good, or `span` has passed since
+/// the first try, pausing between tries (100 ms, doubling up to 2 s).
+async fn retrying<T, Fut>(
+    span: std::time::Duration,
+    mut f: impl FnMut() -> Fut,
+) -> std::result::Result<T, object_store::Error>
+where
+    Fut: std::future::Future<Output = std::result::Result<T, object_store::Error>>,
+{
+    let deadline = std::time::Instant::now() + span;
+    let mut pause = std::time::Duration::from_millis(100);
+    loop {
+        match f().await {
+            Err(e) if transient(&e) && std::time::Instant::now() + pause < deadline => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(2));
+            }
+            r => return r,
+        }
+    }
 }
 
 impl std::fmt::Debug for BlockStore {
@@ -234,6 +287,16 @@ fn open_store(url: &str, creds: Option<&S3Credentials>) -> Result<Arc<dyn Object
         }
         let mut b = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
         let (mut imds, mut anonymous) = (false, false);
+        let plain_http = query.split('&').any(|kv| {
+            kv.strip_prefix("endpoint=")
+                .is_some_and(|v| v.starts_with("http://"))
+        });
+        if plain_http && !query.split('&').any(|kv| kv == "allow_http=true") {
+            return Err(bad(
+                url,
+                "the endpoint is plain http://: add allow_http=true to the URL (or use an https:// endpoint)",
+            ));
+        }
         for kv in query.split('&').filter(|s| !s.is_empty()) {
             let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
             b = match k {
@@ -312,7 +375,21 @@ impl BlockStore {
             block_size,
             url: url.to_string(),
             local: url.starts_with("file://"),
+            retry: if url.starts_with("file://") {
+                std::time::Duration::ZERO
+            } else {
+                DEFAULT_RETRY
+            },
         })
+    }
+
+    /// Sets how long a failed put or get of a remote store is tried again
+    /// (default [`DEFAULT_RETRY`]; `file://` stores are not retried).
+    pub fn with_retry(mut self, span: std::time::Duration) -> BlockStore {
+        if !self.local {
+            self.retry = span;
+        }
+        self
     }
 
     /// The block size.
@@ -388,6 +465,10 @@ impl BlockStore {
         });
         match r {
             Ok(Ok(())) => Ok(()),
+            Ok(Err((step, e))) if e.contains("NoSuchBucket") => Err(what(
+                step,
+                format!("{e} (the bucket does not exist: create it first, e.g. `aws s3 mb s3://BUCKET --endpoint-url ENDPOINT`)"),
+            )),
             Ok(Err((step, e))) => Err(what(step, e)),
             Err(_) => Err(what("put", "no answer within 30 s".into())),
         }
@@ -397,11 +478,13 @@ impl BlockStore {
     pub fn put(&self, ino: u64, block: u64, data: Bytes) -> Result<()> {
         // Driven by the calling thread: no hop to a runtime worker and back.
         let key = self.key(ino, block);
-        let put = self.store.put(&key, PutPayload::from(data));
         if self.local {
-            here(put)?;
+            here(self.store.put(&key, PutPayload::from(data)))?;
         } else {
-            runtime().block_on(put)?;
+            let payload = PutPayload::from(data);
+            runtime().block_on(retrying(self.retry, || {
+                self.store.put(&key, payload.clone())
+            }))?;
         }
         Ok(())
     }
@@ -417,8 +500,10 @@ impl BlockStore {
         }
         let store = self.store.clone();
         let key = self.key(ino, block);
+        let span = self.retry;
         PutTicket(Put::Running(runtime().spawn(async move {
-            store.put(&key, PutPayload::from(data)).await?;
+            let payload = PutPayload::from(data);
+            retrying(span, || store.put(&key, payload.clone())).await?;
             Ok(())
         })))
     }
@@ -427,7 +512,7 @@ impl BlockStore {
     pub fn get(&self, ino: u64, block: u64) -> Result<Option<Bytes>> {
         let key = self.key(ino, block);
         let get = async {
-            let r = match self.store.get(&key).await {
+            let r = match retrying(self.retry, || self.store.get(&key)).await {
                 Ok(r) => r,
                 Err(object_store::Error::NotFound { .. }) => return Ok(None),
                 Err(e) => return Err(e.into()),
@@ -477,9 +562,14 @@ impl BlockStore {
     pub fn get_async(&self, ino: u64, block: u64) -> GetTicket {
         let store = self.store.clone();
         let key = self.key(ino, block);
+        let span = self.retry;
         GetTicket(runtime().spawn(async move {
-            match store.get(&key).await {
-                Ok(r) => Ok(Some(r.bytes().await?)),
+            let got = retrying(span, || async {
+                let r = store.get(&key).await?;
+                r.bytes().await
+            });
+            match got.await {
+                Ok(b) => Ok(Some(b)),
                 Err(object_store::Error::NotFound { .. }) => Ok(None),
                 Err(e) => Err(e.into()),
             }
@@ -531,6 +621,32 @@ impl BlockStore {
                             Err(e) => Err(e),
                         }
                     }
+                })
+                .buffer_unordered(16);
+            while let Some(r) = s.next().await {
+                r?;
+                n += 1;
+            }
+            Ok(n)
+        })
+    }
+
+    /// Copies blocks `(ino, block)` of volume `src` (in the same store)
+    /// to this volume's names: the store's own copy (a hard link for a
+    /// local directory, a server-side copy on S3), 16 at a time. Returns
+    /// how many were copied; a block `src` does not have is an error.
+    pub fn copy_from(&self, src: &BlockStore, blocks: &[(u64, u64)]) -> Result<u64> {
+        let store = self.store.clone();
+        let pairs: Vec<(ObjPath, ObjPath)> = blocks
+            .iter()
+            .map(|&(i, b)| (src.key(i, b), self.key(i, b)))
+            .collect();
+        runtime().block_on(async move {
+            let mut n = 0;
+            let mut s = futures_util::stream::iter(pairs)
+                .map(|(from, to)| {
+                    let store = store.clone();
+                    async move { store.copy(&from, &to).await }
                 })
                 .buffer_unordered(16);
             while let Some(r) = s.next().await {

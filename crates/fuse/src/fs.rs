@@ -351,6 +351,9 @@ impl Filesystem for SoloFs {
         let Some(f) = self.file(ino.0) else {
             return reply.error(Errno::EBADF);
         };
+        if self.client.revoked() {
+            return reply.error(Errno::EACCES);
+        }
         let r = f
             .lock()
             .read(&self.store, offset, size, self.opts.read_ahead);
@@ -375,6 +378,9 @@ impl Filesystem for SoloFs {
         let Some(f) = self.file(ino.0) else {
             return reply.error(Errno::EBADF);
         };
+        if self.client.revoked() {
+            return reply.error(Errno::EACCES);
+        }
         if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
             // A writer without the privilege: the write clears set-user-ID,
             // and set-group-ID where group execute is set (as the kernel

@@ -211,10 +211,11 @@ pub fn block_store(client: &Client) -> Result<BlockStore, solofs_data::Error> {
             why: "the volume has no data storage (formatted without --storage)".into(),
         });
     }
-    BlockStore::open(
+    Ok(BlockStore::open(
         &v.storage,
         &solofs_data::volume_hex(&v.id),
         v.block_size,
         None,
-    )
+    )?
+    .with_retry(client.retry_span()))
 }

@@ -85,7 +85,7 @@ pub enum Error {
     Locked(String),
     /// EIO: an operating-system call on the pool file failed.
     #[error("{0}: {1}")]
-    Io(String, #[source] std::io::Error),
+    Io(String, std::io::Error),
     /// EIO: the engine stopped accepting writes after an impossible state.
     #[error("engine is poisoned and refuses writes: {0}")]
     Poisoned(String),

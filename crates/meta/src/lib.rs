@@ -60,4 +60,6 @@ pub use engine::{Config, Engine, FreeJob, OpenStats, RepairStats};
 pub use error::{Error, Result};
 pub use fsck::{FsckReport, Problem, SpaceReport};
 pub use pool::Durability;
+/// The pool format version this build reads and writes (docs/format.md).
+pub const POOL_FORMAT: u32 = format::layout::VERSION;
 pub use solofs_types::*;

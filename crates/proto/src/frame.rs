@@ -8,6 +8,10 @@ pub const PROTOCOL_VERSION: u16 = 13;
 pub const MAGIC: u32 = 0x4F4C_4F53; // "SOLO" little-endian
 /// Largest frame either side sends or accepts (length field value).
 pub const MAX_FRAME: u32 = 16 << 20;
+/// Largest frame a server accepts before the client has authenticated:
+/// HELLO and AUTH (a MAC, a client id and a key name) fit many times over,
+/// so an unauthenticated socket can make the server hold no more than this.
+pub const PREAUTH_FRAME: u32 = 4 << 10;
 /// Most requests in one REQUESTS frame.
 pub const MAX_BATCH: u32 = 4096;
 

@@ -7,7 +7,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use solofs_proto::{
     put_frame, split_frame, verify_mac, FrameType, Reader, Reply, Request, RequestError, Writer,
-    MAGIC, MAX_BATCH, MAX_FRAME, PROTOCOL_VERSION,
+    MAGIC, MAX_BATCH, MAX_FRAME, PREAUTH_FRAME, PROTOCOL_VERSION,
 };
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -262,6 +262,12 @@ pub fn worker(
                 .map(|(&t, _)| t)
                 .collect();
             for t in dead {
+                // A revoked key is told so (EACCES) before the close: its
+                // client stops serving handles it opened with it.
+                if let Some(c) = conns.get_mut(&t).filter(|c| revoked(c)) {
+                    error_frame(&mut c.outbuf, 13, "the client key was revoked");
+                    let _ = flush(c, &m, u64::MAX);
+                }
                 close(&shared, &poll, &mut conns, t, &m);
             }
         }
@@ -304,6 +310,11 @@ fn service(
                     c.inbuf.extend_from_slice(&buf[..n]);
                     c.last = Instant::now();
                     m.reads.fetch_add(1, Ordering::Relaxed);
+                    // Before authentication, no more than a handshake
+                    // frame is held: what is over it is refused unread.
+                    if c.authenticating() && c.inbuf.len() > PREAUTH_FRAME as usize + 4 {
+                        break;
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -380,7 +391,12 @@ fn flush(c: &mut Conn, m: &Metrics, durable: u64) -> bool {
 fn process(shared: &Shared, c: &mut Conn, m: &Metrics, replies: &mut Vec<Reply>) {
     let mut used = 0;
     while c.state != State::Closing {
-        let (ty, payload, n) = match split_frame(&c.inbuf[used..], MAX_FRAME) {
+        let max = if c.authenticating() {
+            PREAUTH_FRAME
+        } else {
+            MAX_FRAME
+        };
+        let (ty, payload, n) = match split_frame(&c.inbuf[used..], max) {
             Ok(Some(f)) => f,
             Ok(None) => break,
             Err(e) => {

@@ -37,9 +37,10 @@ OPTIONS:
     --layout LIST       private (a directory per thread) and/or shared (one
                         directory for all threads) (default private,shared)
     --phases LIST       create,stat,open,readdir,rename,rename-across,unlink,
-                        mkdir,dirstat,rmdir,write,read (default all): open is
-                        open+close of each file; write creates --data-files
-                        files of 3901 bytes, read reads them back (mdtest-hard)
+                        mkdir,dirstat,rmdir,write,read, and noop (server
+                        targets only) (default all): open is open+close of
+                        each file; write creates --data-files files of 3901
+                        bytes, read reads them back (mdtest-hard)
     --data-files N      files for the write and read phases, split over the
                         threads (default 100000)
     --shards N          shards of the engine pool (default 4)
@@ -48,7 +49,6 @@ OPTIONS:
     --secret-file F     the server's volume secret (DATA/secret)
     --server-metrics A  the server's metrics address: adds server CPU and
                         socket syscalls per request to each server phase
-    --phases LIST       also: noop (server targets only)
     --name-len N        file name length, 16..=255 (default 16)
     --prefix-every K    K consecutive names share their first N-16 bytes
                         (HMFS §5.8 naming pattern; default 1: no sharing)

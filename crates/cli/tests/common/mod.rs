@@ -361,6 +361,36 @@ impl S3Server {
     }
 }
 
+/// A volume in `root/data` whose blocks are in bucket `vol` (prefix
+/// `prefix`) of an s3s-fs started here on `root/s3`, formatted with `mkfs`
+/// options `extra`; sets the S3 credentials in this process's environment
+/// (children inherit them). Returns the S3 server, its port and the data
+/// directory.
+pub fn s3_volume(root: &Path, prefix: &str, extra: &[&str]) -> (S3Server, u16, PathBuf) {
+    let _ = std::fs::remove_dir_all(root);
+    std::fs::create_dir_all(root.join("s3/vol")).unwrap();
+    let (s3, port) = S3Server::start(&root.join("s3"));
+    let url = format!(
+        "s3://vol/{prefix}?endpoint=http://127.0.0.1:{port}&region=us-east-1&allow_http=true"
+    );
+    std::env::set_var("AWS_ACCESS_KEY_ID", "AKTEST");
+    std::env::set_var("AWS_SECRET_ACCESS_KEY", "SKTEST");
+    let data = root.join("data");
+    let out = Command::new(BIN)
+        .arg("mkfs")
+        .args(extra)
+        .args(["--storage", &url, "--data"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (s3, port, data)
+}
+
 /// A raw protocol connection that completed the handshake (as client `id`,
 /// if given, for the reply record).
 pub fn raw_handshake(addr: &str, secret: &[u8], id: Option<[u8; 16]>) -> std::net::TcpStream {
