@@ -311,8 +311,12 @@ fn service(
                     c.last = Instant::now();
                     m.reads.fetch_add(1, Ordering::Relaxed);
                     // Before authentication, no more than a handshake
-                    // frame is held: what is over it is refused unread.
+                    // frame is held: the frames are handled first (an
+                    // oversized one closes the connection; after AUTH the
+                    // rest is read as usual), then reading goes on
+                    // (edge-triggered: what is left raises no new edge).
                     if c.authenticating() && c.inbuf.len() > PREAUTH_FRAME as usize + 4 {
+                        stalled = true;
                         break;
                     }
                 }
@@ -554,6 +558,7 @@ fn requests(shared: &Shared, c: &mut Conn, m: &Metrics, r: &mut Reader, replies:
     // worker goes on with other connections meanwhile.
     if let Some((head, durable)) = shared.engine.sync_journal() {
         if head > durable && c.outbuf.len() > start {
+            m.held_for_journal.fetch_add(1, Ordering::Relaxed);
             c.holds.push_back((start, head));
             shared.committer.ask(head);
         }

@@ -55,6 +55,8 @@ pub struct Metrics {
     pub retries_replayed: AtomicU64,
     /// Retried changes the record did not have, applied again.
     pub retries_applied: AtomicU64,
+    /// Batches whose replies waited for the journal (sync pools).
+    pub held_for_journal: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -68,6 +70,7 @@ impl Default for Metrics {
             auth_failures: AtomicU64::new(0),
             retries_replayed: AtomicU64::new(0),
             retries_applied: AtomicU64::new(0),
+            held_for_journal: AtomicU64::new(0),
         }
     }
 }
@@ -148,7 +151,7 @@ pub(crate) fn render(shared: &Shared, ms: &[Arc<Metrics>]) -> String {
         );
         let _ = writeln!(s, "solofs_op_seconds_count{{op=\"{name}\"}} {cum}");
     }
-    let gauges: [(&str, &str, u64); 4] = [
+    let gauges: [(&str, &str, u64); 5] = [
         (
             "solofs_connections",
             "Open client connections.",
@@ -168,6 +171,11 @@ pub(crate) fn render(shared: &Shared, ms: &[Arc<Metrics>]) -> String {
             "solofs_protocol_errors_total",
             "Connections closed for malformed input.",
             sum(ms, |m| ld(&m.protocol_errors)),
+        ),
+        (
+            "solofs_replies_held_for_journal_total",
+            "Batches whose replies waited for the journal to be durable (sync pools).",
+            sum(ms, |m| ld(&m.held_for_journal)),
         ),
     ];
     for (n, h, v) in gauges {

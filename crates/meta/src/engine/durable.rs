@@ -29,8 +29,9 @@ impl Engine {
         self.pool.commit()
     }
 
-    /// A `sync` pool's journal: (position after the last change made,
-    /// position up to which it is durable). `None` in other modes.
+    /// A `sync` pool's journal: (position after the last change a reply
+    /// may depend on, position up to which it is durable). `None` in other
+    /// modes.
     pub fn sync_journal(&self) -> Option<(u64, u64)> {
         self.pool.journal()
     }

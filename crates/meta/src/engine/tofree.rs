@@ -192,13 +192,20 @@ impl Engine {
     /// clears it with [`Engine::finish_free_job`] (every stored block is
     /// covered) or hands it over with [`Engine::release_free_job`]; after a
     /// crash it is an earlier run's entry, which the deleter takes.
+    ///
+    /// On a `sync` pool the entry is journaled without making a reply wait
+    /// for it ([`crate::pool::wal::unseen`]): lost in a power cut before
+    /// anything else made it durable, it costs the uncommitted blocks of a
+    /// writer that never committed (orphans fsck finds), never data.
     pub fn hold_free_job(&self, ino: u64) -> Result<FreeJob> {
         self.check_writable()?;
-        self.with_ctx(|ctx| {
-            self.queue_free(ctx, ino)?;
-            ctx.freed
-                .pop()
-                .ok_or_else(|| Error::Corrupt("to-free entry vanished".into()))
+        crate::pool::wal::unseen(|| {
+            self.with_ctx(|ctx| {
+                self.queue_free(ctx, ino)?;
+                ctx.freed
+                    .pop()
+                    .ok_or_else(|| Error::Corrupt("to-free entry vanished".into()))
+            })
         })
     }
 
@@ -207,7 +214,9 @@ impl Engine {
         self.free_queue.lock().ready.push(job);
     }
 
-    /// Clears a job's entry once its blocks are gone.
+    /// Clears a job's entry once its blocks are gone (unseen by replies,
+    /// as [`Engine::hold_free_job`]: an entry back after a power cut only
+    /// makes the deleter look again).
     pub fn finish_free_job(&self, job: &FreeJob) -> Result<()> {
         crate::crash_point!("tofree.finish");
         let e = self.pool.free_entry(job.slot);
@@ -220,7 +229,7 @@ impl Engine {
             std::sync::atomic::Ordering::AcqRel,
             std::sync::atomic::Ordering::Relaxed,
         );
-        e.ino().persist();
+        crate::pool::wal::unseen(|| e.ino().persist());
         Ok(())
     }
 

@@ -522,9 +522,11 @@ impl Pool {
         }
     }
 
-    /// The journal's head and durable positions (`sync` pools).
+    /// The journal's position a reply must wait for (after the last
+    /// record it may depend on: [`wal::unseen`]) and its durable position
+    /// (`sync` pools).
     pub fn journal(&self) -> Option<(u64, u64)> {
-        self.synced.get().map(|s| (s.wal.head(), s.wal.durable()))
+        self.synced.get().map(|s| (s.wal.needed(), s.wal.durable()))
     }
 
     /// The journal's durable position (`sync` pools), without a lock.

@@ -62,6 +62,24 @@ pub(crate) enum Rec<'a> {
     Grow(u64),
 }
 
+thread_local! {
+    /// This thread records changes no reply depends on ([`unseen`]).
+    static UNSEEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f`, whose pool changes no reply needs to wait for: bookkeeping
+/// whose loss in a power cut costs at most a leak that is found again
+/// (a to-free entry held for a file open for writing, or cleared at its
+/// release). Its records still go into the journal in order; they just do
+/// not move [`Wal::needed`], so a batch of such opens and releases does not
+/// wait for an `fdatasync` of its own.
+pub fn unseen<R>(f: impl FnOnce() -> R) -> R {
+    let was = UNSEEN.with(|u| u.replace(true));
+    let r = f();
+    UNSEEN.with(|u| u.set(was));
+    r
+}
+
 /// The journal of one pool.
 pub struct Wal {
     dir: PathBuf,
@@ -81,6 +99,9 @@ struct Log {
     buf: Vec<u8>,
     start: u64,
     head: u64,
+    /// The head after the last record a reply may depend on (not made
+    /// under [`unseen`]).
+    needed: u64,
     /// Where in `buf` the open frame's header is (its entries follow).
     open: Option<usize>,
     /// The last entry, if it is `BYTES` and the last thing in `buf`:
@@ -191,6 +212,7 @@ impl Wal {
                 buf: Vec::with_capacity(256 << 10),
                 start: head,
                 head,
+                needed: head,
                 open: None,
                 last: None,
             }),
@@ -295,6 +317,9 @@ impl Wal {
             }
             p += n;
         }
+        if !UNSEEN.with(|u| u.get()) {
+            log.needed = log.head;
+        }
     }
 
     /// Records that the pool grew to `len` bytes.
@@ -303,11 +328,19 @@ impl Wal {
         Wal::room(&mut log, 8);
         Wal::tag(&mut log, K_GROW, len, 0);
         log.last = None;
+        log.needed = log.head;
     }
 
     /// The position after the last record.
     pub fn head(&self) -> u64 {
         self.log.lock().head
+    }
+
+    /// The position after the last record a reply may depend on: what a
+    /// reply waits to be durable (records made under [`unseen`] after it
+    /// need not be).
+    pub fn needed(&self) -> u64 {
+        self.log.lock().needed
     }
 
     /// Makes every record before `upto` durable: writes the buffer and
