@@ -48,6 +48,7 @@ fn mount_flag(a: &Arg, p: &mut lexopt::Parser, o: &mut MountOptions) -> Result<b
     match a.as_str() {
         "attr-timeout" => o.attr_timeout = secs(p)?,
         "entry-timeout" => o.entry_timeout = secs(p)?,
+        "negative-timeout" => o.negative_timeout = secs(p)?,
         "threads" => o.threads = p.value()?.parse()?,
         "read-ahead" => o.read_ahead = p.value()?.parse()?,
         "allow-other" => o.allow_other = true,
@@ -87,7 +88,7 @@ pub(crate) fn parse_size(s: &str) -> Result<u64> {
 }
 
 const MOUNT_FLAGS: &str =
-    "[--attr-timeout S] [--entry-timeout S] [--threads N] [--read-ahead BLOCKS] [--allow-other] [--cache-dir DIR] [--cache-size BYTES] [--small-cache BYTES] [--no-io-uring] [--sync-unlink]";
+    "[--attr-timeout S] [--entry-timeout S] [--negative-timeout S] [--threads N] [--read-ahead BLOCKS] [--allow-other] [--cache-dir DIR] [--cache-size BYTES] [--small-cache BYTES] [--no-io-uring] [--sync-unlink]";
 
 /// SIGINT/SIGTERM received (set by the signal handlers, cleared when a
 /// busy mount was detached and keeps serving).

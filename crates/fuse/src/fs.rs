@@ -104,7 +104,12 @@ impl Filesystem for SoloFs {
             // As the server would answer; a new directory's "absent" must
             // not turn it into ENOENT.
             Err(Errno::ENAMETOOLONG)
-        } else if self.new_dirs.absent(parent.0, n.as_bytes()) {
+        } else if self.new_dirs.absent(parent.0, n.as_bytes())
+            // A notice already here may say another mount made names in
+            // it: handled first (it drops the directory from new_dirs).
+            && self.client.notices_settled()
+            && self.new_dirs.absent(parent.0, n.as_bytes())
+        {
             Err(Errno::ENOENT)
         } else {
             let r = self

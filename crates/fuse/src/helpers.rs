@@ -162,9 +162,13 @@ impl SoloFs {
             mode: solofs_types::S_IFREG,
             ..Attr::default()
         });
+        // The kernel keeps the absence no longer than the negative
+        // timeout (default 0): a name another mount made is then looked up
+        // again here, at the server.
         self.coh.gated(|t| {
-            self.attrs.name(parent, name, 0, t.entry);
-            reply.entry(&t.entry, &none, Generation(0))
+            let ttl = t.entry.min(self.opts.negative_timeout);
+            self.attrs.name(parent, name, 0, ttl);
+            reply.entry(&ttl, &none, Generation(0))
         })
     }
 

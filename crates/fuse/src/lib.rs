@@ -59,6 +59,10 @@ pub struct MountOptions {
     pub attr_timeout: Duration,
     /// How long the kernel may cache name lookups.
     pub entry_timeout: Duration,
+    /// How long the kernel may cache a name's absence (default 0, as
+    /// JuiceFS: a name another mount creates is found by the next lookup
+    /// here once its create was acknowledged; docs/data.md).
+    pub negative_timeout: Duration,
     /// Threads answering kernel requests.
     pub threads: usize,
     /// Let users other than the mounting one use the mount.
@@ -139,6 +143,7 @@ impl Default for MountOptions {
         MountOptions {
             attr_timeout: DEFAULT_TIMEOUT,
             entry_timeout: DEFAULT_TIMEOUT,
+            negative_timeout: Duration::ZERO,
             threads: 4,
             allow_other: false,
             read_ahead: 2,
