@@ -64,6 +64,10 @@ pub enum Problem {
     /// A data map (docs/format.md §5.3c) that does not decode, on a file
     /// that is not regular, or with granules past the file's size.
     BadMap { ino: u64 },
+    /// An attribute blob (inline bytes, extended attributes, data map)
+    /// whose checksum or length does not hold: damaged bytes, which reads
+    /// answer with `EIO`.
+    DamagedBlob { ino: u64, blob: u64 },
 }
 
 /// Result of a check.
@@ -175,6 +179,9 @@ impl Engine {
             let x = pool.content(c).xattr().get()?;
             if x != 0 {
                 reach.insert(x);
+                if self.blob_sound(x).is_err() {
+                    r.problems.push(Problem::DamagedBlob { ino: dir, blob: x });
+                }
             }
             list::for_each_node(pool, c + C_LIST, &mut |n, _| {
                 reach.insert(n);
@@ -401,6 +408,11 @@ impl Engine {
             }
             if mode == solofs_types::S_IFREG && size > solofs_types::MAX_FILE_SIZE {
                 r.problems.push(Problem::BadSize { ino, size });
+            }
+            let x = pool.file(o).xattr().get()?;
+            if x != 0 && self.blob_sound(x).is_err() {
+                r.problems.push(Problem::DamagedBlob { ino, blob: x });
+                continue;
             }
             if let Some(d) = self.inline_of(o)? {
                 let len = d.len() as u64;

@@ -212,6 +212,11 @@ pub(crate) fn render(shared: &Shared, ms: &[Arc<Metrics>]) -> String {
         "# HELP solofs_process_cpu_seconds_total CPU time of all server threads.\n# TYPE solofs_process_cpu_seconds_total counter\nsolofs_process_cpu_seconds_total {}",
         cpu_seconds()
     );
+    let _ = writeln!(
+        s,
+        "# HELP solofs_checksum_failures_total Reads that found a damaged pool record and answered EIO.\n# TYPE solofs_checksum_failures_total counter\nsolofs_checksum_failures_total {}",
+        shared.engine.checksum_failures()
+    );
     if let Ok(st) = shared.engine.statfs() {
         let _ = writeln!(s, "# HELP solofs_pool_bytes Bytes of the pool file in use.\n# TYPE solofs_pool_bytes gauge\nsolofs_pool_bytes {}", st.pool_bytes);
         let _ = writeln!(s, "# HELP solofs_pool_used_bytes Bytes of claimed segments.\n# TYPE solofs_pool_used_bytes gauge\nsolofs_pool_used_bytes {}", st.used_bytes);

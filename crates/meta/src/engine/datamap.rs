@@ -69,10 +69,9 @@ impl Engine {
     /// here fails on one.
     pub(crate) fn blob_facts(&self, blob: u64) -> (u64, Xattrs) {
         let p = &self.pool;
-        let Ok(lw) = p.xblob(blob).len().get() else {
+        let Ok((len, crc)) = p.xblob(blob).lengths() else {
             return (0, Xattrs::Unknown);
         };
-        let len = lw as u32 as usize;
         if X_DATA as usize + len > BLOB_MAX {
             return (0, Xattrs::Unknown);
         }
@@ -80,6 +79,11 @@ impl Engine {
         // with large user attributes).
         let mut b = vec![0u8; len];
         if p.xblob(blob).data().read_bytes(&mut b).is_err() {
+            return (0, Xattrs::Unknown);
+        }
+        // A blob being replaced, or a damaged one: nothing known here (a
+        // locked read reports damage).
+        if crc.is_some_and(|c| c != crate::pool::wal::crc32c(!0, &b)) {
             return (0, Xattrs::Unknown);
         }
         let mut i = 0;

@@ -28,7 +28,7 @@ use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::format::layout::{
     DIRC_SIZE, HEADER_SIZE, INLINE_LIMIT, K_DIR, K_DIRC, K_IROOT, MAGIC, MAX_CTX, MAX_SHARDS,
-    SEG_BASE, SEG_SIZE, STORAGE_MAX, S_NORMAL, VERSION,
+    SEG_BASE, SEG_SIZE, STORAGE_MAX, S_NORMAL, VERSION, VERSION_UNCHECKED,
 };
 use crate::format::{ModeWord, StateWord};
 use crate::hash;
@@ -120,6 +120,8 @@ pub struct Engine {
     pub(crate) free_queue: Mutex<tofree::FreeQueue>,
     /// The configured data capacity in bytes (0: none; see `statfs`).
     pub(crate) data_capacity: AtomicU64,
+    /// Reads that found a damaged record (a checksum mismatch).
+    pub(crate) checksum_failures: AtomicU64,
 }
 
 /// What opening the pool found and did.
@@ -277,7 +279,7 @@ impl Engine {
             )));
         }
         let v = pool.header().version().get()?;
-        if v as u32 != VERSION {
+        if v as u32 != VERSION && v as u32 != VERSION_UNCHECKED {
             return Err(Error::Version {
                 found: v as u32,
                 expected: VERSION,
@@ -285,6 +287,15 @@ impl Engine {
         }
         if v >> 32 != HEADER_SIZE || pool.header().checksum().get()? != header_checksum(&pool)? {
             return Err(Error::Corrupt("header checksum mismatch".into()));
+        }
+        if v as u32 == VERSION_UNCHECKED {
+            // Upgraded in place: its blobs are read unchecked, new ones
+            // carry their checksum, and a build that would misread those
+            // no longer opens it.
+            let h = pool.header();
+            h.version().set(VERSION as u64 | HEADER_SIZE << 32)?;
+            h.checksum().set(header_checksum(&pool)?)?;
+            h.persist(HEADER_SIZE);
         }
         let cfg = pool.header().config().get()?;
         let durability = match Durability::from_code(cfg as u32) {
@@ -407,6 +418,7 @@ impl Engine {
             storage,
             inline_max,
             data_capacity: AtomicU64::new(0),
+            checksum_failures: AtomicU64::new(0),
             free_queue: Mutex::new(Default::default()),
         };
         e.recover_at_open()?;
@@ -439,6 +451,12 @@ impl Engine {
     /// The current epoch (bumped by every open after an unclean stop).
     pub fn epoch(&self) -> u32 {
         self.epoch
+    }
+
+    /// Reads that found a damaged record (a checksum mismatch) and
+    /// answered `EIO` instead.
+    pub fn checksum_failures(&self) -> u64 {
+        self.checksum_failures.load(Ordering::Relaxed)
     }
 
     /// What opening found.

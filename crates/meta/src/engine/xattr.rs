@@ -70,13 +70,12 @@ impl Engine {
         if blob == 0 {
             return Ok(Vec::new());
         }
-        let (len, count) = self.pool.xblob(blob).lengths()?;
-        if X_DATA as usize + len > BLOB_MAX {
-            return Err(Error::Corrupt(format!("xattr blob of {len} bytes")));
-        }
-        let mut b = vec![0u8; len];
-        self.pool.xblob(blob).data().read_bytes(&mut b)?;
-        let mut out = Vec::with_capacity(count);
+        let b = match self.blob_bytes(blob)? {
+            Ok(b) => b,
+            Err(why) => return Err(self.damaged(blob, why)),
+        };
+        let len = b.len();
+        let mut out = Vec::new();
         let mut i = 0;
         while i < len {
             if i + 6 > len {
@@ -92,6 +91,45 @@ impl Engine {
             i += nl + vl;
         }
         Ok(out)
+    }
+
+    /// The packed entries of `blob`, or why they cannot be trusted (a
+    /// length past the limit, a checksum that does not match).
+    fn blob_bytes(&self, blob: u64) -> Result<std::result::Result<Vec<u8>, String>> {
+        let (len, crc) = self.pool.xblob(blob).lengths()?;
+        if X_DATA as usize + len > BLOB_MAX {
+            return Ok(Err(format!("its length word says {len} bytes")));
+        }
+        let mut b = vec![0u8; len];
+        self.pool.xblob(blob).data().read_bytes(&mut b)?;
+        if let Some(want) = crc {
+            let got = crate::pool::wal::crc32c(!0, &b);
+            if got != want {
+                return Ok(Err(format!(
+                    "its CRC-32C is {got:08x}, the stored one {want:08x}"
+                )));
+            }
+        }
+        Ok(Ok(b))
+    }
+
+    /// Does `blob` pass its checks (fsck; nothing counted or said)?
+    pub(crate) fn blob_sound(&self, blob: u64) -> Result<()> {
+        self.blob_bytes(blob)?.map(|_| ()).map_err(Error::Corrupt)
+    }
+
+    /// A damaged attribute blob (inline bytes, extended attributes, data
+    /// map) found by a read: counted, said on stderr, and the request gets
+    /// `EIO` instead of wrong bytes.
+    pub(crate) fn damaged(&self, blob: u64, why: String) -> Error {
+        self.checksum_failures
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let owner = self.pool.xblob(blob).owner().get().unwrap_or(0);
+        let what = format!(
+            "the attribute blob at {blob:#x} of ino {owner} (inline bytes, extended attributes, data map) is damaged: {why}"
+        );
+        eprintln!("solofs: {what}; the request gets EIO (solofs fsck lists it)");
+        Error::Corrupt(what)
     }
 
     /// Permission to read (`write=false`) or change an attribute.
@@ -225,7 +263,7 @@ impl Engine {
         crate::crash_point!("blob.after_listed");
         let x = self.pool.xblob(b);
         x.owner().set(ino)?;
-        x.set_lengths(data.len(), pairs.len())?;
+        x.set_lengths(data.len(), crate::pool::wal::crc32c(!0, &data))?;
         x.data().write_bytes(&data)?;
         x.state().set(st)?;
         x.persist(X_DATA + data.len() as u64);

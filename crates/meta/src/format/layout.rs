@@ -4,7 +4,10 @@
 /// Magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"SOLOFSP\0";
 /// Format version written by this build.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
+/// The version before attribute blobs carried a checksum: opened and
+/// upgraded in place (its blobs are read unchecked).
+pub const VERSION_UNCHECKED: u32 = 3;
 /// Size of the header block.
 pub const HEADER_SIZE: u64 = 4096;
 
@@ -160,7 +163,10 @@ pub const C_XATTR: u64 = 96;
 pub const C_BDTIME: u64 = 104;
 pub const DIRC_SIZE: u32 = 128;
 
-// XATTR blob: state, owner ino, u32 total bytes | u32 count, packed entries.
+// XATTR blob: state, owner ino, u32 total bytes (bit 31: checked) |
+// u32 CRC-32C of the packed entries (a version-3 blob, unchecked: count),
+// packed entries.
+pub const X_CHECKED: u32 = 1 << 31;
 pub const X_OWNER: u64 = 8;
 pub const X_LEN: u64 = 16;
 pub const X_DATA: u64 = 24;

@@ -502,16 +502,17 @@ impl<'p> CtxRec<'p> {
 }
 
 impl<'p> XattrBlob<'p> {
-    /// (bytes of packed entries, number of entries).
+    /// (bytes of packed entries, their CRC-32C if the blob has one).
     #[inline(always)]
-    pub fn lengths(self) -> Result<(usize, usize)> {
-        let w = self.len().get()?;
-        Ok((w as u32 as usize, (w >> 32) as usize))
+    pub fn lengths(self) -> Result<(usize, Option<u32>)> {
+        Ok(split_len_word(self.len().get()?))
     }
-    /// Stores the length word.
+    /// Stores the length word: `bytes` of packed entries whose CRC-32C
+    /// is `crc`.
     #[inline(always)]
-    pub fn set_lengths(self, bytes: usize, count: usize) -> Result<()> {
-        self.len().set(bytes as u64 | (count as u64) << 32)
+    pub fn set_lengths(self, bytes: usize, crc: u32) -> Result<()> {
+        self.len()
+            .set((bytes as u32 | X_CHECKED) as u64 | (crc as u64) << 32)
     }
 }
 
@@ -537,4 +538,12 @@ impl<'p> LinkRec<'p> {
     pub fn mode_word(self) -> Result<ModeWord> {
         self.mode().get().map(ModeWord)
     }
+}
+
+/// A blob's length word: (bytes, CRC-32C if it is checked).
+#[inline(always)]
+pub fn split_len_word(w: u64) -> (usize, Option<u32>) {
+    let low = w as u32;
+    let bytes = (low & !X_CHECKED) as usize;
+    (bytes, (low & X_CHECKED != 0).then_some((w >> 32) as u32))
 }
