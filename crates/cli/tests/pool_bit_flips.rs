@@ -1,9 +1,11 @@
 //! Damaged bytes in the pool are never served (issue 44 item 4: six small
 //! files read back changed, with no error, after 64 random byte flips).
 //! The attribute blob of a file — its inline bytes, extended attributes
-//! and data map — carries a CRC-32C: a read of a damaged one gets `EIO`,
-//! the server says so on stderr and counts it
-//! (`solofs_checksum_failures_total`), and `fsck` reports it (exit 2).
+//! and data map — and a symlink's target carry a CRC-32C: a read of a
+//! damaged one gets `EIO`, the server says so on stderr and counts it
+//! (`solofs_checksum_failures_total`), and `fsck` reports it (exit 2). A
+//! damaged name no longer hashes to its index entry: fsck reports it
+//! (`NotIndexed`).
 
 mod common;
 
@@ -14,6 +16,8 @@ use std::process::Command;
 
 const INLINE: &[u8] = b"inline bytes no other record holds: 4e1f0c2a";
 const VALUE: &[u8] = b"an xattr value no other record holds: 77ab13de";
+const TARGET: &[u8] = b"a/symlink/target/no/other/record/holds/5c3a";
+const NAME: &[u8] = b"a-file-name-no-other-record-holds-9f2e61";
 
 /// Flips one bit of the first copy of `needle` in the file at `path`.
 fn flip(path: &std::path::Path, needle: &[u8]) {
@@ -27,7 +31,7 @@ fn flip(path: &std::path::Path, needle: &[u8]) {
 }
 
 #[test]
-fn damaged_inline_bytes_and_xattrs_read_as_eio_and_fsck_reports_them() {
+fn damaged_inline_bytes_xattrs_and_targets_read_as_eio_and_fsck_reports_them() {
     let s = Scratch::new("bit-flips");
     let pool = s.path.join("meta.pool");
     let (small, tagged, fine) = {
@@ -39,11 +43,21 @@ fn damaged_inline_bytes_and_xattrs_read_as_eio_and_fsck_reports_them() {
         e.setxattr(&r, tagged, b"user.k", VALUE, 0).unwrap();
         let fine = e.create(&r, ROOT_INO, b"fine", 0o644).unwrap().ino;
         e.write_inline(&r, fine, b"untouched", 1, false).unwrap();
+        let link = e.symlink(&r, ROOT_INO, b"link", TARGET).unwrap().ino;
+        e.create(&r, ROOT_INO, NAME, 0o644).unwrap();
+        // A renamed symlink keeps its (checked) target.
+        let moved = e.symlink(&r, ROOT_INO, b"before", b"kept").unwrap().ino;
+        e.rename(&r, ROOT_INO, b"before", ROOT_INO, b"after", 0)
+            .unwrap();
+        assert_eq!(e.readlink(moved).unwrap(), b"kept");
         e.close().unwrap();
-        (small, tagged, fine)
+        (small, tagged, (fine, link))
     };
+    let (fine, link) = fine;
     flip(&pool, INLINE);
     flip(&pool, VALUE);
+    flip(&pool, TARGET);
+    flip(&pool, NAME);
     let srv = ServerProc::start(&s.path);
     let c = Client::connect(&srv.addr, &s.secret()).unwrap();
     let me = Cred::root();
@@ -59,6 +73,10 @@ fn damaged_inline_bytes_and_xattrs_read_as_eio_and_fsck_reports_them() {
         c.getxattr(&me, Target::Ino(tagged), b"user.k").map(|_| ()),
         "getxattr of a damaged value",
     );
+    eio(
+        c.readlink(&me, Target::Ino(link)).map(|_| ()),
+        "readlink of a damaged target",
+    );
     // The rest of the volume is served as before.
     let (_, d) = c.open_data(&me, fine, Access::Read).unwrap();
     assert_eq!(d.as_deref(), Some(&b"untouched"[..]));
@@ -66,7 +84,7 @@ fn damaged_inline_bytes_and_xattrs_read_as_eio_and_fsck_reports_them() {
     c.lookup(&me, at(ROOT_INO, b"small")).unwrap();
     let page = metrics_page(&srv.metrics);
     let n = metric_sum(&page, "solofs_checksum_failures_total");
-    assert!(n >= 2, "checksum failures counted: {n}");
+    assert!(n >= 3, "checksum failures counted: {n}");
     drop(c);
     assert!(srv.stop().success());
     let out = Command::new(BIN)
@@ -82,4 +100,13 @@ fn damaged_inline_bytes_and_xattrs_read_as_eio_and_fsck_reports_them() {
             "fsck does not name ino {ino}: {said}"
         );
     }
+    assert!(
+        said.contains(&format!("DamagedTarget {{ ino: {link} }}")),
+        "fsck does not name the symlink: {said}"
+    );
+    // A damaged name no longer hashes to its index entry.
+    assert!(
+        said.contains("NotIndexed"),
+        "fsck misses the damaged name: {said}"
+    );
 }

@@ -68,6 +68,9 @@ pub enum Problem {
     /// whose checksum or length does not hold: damaged bytes, which reads
     /// answer with `EIO`.
     DamagedBlob { ino: u64, blob: u64 },
+    /// A symlink whose target's checksum or length does not hold (reads
+    /// answer `EIO`).
+    DamagedTarget { ino: u64 },
 }
 
 /// Result of a check.
@@ -408,6 +411,9 @@ impl Engine {
             }
             if mode == solofs_types::S_IFREG && size > solofs_types::MAX_FILE_SIZE {
                 r.problems.push(Problem::BadSize { ino, size });
+            }
+            if matches!(self.target_of(o)?, Some(Err(_))) {
+                r.problems.push(Problem::DamagedTarget { ino });
             }
             let x = pool.file(o).xattr().get()?;
             if x != 0 && self.blob_sound(x).is_err() {

@@ -252,24 +252,54 @@ impl Engine {
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
         let _g = self.lock_inode(ino, false);
         match self.inode(ino)? {
-            Obj::File(f) => {
-                let r = self.pool.file(f);
-                let mw = r.mode_word()?;
-                if mw.file_type() != S_IFLNK {
-                    return Err(Error::Invalid("not a symlink"));
-                }
-                let len = r.size().get()? as usize;
-                if len > SYMLINK_MAX {
-                    return Err(Error::Corrupt(format!("symlink target length {len}")));
-                }
-                let mut v = vec![0u8; len];
-                r.name()
-                    .plus(pad8(mw.name_len() as u64))
-                    .read_bytes(&mut v)?;
-                Ok(v)
-            }
+            Obj::File(f) => match self.target_of(f)? {
+                Some(Ok(v)) => Ok(v),
+                Some(Err(why)) => Err(self.damaged_target(ino, why)),
+                None => Err(Error::Invalid("not a symlink")),
+            },
             _ => Err(Error::Invalid("not a symlink")),
         }
+    }
+
+    /// The target of symlink object `f` (`None`: not a symlink), or why
+    /// it cannot be trusted (a length past the limit, a checksum that does
+    /// not match).
+    pub(crate) fn target_of(&self, f: u64) -> Result<Option<std::result::Result<Vec<u8>, String>>> {
+        let r = self.pool.file(f);
+        let mw = r.mode_word()?;
+        if mw.file_type() != S_IFLNK {
+            return Ok(None);
+        }
+        let len = r.size().get()? as usize;
+        if len > SYMLINK_MAX {
+            return Ok(Some(Err(format!("a length of {len}"))));
+        }
+        let checked = mw.target_checked();
+        let mut v = vec![0u8; crate::format::target_tail(len as u64, checked) as usize];
+        r.name()
+            .plus(pad8(mw.name_len() as u64))
+            .read_bytes(&mut v)?;
+        if checked {
+            let at = v.len() - 8;
+            let want = u32::from_le_bytes([v[at], v[at + 1], v[at + 2], v[at + 3]]);
+            let got = crate::pool::wal::crc32c(!0, &v[..len]);
+            if got != want {
+                return Ok(Some(Err(format!(
+                    "its CRC-32C is {got:08x}, the stored one {want:08x}"
+                ))));
+            }
+        }
+        v.truncate(len);
+        Ok(Some(Ok(v)))
+    }
+
+    /// A damaged symlink target found by a read: counted, said on stderr,
+    /// and the request gets `EIO` instead of a wrong target.
+    fn damaged_target(&self, ino: u64, why: String) -> Error {
+        self.checksum_failures.fetch_add(1, Ordering::Relaxed);
+        let what = format!("the symlink target of ino {ino} is damaged: {why}");
+        eprintln!("solofs: {what}; the request gets EIO (solofs fsck lists it)");
+        Error::Corrupt(what)
     }
 
     /// Checks `mask` (R=4, W=2, X=1) on `ino` for `cred`.

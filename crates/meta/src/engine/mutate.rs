@@ -19,7 +19,7 @@ use crate::format::layout::{
     ctx_area, C_LIST, DIRC_SIZE, D_NAME, F_CTIME, F_MODE, F_NAME, K_DIR, K_DIRC, K_FILE, K_LINK,
     L_NAME, S_CREATING, S_NORMAL,
 };
-use crate::format::{owner_word, state, ModeWord, StateWord};
+use crate::format::{owner_word, state, target_tail, ModeWord, StateWord};
 use crate::hash;
 use crate::list;
 use crate::perm::{self, W};
@@ -211,7 +211,8 @@ impl Engine {
             let ino = self.next_ino(ctx)?;
             let shard = self.shard_of(parent);
             let nl = name.len() as u64;
-            let bytes = F_NAME + pad8(nl) + pad8(target.len() as u64);
+            let link = mode & S_IFMT == S_IFLNK;
+            let bytes = F_NAME + pad8(nl) + target_tail(target.len() as u64, link);
             let f = self.alloc_intent(ctx, shard, bytes, false)?;
             self.touch_epoch(content)?;
             let pos = self
@@ -229,11 +230,21 @@ impl Engine {
                 fld.set(t as u64)?;
             }
             r.size().set(size)?;
-            r.mode().set(ModeWord::new(mode, name.len(), 1).0)?;
+            let mut mw = ModeWord::new(mode, name.len(), 1);
+            if link {
+                mw = mw.with_target_checked();
+            }
+            r.mode().set(mw.0)?;
             r.owner().set(owner_word(cred.uid, gid))?;
             r.name().write_bytes(name)?;
             if !target.is_empty() {
                 r.name().plus(pad8(nl)).write_bytes(target)?;
+            }
+            if link {
+                let crc = crate::pool::wal::crc32c(!0, target) as u64;
+                r.name()
+                    .plus(pad8(nl) + pad8(target.len() as u64))
+                    .write_bytes(&crc.to_le_bytes())?;
             }
             r.set_state(StateWord::new(K_FILE, S_CREATING, self.epoch))?;
             r.persist(bytes);

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::format::layout::{
     ctx_area, C_ACCESS, C_PARENT, K_DIRC, K_FILE, K_XATTR, S_CREATING, S_NORMAL,
 };
-use crate::format::{name_offsets, state, Field, ModeWord, StateWord};
+use crate::format::{name_offsets, state, target_tail, Field, ModeWord, StateWord};
 use crate::perm;
 use solofs_types::*;
 use std::sync::atomic::Ordering;
@@ -219,10 +219,13 @@ impl Engine {
         let kind = p.object(e).state_word()?.kind();
         let n = name.len() as u64;
         let (_, name_off) = name_offsets(kind);
-        let extra = if kind == K_FILE && p.file(e).mode_word()?.file_type() == S_IFLNK {
-            p.file(e).size().get()?
-        } else {
-            0
+        let link = match kind {
+            K_FILE => Some(p.file(e).mode_word()?).filter(|w| w.file_type() == S_IFLNK),
+            _ => None,
+        };
+        let extra = match link {
+            Some(w) => target_tail(p.file(e).size().get()?, w.target_checked()),
+            None => 0,
         };
         let bytes = name_off + pad8(n) + pad8(extra);
         let creating = StateWord::new(kind, S_CREATING, self.epoch);

@@ -18,6 +18,6 @@ pub(crate) use records::{
 };
 #[allow(unused_imports)]
 pub(crate) use words::{
-    epoch_of, kind_of, owner_of, owner_word, state, status_of, JournalWord, ModeWord, StateWord,
-    SEQ_BITS,
+    epoch_of, kind_of, owner_of, owner_word, state, status_of, target_tail, JournalWord, ModeWord,
+    StateWord, SEQ_BITS,
 };

@@ -120,6 +120,28 @@ impl ModeWord {
     pub fn with_mode(self, m: u32) -> ModeWord {
         ModeWord((self.0 & !0xFFFF) | (m & 0xFFFF) as u64)
     }
+    /// A symlink whose target is followed by its CRC-32C (flag bit 24;
+    /// docs/format.md §5.2).
+    #[inline(always)]
+    pub fn target_checked(self) -> bool {
+        self.0 & TARGET_CHECKED != 0
+    }
+    /// The same word marked [`ModeWord::target_checked`].
+    #[inline(always)]
+    pub fn with_target_checked(self) -> ModeWord {
+        ModeWord(self.0 | TARGET_CHECKED)
+    }
+}
+
+/// Mode word flag: a symlink's target is followed by a checksum word.
+const TARGET_CHECKED: u64 = 1 << 24;
+
+/// The bytes a symlink's target takes after its name: the target padded
+/// to words, then (`checked`) a word whose low half is the target's
+/// CRC-32C.
+#[inline(always)]
+pub(crate) fn target_tail(len: u64, checked: bool) -> u64 {
+    len.next_multiple_of(8) + if checked { 8 } else { 0 }
 }
 
 /// An owner word: bits 0..32 uid, 32..64 gid.
