@@ -110,3 +110,24 @@ fn damaged_inline_bytes_xattrs_and_targets_read_as_eio_and_fsck_reports_them() {
         "fsck misses the damaged name: {said}"
     );
 }
+
+/// `serve` refuses a pool whose root directory's objects are damaged,
+/// saying so, instead of serving a namespace without a sound root.
+#[test]
+fn serve_refuses_a_pool_whose_root_is_damaged() {
+    let s = Scratch::new("bit-flips-root");
+    let pool = s.path.join("meta.pool");
+    let mut b = std::fs::read(&pool).unwrap();
+    // The header's offset of the root's access object (docs/format.md §2).
+    let at = u64::from_le_bytes(b[112..120].try_into().unwrap()) as usize;
+    b[at] ^= 0x07; // its state word's kind
+    std::fs::write(&pool, b).unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(&s.path)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "served a damaged root: {said}");
+    assert!(said.contains("root directory"), "{said}");
+}

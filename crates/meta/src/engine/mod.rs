@@ -388,6 +388,19 @@ impl Engine {
         if root_access < SEG_BASE || root_access >= pool_len {
             return Err(Error::Corrupt("root directory offset".into()));
         }
+        // The root directory's two objects must be what they say: a
+        // server must not start serving a namespace whose root is damaged.
+        let content = pool.access(root_access).content().get()?;
+        let sound = pool.object(root_access).state_word()?.kind() == K_DIR
+            && pool.access(root_access).ino().get()? == ROOT_INO
+            && (SEG_BASE..pool_len).contains(&content)
+            && pool.object(content).state_word()?.kind() == K_DIRC
+            && pool.content(content).ino().get()? == ROOT_INO;
+        if !sound {
+            return Err(Error::Corrupt(
+                "the root directory's objects are damaged".into(),
+            ));
+        }
         let alloc = Allocator::new(nshards, seg_next, pool_reserve(&pool, reserve));
         let clock = Clock::open(&pool);
         let mut e = Engine {
