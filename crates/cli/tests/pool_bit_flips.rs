@@ -122,11 +122,24 @@ fn serve_refuses_a_pool_whose_root_is_damaged() {
     let at = u64::from_le_bytes(b[112..120].try_into().unwrap()) as usize;
     b[at] ^= 0x07; // its state word's kind
     std::fs::write(&pool, b).unwrap();
-    let out = Command::new(BIN)
+    let mut child = Command::new(BIN)
         .args(["serve", "--listen", "127.0.0.1:0", "--data"])
         .arg(&s.path)
-        .output()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    // It must end by itself, at once; one that serves is stopped here.
+    let t = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > std::time::Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("serve started on a pool whose root is damaged");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "served a damaged root: {said}");
     assert!(said.contains("root directory"), "{said}");
