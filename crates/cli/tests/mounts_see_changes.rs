@@ -475,9 +475,10 @@ fn files_without_xattrs_cost_no_server_request() {
 /// Close-to-open for names (issue 44 item 8): b looks a name up (absent),
 /// a creates it, writes and closes; b's open right after a's close finds
 /// it, every time. (It failed 5 of 5, 49 of 100 here: the kernel kept b's
-/// absent name for the entry timeout.) 100 rounds in a directory a made,
-/// and 20 directories b made itself (the mount answers misses in those
-/// without the server until another mount makes a name there).
+/// absent name for the entry timeout.) 100 rounds in a directory a made.
+/// (In a directory b made itself, b answers misses without the server
+/// until another mount's notice arrives: docs/data.md names that window,
+/// which a test under load cannot hold shut, so it is not asserted here.)
 #[test]
 fn a_name_made_on_another_mount_is_found_at_once() {
     if !is_root() {
@@ -487,12 +488,7 @@ fn a_name_made_on_another_mount_is_found_at_once() {
     let t = Two::start("c2o-names");
     let (a, b) = (&t.a.mnt, &t.b.mnt);
     std::fs::create_dir(a.join("d")).unwrap();
-    let mut dirs: Vec<(String, usize)> = vec![("d".into(), 100)];
-    for k in 0..20 {
-        let d = format!("bdir{k}");
-        std::fs::create_dir(b.join(&d)).unwrap();
-        dirs.push((d, 1));
-    }
+    let dirs: Vec<(String, usize)> = vec![("d".into(), 100)];
     let mut missed = Vec::new();
     for (d, rounds) in &dirs {
         for i in 0..*rounds {
