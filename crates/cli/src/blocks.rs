@@ -30,6 +30,15 @@ pub fn for_each_file(e: &Engine, mut f: impl FnMut(u64) -> Result<()>) -> Result
     Ok(())
 }
 
+/// The blocks `ino`'s data map says hold data that are not in `have`
+/// (the store's blocks of it, sorted).
+pub fn missing_blocks(e: &Engine, ino: u64, have: &[u64]) -> Result<Vec<u64>> {
+    Ok(mapped_blocks(e, ino)?
+        .into_iter()
+        .filter(|b| have.binary_search(b).is_err())
+        .collect())
+}
+
 /// The blocks that regular file `ino`'s data map says hold data (none for
 /// a file kept inline), sorted.
 pub fn mapped_blocks(e: &Engine, ino: u64) -> Result<Vec<u64>> {

@@ -575,11 +575,7 @@ fn copy_blocks(e: &Engine, dumped: &[u8; 16]) -> Result<()> {
     crate::blocks::for_each_file(e, |ino| {
         let have = stored.get(&ino).map_or(&[][..], |v| &v[..]);
         let end = e.first_uncovered_block(ino)?;
-        let mapped = crate::blocks::mapped_blocks(e, ino)?;
-        lost += mapped
-            .iter()
-            .filter(|b| have.binary_search(b).is_err())
-            .count() as u64;
+        lost += crate::blocks::missing_blocks(e, ino, have)?.len() as u64;
         let before = want.len();
         want.extend(have.iter().filter(|&&b| b < end).map(|&b| (ino, b)));
         files += (want.len() > before) as u64;
@@ -590,7 +586,9 @@ fn copy_blocks(e: &Engine, dumped: &[u8; 16]) -> Result<()> {
     for chunk in want.chunks(4096) {
         if let Err(err) = dst.copy_from(&src, chunk) {
             // Nothing of the new volume stays in the store.
-            for &(ino, _) in &want {
+            let mut inos: Vec<u64> = want.iter().map(|&(ino, _)| ino).collect();
+            inos.dedup();
+            for ino in inos {
                 let _ = dst.delete_from(ino, 0);
             }
             return Err(anyhow::Error::new(err).context(format!(

@@ -207,13 +207,9 @@ fn check_blocks(e: &Engine, repair: bool) -> Result<(u64, u64)> {
         let have = stored.get(&ino).copied().unwrap_or(&[]);
         // A file whose map cannot be read (a damaged blob) is reported
         // by the namespace check above.
-        let Ok(mapped) = blocks::mapped_blocks(e, ino) else {
+        let Ok(lost) = blocks::missing_blocks(e, ino, have) else {
             return Ok(());
         };
-        let lost: Vec<u64> = mapped
-            .into_iter()
-            .filter(|b| have.binary_search(b).is_err())
-            .collect();
         if !lost.is_empty() {
             damaged += 1;
             missing += lost.len() as u64;

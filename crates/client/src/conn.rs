@@ -579,7 +579,7 @@ impl Link {
             FrameType::Notices => decode_notices(payload).map_or(Frame::Over, Frame::Notices),
             FrameType::Error => {
                 // EACCES: this client's key was revoked.
-                if crate::hello::error_errno(payload) == Some(EACCES) {
+                if crate::hello::error_errno(payload) == Some(crate::hello::EACCES) {
                     self.revoked.store(true, Ordering::SeqCst);
                 }
                 Frame::Over
@@ -589,8 +589,6 @@ impl Link {
         }
     }
 }
-
-const EACCES: u32 = 13;
 
 impl Conn {
     /// Queues encoded requests without writing them: they go out with the

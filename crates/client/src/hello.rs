@@ -39,6 +39,10 @@ pub(crate) fn read_frame(
     }
 }
 
+/// The errno of an ERROR frame that refuses a client's credentials (a
+/// revoked key).
+pub(crate) const EACCES: u32 = 13;
+
 /// The errno an ERROR frame carries.
 pub(crate) fn error_errno(payload: &[u8]) -> Option<u32> {
     Reader::new(payload).u32().ok()
@@ -146,7 +150,7 @@ pub(crate) fn greet(inner: &Inner) -> Result<(TcpStream, Vec<u8>, Volume, u32)> 
         }
         FrameType::Error => {
             // The credentials refused (EACCES): a revoked key.
-            if error_errno(&p) == Some(13) {
+            if error_errno(&p) == Some(EACCES) {
                 inner
                     .revoked
                     .store(true, std::sync::atomic::Ordering::SeqCst);
