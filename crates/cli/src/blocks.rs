@@ -3,29 +3,13 @@
 //! and `load` (the blocks a new volume copies under its own names).
 
 use anyhow::Result;
-use solofs_meta::{Cred, Engine, FileType, ROOT_INO};
-use std::collections::{HashSet, VecDeque};
+use solofs_meta::Engine;
 
-/// Calls `f(ino)` once for every regular file reachable from the root
-/// (hard links once), walking directories breadth first.
+/// Calls `f(ino)` once for every live regular file (by the ino index, so
+/// a damaged name hides none), in inode order.
 pub fn for_each_file(e: &Engine, mut f: impl FnMut(u64) -> Result<()>) -> Result<()> {
-    let root = Cred::root();
-    let mut seen: HashSet<u64> = HashSet::new();
-    let mut dirs = VecDeque::from([ROOT_INO]);
-    while let Some(d) = dirs.pop_front() {
-        let mut cookie = 0;
-        loop {
-            let v = e.readdir(&root, d, cookie, 1024)?;
-            let Some(last) = v.last() else { break };
-            cookie = last.cookie;
-            for de in v {
-                match de.kind {
-                    FileType::Directory => dirs.push_back(de.ino),
-                    FileType::Regular if seen.insert(de.ino) => f(de.ino)?,
-                    _ => {}
-                }
-            }
-        }
+    for ino in e.regular_files()? {
+        f(ino)?;
     }
     Ok(())
 }

@@ -3,9 +3,10 @@
 //! The attribute blob of a file — its inline bytes, extended attributes
 //! and data map — and a symlink's target carry a CRC-32C: a read of a
 //! damaged one gets `EIO`, the server says so on stderr and counts it
-//! (`solofs_checksum_failures_total`), and `fsck` reports it (exit 2). A
-//! damaged name no longer hashes to its index entry: fsck reports it
-//! (`NotIndexed`).
+//! (`solofs_checksum_failures_total`), and `fsck` reports it (exit 2).
+//! Names carry a check too: a listing of a directory holding a damaged one
+//! gets `EIO`, fsck reports it and `fsck --repair` renames it
+//! `damaged-INO`, after which the directory lists again.
 
 mod common;
 
@@ -18,6 +19,7 @@ const INLINE: &[u8] = b"inline bytes no other record holds: 4e1f0c2a";
 const VALUE: &[u8] = b"an xattr value no other record holds: 77ab13de";
 const TARGET: &[u8] = b"a/symlink/target/no/other/record/holds/5c3a";
 const NAME: &[u8] = b"a-file-name-no-other-record-holds-9f2e61";
+const DIR_NAME: &[u8] = b"a-directory-name-no-other-record-holds-c4";
 
 /// Flips one bit of the first copy of `needle` in the file at `path`.
 fn flip(path: &std::path::Path, needle: &[u8]) {
@@ -44,20 +46,22 @@ fn damaged_inline_bytes_xattrs_and_targets_read_as_eio_and_fsck_reports_them() {
         let fine = e.create(&r, ROOT_INO, b"fine", 0o644).unwrap().ino;
         e.write_inline(&r, fine, b"untouched", 1, false).unwrap();
         let link = e.symlink(&r, ROOT_INO, b"link", TARGET).unwrap().ino;
-        e.create(&r, ROOT_INO, NAME, 0o644).unwrap();
+        let named = e.create(&r, ROOT_INO, NAME, 0o644).unwrap().ino;
+        let dir = e.mkdir(&r, ROOT_INO, DIR_NAME, 0o755).unwrap().ino;
         // A renamed symlink keeps its (checked) target.
         let moved = e.symlink(&r, ROOT_INO, b"before", b"kept").unwrap().ino;
         e.rename(&r, ROOT_INO, b"before", ROOT_INO, b"after", 0)
             .unwrap();
         assert_eq!(e.readlink(moved).unwrap(), b"kept");
         e.close().unwrap();
-        (small, tagged, (fine, link))
+        (small, tagged, (fine, link, named, dir))
     };
-    let (fine, link) = fine;
+    let (fine, link, named, dir) = fine;
     flip(&pool, INLINE);
     flip(&pool, VALUE);
     flip(&pool, TARGET);
     flip(&pool, NAME);
+    flip(&pool, DIR_NAME);
     let srv = ServerProc::start(&s.path);
     let c = Client::connect(&srv.addr, &s.secret()).unwrap();
     let me = Cred::root();
@@ -77,6 +81,15 @@ fn damaged_inline_bytes_xattrs_and_targets_read_as_eio_and_fsck_reports_them() {
         c.readlink(&me, Target::Ino(link)).map(|_| ()),
         "readlink of a damaged target",
     );
+    eio(
+        c.readdir(&me, Target::Ino(ROOT_INO), 0, 1000).map(|_| ()),
+        "listing of a directory holding a damaged name",
+    );
+    eio(
+        c.readdir_plus(&me, Target::Ino(ROOT_INO), 0, 1000)
+            .map(|_| ()),
+        "listing (plus) of a directory holding a damaged name",
+    );
     // The rest of the volume is served as before.
     let (_, d) = c.open_data(&me, fine, Access::Read).unwrap();
     assert_eq!(d.as_deref(), Some(&b"untouched"[..]));
@@ -84,7 +97,7 @@ fn damaged_inline_bytes_xattrs_and_targets_read_as_eio_and_fsck_reports_them() {
     c.lookup(&me, at(ROOT_INO, b"small")).unwrap();
     let page = metrics_page(&srv.metrics);
     let n = metric_sum(&page, "solofs_checksum_failures_total");
-    assert!(n >= 3, "checksum failures counted: {n}");
+    assert!(n >= 5, "checksum failures counted: {n}");
     drop(c);
     assert!(srv.stop().success());
     let out = Command::new(BIN)
@@ -104,11 +117,49 @@ fn damaged_inline_bytes_xattrs_and_targets_read_as_eio_and_fsck_reports_them() {
         said.contains(&format!("DamagedTarget {{ ino: {link} }}")),
         "fsck does not name the symlink: {said}"
     );
-    // A damaged name no longer hashes to its index entry.
     assert!(
-        said.contains("NotIndexed"),
+        said.contains(&format!("DamagedName {{ dir: {ROOT_INO}, ino: {named},")),
         "fsck misses the damaged name: {said}"
     );
+    assert!(
+        said.contains(&format!("DamagedName {{ dir: {ROOT_INO}, ino: {dir},")),
+        "fsck misses the damaged directory name: {said}"
+    );
+    assert!(
+        !said.contains("NotIndexed") && !said.contains("Misrouted"),
+        "{said}"
+    );
+    // --repair renames the damaged name; the bytes it cannot rebuild stay
+    // reported (and keep answering EIO).
+    let out = Command::new(BIN)
+        .args(["fsck", "--repair", "--data"])
+        .arg(&s.path)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}{err}");
+    assert!(!said.contains("DamagedName"), "{said}");
+    assert!(said.contains("DamagedTarget"), "{said}");
+    let srv = ServerProc::start(&s.path);
+    let c = Client::connect(&srv.addr, &s.secret()).unwrap();
+    let names: Vec<Vec<u8>> = c
+        .readdir(&me, Target::Ino(ROOT_INO), 0, 1000)
+        .unwrap()
+        .into_iter()
+        .map(|d| d.name)
+        .collect();
+    let renamed = format!("damaged-{named}").into_bytes();
+    assert!(names.contains(&renamed), "{names:?}");
+    assert_eq!(names.len(), 7, "{names:?}");
+    let a = c.lookup(&me, at(ROOT_INO, &renamed)).unwrap();
+    assert_eq!(a.ino, named);
+    c.unlink(&me, at(ROOT_INO, &renamed)).unwrap();
+    let renamed = format!("damaged-{dir}").into_bytes();
+    assert!(names.contains(&renamed), "{names:?}");
+    c.rmdir(&me, at(ROOT_INO, &renamed)).unwrap();
+    drop(c);
+    assert!(srv.stop().success());
 }
 
 /// `serve` refuses a pool whose root directory's objects are damaged,

@@ -12,7 +12,7 @@ use crate::error::Result;
 use crate::format::layout::{
     C_LIST, GRANULE, K_DIR, K_FILE, K_LINK, SEG_BASE, SEG_MAGIC, SEG_SIZE, S_DETACHED, S_NORMAL,
 };
-use crate::format::{kind_of, status_of};
+use crate::format::{kind_of, name_sound, status_of};
 use crate::list;
 use std::collections::{HashMap, HashSet};
 
@@ -71,6 +71,9 @@ pub enum Problem {
     /// A symlink whose target's checksum or length does not hold (reads
     /// answer `EIO`).
     DamagedTarget { ino: u64 },
+    /// An entry whose name fails its check (listings of `dir` answer
+    /// `EIO`); `--repair` renames it `damaged-INO` (docs/format.md §5.1).
+    DamagedName { dir: u64, ino: u64, obj: u64 },
 }
 
 /// Result of a check.
@@ -152,6 +155,7 @@ impl Engine {
                 }
             }
             Problem::Leaked { obj } => v.free(obj)?,
+            Problem::DamagedName { dir, obj, .. } => return self.rename_damaged(dir, obj),
             Problem::NextInoBehind { needed, .. } => pool.header().next_ino().set(needed)?,
             Problem::SegmentCountBehind { needed, .. } => pool.header().seg_next().set(needed)?,
             _ => return Ok(false),
@@ -166,6 +170,7 @@ impl Engine {
         let mut r = FsckReport::default();
         let mut reach: HashSet<u64> = HashSet::new();
         let mut entries: HashSet<u64> = HashSet::new();
+        let mut damaged: HashSet<u64> = HashSet::new(); // entries with damaged names
         let mut inode_objs: HashMap<u64, u64> = HashMap::new(); // ino -> object
         let mut names_of: HashMap<u64, u32> = HashMap::new(); // ino -> names seen
         let mut nlink_of: HashMap<u64, u32> = HashMap::new();
@@ -211,7 +216,7 @@ impl Engine {
                 let ok = v.is_allocated(o)
                     && (k == K_FILE || k == K_DIR || k == K_LINK)
                     && pool.entry(o).parent().get()? == dir
-                    && pool.entry(o).pos().get()? == pos;
+                    && pool.entry(o).position()? == pos;
                 if !ok {
                     r.problems.push(Problem::BadListSlot { dir, pos });
                     continue;
@@ -226,7 +231,14 @@ impl Engine {
                     late = true;
                 }
                 let name = self.entry_name(o)?;
-                if self.find_name(dir, &name)? != Some(o) {
+                if !name_sound(pool.entry(o).pos().get()?, &name) {
+                    r.problems.push(Problem::DamagedName {
+                        dir,
+                        ino: pool.entry(o).ino().get()?,
+                        obj: o,
+                    });
+                    damaged.insert(o);
+                } else if self.find_name(dir, &name)? != Some(o) {
                     r.problems.push(Problem::NotIndexed {
                         dir,
                         name: name.clone(),
@@ -320,7 +332,7 @@ impl Engine {
         v.for_each_index_entry(IndexKind::Name, &name_key, &mut |o, routed| {
             if !entries.contains(&o) {
                 r.problems.push(Problem::StrayNameEntry { obj: o });
-            } else if !routed()? {
+            } else if !damaged.contains(&o) && !routed()? {
                 r.problems.push(Problem::Misrouted { obj: o });
             }
             Ok(())

@@ -8,7 +8,9 @@ use crate::format::layout::{
     F_CTIME, F_MODE, F_MTIME, F_NAME, F_OWNER, F_SIZE, F_XATTR, K_DIR, K_FILE, K_LINK, MAX_CTX,
     SEG_BASE, SEG_SIZE, S_DETACHED, S_FREE, S_NORMAL,
 };
-use crate::format::{kind_of, owner_of, owner_word, status_of, ModeWord, StateWord};
+use crate::format::{
+    kind_of, name_sound, owner_of, owner_word, pos_of, status_of, ModeWord, StateWord,
+};
 use crate::hash;
 use crate::list;
 use crate::perm::{self, Owner, R, X};
@@ -293,6 +295,17 @@ impl Engine {
         Ok(Some(Ok(v)))
     }
 
+    /// A damaged name found by a listing of directory `dir`: counted, said
+    /// on stderr, and the listing gets `EIO` instead of a wrong name.
+    fn damaged_name(&self, dir: u64, ino: u64) -> Error {
+        self.checksum_failures.fetch_add(1, Ordering::Relaxed);
+        let what = format!("the name of ino {ino} in directory {dir} is damaged");
+        eprintln!(
+            "solofs: {what}; the listing gets EIO (solofs fsck lists it, fsck --repair renames it)"
+        );
+        Error::Corrupt(what)
+    }
+
     /// A damaged symlink target found by a read: counted, said on stderr,
     /// and the request gets `EIO` instead of a wrong target.
     fn damaged_target(&self, ino: u64, why: String) -> Error {
@@ -381,10 +394,11 @@ impl Engine {
                 let got = self.stable(o, || {
                     let s = p.object(o).state().get()?;
                     let k = kind_of(s);
+                    let pw = p.entry(o).pos().get()?;
                     if status_of(s) != S_NORMAL
                         || !(k == K_FILE || k == K_DIR || k == K_LINK)
                         || p.entry(o).parent().get()? != ino
-                        || p.entry(o).pos().get()? != pos
+                        || pos_of(pw) != pos
                     {
                         return Ok(None);
                     }
@@ -393,7 +407,7 @@ impl Engine {
                         K_DIR => S_IFDIR,
                         _ => p.link(o).mode_word()?.mode(),
                     };
-                    let got = (k, p.entry(o).ino().get()?, mode, self.entry_name(o)?);
+                    let got = (k, p.entry(o).ino().get()?, mode, self.entry_name(o)?, pw);
                     // The state word alone cannot tell that the object was
                     // removed, freed and made again by a create while the
                     // fields were read (the new one starts with the same
@@ -408,7 +422,10 @@ impl Engine {
                     }
                     Ok(Some(got))
                 })?;
-                if let Some((k, child, mode, name)) = got {
+                if let Some((k, child, mode, name, pw)) = got {
+                    if !name_sound(pw, &name) {
+                        return Err(self.damaged_name(ino, child));
+                    }
                     let kind = FileType::from_mode(mode).unwrap_or(FileType::Regular);
                     // Attributes are read without the child's lock: an
                     // entry removed meanwhile (its memory maybe reused) is

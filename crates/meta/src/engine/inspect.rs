@@ -5,6 +5,7 @@
 
 use super::Engine;
 use crate::error::Result;
+use crate::format::layout::{K_FILE, S_DETACHED, S_NORMAL};
 use crate::hash;
 use crate::pool::Pool;
 
@@ -27,6 +28,29 @@ pub(crate) struct Inspect<'e> {
 }
 
 impl Engine {
+    /// Every live regular file's inode number, from the ino index (names
+    /// play no part: a damaged name does not hide a file), sorted. The
+    /// engine must have no writers (fsck, load).
+    pub fn regular_files(&self) -> Result<Vec<u64>> {
+        let p = &self.pool;
+        let mut v = Vec::new();
+        for sh in &self.shards {
+            sh.ino.for_each(p, &mut |_, o| {
+                let s = p.object(o).state_word()?;
+                if s.kind() == K_FILE
+                    && (s.status() == S_NORMAL || s.status() == S_DETACHED)
+                    && p.file(o).mode_word()?.file_type() == solofs_types::S_IFREG
+                {
+                    v.push(p.file(o).ino().get()?);
+                }
+                Ok(())
+            })?;
+        }
+        v.sort_unstable();
+        v.dedup();
+        Ok(v)
+    }
+
     /// The checker's view of this engine.
     pub(crate) fn inspect(&self) -> Inspect<'_> {
         Inspect { e: self }

@@ -7,6 +7,7 @@ mod datamap;
 mod durable;
 mod inline;
 mod inspect;
+mod isolate;
 mod journal;
 mod locked;
 mod memory;
@@ -28,7 +29,7 @@ use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::format::layout::{
     DIRC_SIZE, HEADER_SIZE, INLINE_LIMIT, K_DIR, K_DIRC, K_IROOT, MAGIC, MAX_CTX, MAX_SHARDS,
-    SEG_BASE, SEG_SIZE, STORAGE_MAX, S_NORMAL, VERSION, VERSION_UNCHECKED,
+    SEG_BASE, SEG_SIZE, STORAGE_MAX, S_NORMAL, VERSION, VERSIONS_UPGRADED,
 };
 use crate::format::{ModeWord, StateWord};
 use crate::hash;
@@ -279,7 +280,7 @@ impl Engine {
             )));
         }
         let v = pool.header().version().get()?;
-        if v as u32 != VERSION && v as u32 != VERSION_UNCHECKED {
+        if v as u32 != VERSION && !VERSIONS_UPGRADED.contains(&(v as u32)) {
             return Err(Error::Version {
                 found: v as u32,
                 expected: VERSION,
@@ -288,10 +289,10 @@ impl Engine {
         if v >> 32 != HEADER_SIZE || pool.header().checksum().get()? != header_checksum(&pool)? {
             return Err(Error::Corrupt("header checksum mismatch".into()));
         }
-        if v as u32 == VERSION_UNCHECKED {
-            // Upgraded in place: its blobs are read unchecked, new ones
-            // carry their checksum, and a build that would misread those
-            // no longer opens it.
+        if VERSIONS_UPGRADED.contains(&(v as u32)) {
+            // Upgraded in place: its unchecked records are read unchecked,
+            // new ones carry their checksums, and a build that would
+            // misread those no longer opens it.
             let h = pool.header();
             h.version().set(VERSION as u64 | HEADER_SIZE << 32)?;
             h.checksum().set(header_checksum(&pool)?)?;
@@ -710,6 +711,43 @@ mod tests {
                 assert_eq!(e.shard_of(ino), want, "ino {ino} round {round}");
             }
         }
+        drop(e);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A version-4 pool (names unchecked) opens, is upgraded to the
+    /// current version in place, lists its old names and checks new ones.
+    #[test]
+    fn a_version_4_pool_is_upgraded_and_its_names_read_unchecked() {
+        let dir = std::env::temp_dir().join(format!("solofs-v4-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("pool");
+        let r = Cred::root();
+        {
+            let e = Engine::format(&path, &Config::default()).unwrap();
+            let f = e.create(&r, ROOT_INO, b"old", 0o644).unwrap().ino;
+            // As a version-4 build wrote it: the bare position.
+            let o = e.find_ino(f).unwrap().unwrap();
+            let w = e.pool.entry(o).pos().get().unwrap();
+            assert_ne!(w, crate::format::pos_of(w), "a new entry's name is checked");
+            e.pool.entry(o).pos().set(crate::format::pos_of(w)).unwrap();
+            let h = e.pool.header();
+            h.version().set(4 | HEADER_SIZE << 32).unwrap();
+            h.checksum().set(header_checksum(&e.pool).unwrap()).unwrap();
+            e.close().unwrap();
+        }
+        let e = Engine::open(&path).unwrap();
+        assert_eq!(e.pool.header().version().get().unwrap() as u32, VERSION);
+        e.create(&r, ROOT_INO, b"new", 0o644).unwrap();
+        let names: Vec<_> = e
+            .readdir(&r, ROOT_INO, 0, 10)
+            .unwrap()
+            .into_iter()
+            .map(|d| d.name)
+            .collect();
+        assert_eq!(names, [b"old".to_vec(), b"new".to_vec()]);
+        assert!(e.fsck(false).unwrap().is_clean());
         drop(e);
         std::fs::remove_dir_all(&dir).unwrap();
     }

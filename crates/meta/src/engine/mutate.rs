@@ -19,7 +19,7 @@ use crate::format::layout::{
     ctx_area, C_LIST, DIRC_SIZE, D_NAME, F_CTIME, F_MODE, F_NAME, K_DIR, K_DIRC, K_FILE, K_LINK,
     L_NAME, S_CREATING, S_NORMAL,
 };
-use crate::format::{owner_word, state, target_tail, ModeWord, StateWord};
+use crate::format::{owner_word, pos_word, state, target_tail, ModeWord, StateWord};
 use crate::hash;
 use crate::list;
 use crate::perm::{self, W};
@@ -185,6 +185,7 @@ impl Engine {
         })?;
         let downer = self.dir_owner(l.places[0].access)?;
         perm::check(cred, downer, W)?;
+        self.pos_room(l.places[0].content)?;
         Ok((l.places[0].content, downer, l))
     }
 
@@ -215,17 +216,11 @@ impl Engine {
             let bytes = F_NAME + pad8(nl) + target_tail(target.len() as u64, link);
             let f = self.alloc_intent(ctx, shard, bytes, false)?;
             self.touch_epoch(content)?;
-            let pos = self
-                .pool
-                .content(content)
-                .next_pos()
-                .atomic()?
-                .fetch_add(1, Ordering::AcqRel);
-            self.pool.content(content).next_pos().note();
+            let pos = self.take_pos(content)?;
             let r = self.pool.file(f);
             r.ino().set(ino)?;
             r.parent().set(parent)?;
-            r.pos().set(pos)?;
+            r.pos().set(pos_word(pos, name))?;
             for fld in [r.bdtime(), r.atime(), r.mtime(), r.ctime()] {
                 fld.set(t as u64)?;
             }
@@ -384,13 +379,7 @@ impl Engine {
                 }
             };
             self.touch_epoch(content)?;
-            let pos = self
-                .pool
-                .content(content)
-                .next_pos()
-                .atomic()?
-                .fetch_add(1, Ordering::AcqRel);
-            self.pool.content(content).next_pos().note();
+            let pos = self.take_pos(content)?;
             let (cr, ar) = (self.pool.content(c), self.pool.access(a));
             cr.ino().set(ino)?;
             for fld in [cr.ctime(), cr.mtime(), cr.atime(), cr.bdtime()] {
@@ -402,7 +391,7 @@ impl Engine {
             cr.set_state(StateWord::new(K_DIRC, S_CREATING, self.epoch))?;
             ar.ino().set(ino)?;
             ar.parent().set(parent)?;
-            ar.pos().set(pos)?;
+            ar.pos().set(pos_word(pos, name))?;
             ar.bdtime().set(t as u64)?;
             ar.mode()
                 .set(ModeWord::new(S_IFDIR | sgid | (mode & 0o7777), name.len(), 0).0)?;
@@ -459,6 +448,7 @@ impl Engine {
             if nl >= LINK_MAX {
                 return Err(Error::TooManyLinks);
             }
+            self.pos_room(content)?;
             let t = self.clock.now(&self.pool);
             let n = newname.len() as u64;
             let bytes = L_NAME + pad8(n);
@@ -472,18 +462,12 @@ impl Engine {
                 creating,
             )?;
             self.touch_epoch(content)?;
-            let pos = self
-                .pool
-                .content(content)
-                .next_pos()
-                .atomic()?
-                .fetch_add(1, Ordering::AcqRel);
-            self.pool.content(content).next_pos().note();
+            let pos = self.take_pos(content)?;
             let mw = self.pool.file(f).mode_word()?;
             let r = self.pool.link(l);
             r.ino().set(ino)?;
             r.parent().set(newparent)?;
-            r.pos().set(pos)?;
+            r.pos().set(pos_word(pos, newname))?;
             r.bdtime().set(t as u64)?;
             r.mode()
                 .set(ModeWord::new(mw.file_type(), newname.len(), 0).0)?;

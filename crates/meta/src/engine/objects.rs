@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::format::layout::{D_MODE, D_OWNER, K_DIR, K_DIRC, K_FILE, K_LINK, S_DETACHED, S_FREE};
-use crate::format::{epoch_of, kind_of, owner_of, status_of, ModeWord, StateWord};
+use crate::format::{epoch_of, kind_of, owner_of, status_of, ModeWord, StateWord, POS_MAX};
 
 impl Engine {
     /// Does the entry object `o` have key (parent, name) and is it live?
@@ -27,6 +27,24 @@ impl Engine {
             return Ok(false);
         }
         e.name_of(k).bytes_eq(name)
+    }
+
+    /// ENOSPC once directory content `content` has handed out nearly every
+    /// position an entry can name (2^47 over its life: positions are never
+    /// reused; docs/format.md §5.1). Checked before anything is allocated.
+    pub(crate) fn pos_room(&self, content: u64) -> Result<()> {
+        if self.pool.content(content).next_pos().get()? >= POS_MAX - (1 << 20) {
+            return Err(Error::NoSpace);
+        }
+        Ok(())
+    }
+
+    /// Takes the next list position of directory content `content`.
+    pub(crate) fn take_pos(&self, content: u64) -> Result<u64> {
+        let next = self.pool.content(content).next_pos();
+        let pos = next.atomic()?.fetch_add(1, Ordering::AcqRel);
+        next.note();
+        Ok(pos)
     }
 
     /// The name of entry object `o`.

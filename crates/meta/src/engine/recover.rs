@@ -105,7 +105,7 @@ impl Engine {
             return Ok(());
         }
         let parent = self.pool.entry(o).parent().get()?;
-        let pos = self.pool.entry(o).pos().get()?;
+        let pos = self.pool.entry(o).position()?;
         let content = self.find_ino(parent)?.filter(|c| {
             let s = self.pool.content(*c).state_word();
             s.is_ok_and(|s| s.kind() == K_DIRC)
@@ -214,7 +214,7 @@ impl Engine {
                     let k = self.pool.object(o).state_word()?.kind();
                     (k == K_FILE || k == K_DIR || k == K_LINK)
                         && self.pool.entry(o).parent().get()? == ino
-                        && self.pool.entry(o).pos().get()? == pos
+                        && self.pool.entry(o).position()? == pos
                 };
                 if !valid {
                     list::retire(&mut self.mem(ctx, shard), content + C_LIST, pos)?;

@@ -58,7 +58,7 @@ impl Engine {
                         Op::NameDel(f),
                         Op::ListRetire {
                             content,
-                            pos: self.pool.entry(f).pos().get()?,
+                            pos: self.pool.entry(f).position()?,
                         },
                         Op::Raise {
                             content,
@@ -86,7 +86,7 @@ impl Engine {
                         Op::NameDel(l),
                         Op::ListRetire {
                             content,
-                            pos: self.pool.entry(l).pos().get()?,
+                            pos: self.pool.entry(l).position()?,
                         },
                         Op::Set {
                             obj: l,
@@ -250,7 +250,7 @@ impl Engine {
                 .ino
                 .remove(&self.pool, hash::ino_key(ino), io, &mut m)?;
         }
-        let pos = self.pool.entry(entry).pos().get()?;
+        let pos = self.pool.entry(entry).position()?;
         list::retire(&mut self.mem(ctx, pshard), content + C_LIST, pos)
     }
 

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::format::layout::{
     ctx_area, C_ACCESS, C_PARENT, K_DIRC, K_FILE, K_XATTR, S_CREATING, S_NORMAL,
 };
-use crate::format::{name_offsets, state, target_tail, Field, ModeWord, StateWord};
+use crate::format::{name_offsets, pos_word, state, target_tail, Field, ModeWord, StateWord};
 use crate::perm;
 use solofs_types::*;
 use std::sync::atomic::Ordering;
@@ -236,7 +236,7 @@ impl Engine {
             new.state().plus(f).set(old.state().plus(f).get()?)?;
         }
         new.parent().set(parent)?;
-        new.pos().set(pos)?;
+        new.pos().set(pos_word(pos, name))?;
         let w = ModeWord(old.mode_of(kind).get()?);
         new.mode_of(kind).set(w.with_name_len(name.len()).0)?;
         new.name_of(kind).write_bytes(name)?;
@@ -345,18 +345,15 @@ impl Engine {
         n2: &[u8],
         t0: i64,
     ) -> Result<()> {
-        let spos = self.pool.entry(s.entry).pos().get()?;
+        let spos = self.pool.entry(s.entry).position()?;
         let pos = match t {
-            Some(t) => self.pool.entry(t.entry).pos().get()?,
+            Some(t) => self.pool.entry(t.entry).position()?,
             None if s.parent == p2 => spos,
-            None => self
-                .pool
-                .content(c2)
-                .next_pos()
-                .atomic()?
-                .fetch_add(1, Ordering::AcqRel),
+            None => {
+                self.pos_room(c2)?;
+                self.take_pos(c2)?
+            }
         };
-        self.pool.content(c2).next_pos().note();
         let mut j = self.journal(ctx);
         let new = match self.copy_entry(ctx, &mut j, s.entry, p2, n2, pos, t0) {
             Ok(n) => n,
@@ -457,8 +454,8 @@ impl Engine {
         n2: &[u8],
         t0: i64,
     ) -> Result<()> {
-        let spos = self.pool.entry(s.entry).pos().get()?;
-        let tpos = self.pool.entry(t.entry).pos().get()?;
+        let spos = self.pool.entry(s.entry).position()?;
+        let tpos = self.pool.entry(t.entry).position()?;
         let mut j = self.journal(ctx);
         let made = self
             .copy_entry(ctx, &mut j, s.entry, t.parent, n2, tpos, t0)

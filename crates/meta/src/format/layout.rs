@@ -4,10 +4,11 @@
 /// Magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"SOLOFSP\0";
 /// Format version written by this build.
-pub const VERSION: u32 = 4;
-/// The version before attribute blobs carried a checksum: opened and
-/// upgraded in place (its blobs are read unchecked).
-pub const VERSION_UNCHECKED: u32 = 3;
+pub const VERSION: u32 = 5;
+/// Earlier versions this build opens and upgrades in place: 3 (before
+/// attribute blobs and symlink targets carried a checksum) and 4 (before
+/// names did); their unchecked records are read unchecked.
+pub const VERSIONS_UPGRADED: [u32; 2] = [3, 4];
 /// Size of the header block.
 pub const HEADER_SIZE: u64 = 4096;
 

@@ -18,6 +18,6 @@ pub(crate) use records::{
 };
 #[allow(unused_imports)]
 pub(crate) use words::{
-    epoch_of, kind_of, owner_of, owner_word, state, status_of, target_tail, JournalWord, ModeWord,
-    StateWord, SEQ_BITS,
+    epoch_of, kind_of, name_sound, owner_of, owner_word, pos_of, pos_word, state, status_of,
+    target_tail, JournalWord, ModeWord, StateWord, POS_MAX, SEQ_BITS,
 };

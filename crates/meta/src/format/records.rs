@@ -167,6 +167,15 @@ view!(
     }
 );
 
+impl Entry<'_> {
+    /// The position in the parent's list (the position word without the
+    /// name's check).
+    #[inline(always)]
+    pub fn position(self) -> Result<u64> {
+        Ok(super::words::pos_of(self.pos().get()?))
+    }
+}
+
 view!(
     /// A FILE record: any non-directory, attributes inline.
     FileRec, file {

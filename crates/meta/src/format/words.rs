@@ -144,6 +144,35 @@ pub(crate) fn target_tail(len: u64, checked: bool) -> u64 {
     len.next_multiple_of(8) + if checked { 8 } else { 0 }
 }
 
+/// Bits of an entry's position word (docs/format.md §5.1) that hold the
+/// position in the parent's list; the rest checks the name.
+pub(crate) const POS_BITS: u32 = 47;
+/// The largest list position a directory hands out.
+pub(crate) const POS_MAX: u64 = (1 << POS_BITS) - 1;
+/// Set in a position word whose bits 47..63 hold the name's check.
+const NAME_CHECKED: u64 = 1 << 63;
+
+/// The position word of an entry at `pos` named `name`: the position, then
+/// the low 16 bits of the name's CRC-32C and the flag that says so.
+#[inline(always)]
+pub(crate) fn pos_word(pos: u64, name: &[u8]) -> u64 {
+    let crc = crate::pool::wal::crc32c(!0, name) as u64 & 0xFFFF;
+    (pos & POS_MAX) | crc << POS_BITS | NAME_CHECKED
+}
+
+/// The list position of a position word.
+#[inline(always)]
+pub(crate) fn pos_of(w: u64) -> u64 {
+    w & POS_MAX
+}
+
+/// Does `name` pass the check in position word `w`? A word written before
+/// names were checked (format 3 and 4) has no check and passes.
+#[inline(always)]
+pub(crate) fn name_sound(w: u64, name: &[u8]) -> bool {
+    w & NAME_CHECKED == 0 || w == pos_word(w, name)
+}
+
 /// An owner word: bits 0..32 uid, 32..64 gid.
 #[inline(always)]
 pub(crate) fn owner_word(uid: u32, gid: u32) -> u64 {
