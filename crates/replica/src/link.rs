@@ -1,0 +1,293 @@
+//! Links between members: Raft messages over TCP (docs/replication.md,
+//! "Links"). Each member listens on its peer address; to each other member
+//! it keeps one outgoing connection, fed by a bounded queue (a message that
+//! finds the queue full or the peer unreachable is dropped: Raft sends
+//! again). A connection starts with the listener's 32-byte challenge and
+//! the dialer's answer: its id, the id it wants and
+//! HMAC-SHA256(volume secret, challenge ‖ "solofs-member" ‖ ids); then
+//! frames of `u32 length ‖ protobuf Message` follow, one way.
+
+use crate::{Error, Result};
+use parking_lot::Mutex;
+use protobuf::Message as _;
+use raft::prelude::Message;
+use solofs_proto::{auth_mac, verify_mac, NONCE_LEN};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest message accepted (entries are sent at most 1 MiB at a time;
+/// a snapshot's metadata is small).
+pub const MAX_MESSAGE: usize = 64 << 20;
+/// Messages queued for one peer before new ones are dropped.
+const QUEUE: usize = 4096;
+const CONTEXT: &[u8] = b"solofs-member";
+
+/// What the links hand to the member's Raft thread.
+pub enum Incoming {
+    /// A message from another member.
+    Message(Box<Message>),
+    /// A peer could not be reached (Raft should probe, not stream).
+    Unreachable(u64),
+}
+
+/// The member's links: a listener and one outgoing queue per peer.
+pub struct Links {
+    queues: Mutex<HashMap<u64, SyncSender<Message>>>,
+    stop: Arc<AtomicBool>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    me: u64,
+    secret: Arc<Vec<u8>>,
+    to_node: std::sync::mpsc::Sender<Incoming>,
+}
+
+fn mac(secret: &[u8], nonce: &[u8], from: u64, to: u64) -> [u8; 32] {
+    auth_mac(secret, nonce, &ids(from, to))
+}
+
+fn ids(from: u64, to: u64) -> Vec<u8> {
+    let mut v = CONTEXT.to_vec();
+    v.extend_from_slice(&from.to_le_bytes());
+    v.extend_from_slice(&to.to_le_bytes());
+    v
+}
+
+impl Links {
+    /// Starts listening on `listener` for member `me` and sending to
+    /// `peers`; messages and reports go to `to_node`.
+    pub fn start(
+        me: u64,
+        listener: TcpListener,
+        peers: &HashMap<u64, SocketAddr>,
+        secret: Vec<u8>,
+        to_node: std::sync::mpsc::Sender<Incoming>,
+    ) -> Result<Arc<Links>> {
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| Error::Io("listen for members".into(), e))?;
+        let links = Arc::new(Links {
+            queues: Mutex::new(HashMap::new()),
+            stop: Arc::new(AtomicBool::new(false)),
+            threads: Mutex::new(Vec::new()),
+            me,
+            secret: Arc::new(secret),
+            to_node,
+        });
+        for (&id, &addr) in peers {
+            if id != me {
+                links.add_peer(id, addr);
+            }
+        }
+        let l = Arc::clone(&links);
+        let t = std::thread::Builder::new()
+            .name("solofs-members".into())
+            .spawn(move || l.accept(listener))
+            .map_err(|e| Error::Io("start the member listener".into(), e))?;
+        links.threads.lock().push(t);
+        Ok(links)
+    }
+
+    /// Starts sending to member `id` at `addr`.
+    pub fn add_peer(self: &Arc<Self>, id: u64, addr: SocketAddr) {
+        let (tx, rx) = sync_channel(QUEUE);
+        self.queues.lock().insert(id, tx);
+        let l = Arc::clone(self);
+        if let Ok(t) = std::thread::Builder::new()
+            .name(format!("solofs-to-{id}"))
+            .spawn(move || l.dial(id, addr, rx))
+        {
+            self.threads.lock().push(t);
+        }
+    }
+
+    /// Stops sending to member `id`.
+    pub fn remove_peer(&self, id: u64) {
+        self.queues.lock().remove(&id);
+    }
+
+    /// Queues `m` for its destination (dropped if the queue is full or the
+    /// destination unknown).
+    pub fn send(&self, m: Message) {
+        let q = self.queues.lock().get(&m.to).cloned();
+        if let Some(q) = q {
+            match q.try_send(m) {
+                Ok(()) | Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {}
+            }
+        }
+    }
+
+    /// Stops every link thread and waits for them.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.queues.lock().clear();
+        let threads = std::mem::take(&mut *self.threads.lock());
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    fn accept(self: Arc<Self>, listener: TcpListener) {
+        while !self.stopping() {
+            match listener.accept() {
+                Ok((s, _)) => {
+                    let l = Arc::clone(&self);
+                    if let Ok(t) = std::thread::Builder::new()
+                        .name("solofs-from-member".into())
+                        .spawn(move || l.receive(s))
+                    {
+                        let mut ts = self.threads.lock();
+                        ts.retain(|t| !t.is_finished());
+                        ts.push(t);
+                    }
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+
+    /// Reads one peer's messages until it goes or the member stops.
+    fn receive(self: Arc<Self>, mut s: TcpStream) {
+        let _ = s.set_nonblocking(false);
+        let _ = s.set_nodelay(true);
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+        let mut nonce = [0u8; NONCE_LEN];
+        if fill_random(&mut nonce).is_err() || s.write_all(&nonce).is_err() {
+            return;
+        }
+        let mut hello = [0u8; 48];
+        if s.read_exact(&mut hello).is_err() {
+            return;
+        }
+        let from = u64::from_le_bytes(hello[..8].try_into().unwrap_or_default());
+        let to = u64::from_le_bytes(hello[8..16].try_into().unwrap_or_default());
+        if to != self.me || !verify_mac(&self.secret, &nonce, &ids(from, to), &hello[16..]) {
+            return;
+        }
+        let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+        let mut r = FrameReader::default();
+        while !self.stopping() {
+            match r.next(&mut s) {
+                Ok(Some(b)) => match Message::parse_from_bytes(&b) {
+                    Ok(m) if m.from == from => {
+                        if self.to_node.send(Incoming::Message(Box::new(m))).is_err() {
+                            return;
+                        }
+                    }
+                    _ => return,
+                },
+                Ok(None) => {}
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Sends the queued messages of peer `id`, connecting (again) as
+    /// needed, until its queue goes.
+    fn dial(self: Arc<Self>, id: u64, addr: SocketAddr, rx: Receiver<Message>) {
+        let mut conn: Option<TcpStream> = None;
+        let mut buf = Vec::new();
+        loop {
+            let m = match rx.recv_timeout(Duration::from_millis(200)) {
+                Ok(m) => m,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if self.stopping() {
+                        return;
+                    }
+                    continue;
+                }
+                Err(_) => return,
+            };
+            if self.stopping() {
+                return;
+            }
+            if conn.is_none() {
+                conn = self.connect(id, addr).ok();
+                if conn.is_none() {
+                    let _ = self.to_node.send(Incoming::Unreachable(id));
+                    // Whatever queued meanwhile is stale: Raft resends.
+                    while rx.try_recv().is_ok() {}
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+            }
+            buf.clear();
+            buf.extend_from_slice(&[0u8; 4]);
+            if m.write_to_vec(&mut buf).is_err() {
+                continue;
+            }
+            let n = (buf.len() - 4) as u32;
+            buf[..4].copy_from_slice(&n.to_le_bytes());
+            let sent = conn.as_mut().map(|c| c.write_all(&buf));
+            if !matches!(sent, Some(Ok(()))) {
+                conn = None;
+                let _ = self.to_node.send(Incoming::Unreachable(id));
+            }
+        }
+    }
+
+    fn connect(&self, id: u64, addr: SocketAddr) -> std::io::Result<TcpStream> {
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(Duration::from_secs(2)))?;
+        s.set_write_timeout(Some(Duration::from_secs(2)))?;
+        let mut nonce = [0u8; NONCE_LEN];
+        s.read_exact(&mut nonce)?;
+        let mut hello = Vec::with_capacity(48);
+        hello.extend_from_slice(&self.me.to_le_bytes());
+        hello.extend_from_slice(&id.to_le_bytes());
+        hello.extend_from_slice(&mac(&self.secret, &nonce, self.me, id));
+        s.write_all(&hello)?;
+        Ok(s)
+    }
+}
+
+/// Reads `u32 length ‖ bytes` frames from a socket with a read timeout,
+/// keeping a partial frame across timeouts.
+#[derive(Default)]
+struct FrameReader {
+    buf: Vec<u8>,
+}
+
+impl FrameReader {
+    /// The next whole frame; `None` if the timeout came first.
+    fn next(&mut self, s: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
+        loop {
+            if self.buf.len() >= 4 {
+                let n = u32::from_le_bytes(self.buf[..4].try_into().unwrap_or_default()) as usize;
+                if n > MAX_MESSAGE {
+                    return Err(std::io::Error::other("member message too large"));
+                }
+                if self.buf.len() >= 4 + n {
+                    let rest = self.buf.split_off(4 + n);
+                    let frame = std::mem::replace(&mut self.buf, rest);
+                    return Ok(Some(frame[4..].to_vec()));
+                }
+            }
+            let mut chunk = [0u8; 64 << 10];
+            match s.read(&mut chunk) {
+                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                Ok(k) => self.buf.extend_from_slice(&chunk[..k]),
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut =>
+                {
+                    return Ok(None)
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Fills `b` from the kernel's random source.
+fn fill_random(b: &mut [u8]) -> std::io::Result<()> {
+    std::fs::File::open("/dev/urandom")?.read_exact(b)
+}

@@ -1,0 +1,549 @@
+//! The thread that drives one member's Raft node (raft-rs `RawNode`):
+//! ticks, messages from the links, proposals from the server, and each
+//! `Ready` — persist entries and hard state, send messages, apply
+//! committed entries, answer proposals (docs/replication.md, "A member").
+
+use crate::link::{Incoming, Links};
+use crate::store::LogStore;
+use crate::{Error, Result};
+use parking_lot::Mutex;
+use raft::prelude::{ConfChange, ConfChangeV2, Entry, EntryType, Message, MessageType};
+use raft::{RawNode, StateRole};
+use std::collections::{HashMap, VecDeque};
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// When an entry counts as committed (docs/replication.md, "Commit rules").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Commit {
+    /// A majority has written and `fdatasync`ed it.
+    Sync,
+    /// A majority has written it (in the page cache); each member syncs
+    /// behind, every [`FAST_SYNC`].
+    Fast,
+}
+
+/// How often a member on the fast rule makes its log durable.
+pub const FAST_SYNC: Duration = Duration::from_millis(20);
+
+/// A member's settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// This member's id (≥ 1).
+    pub id: u64,
+    /// Every member's id and peer address (this one's included).
+    pub peers: HashMap<u64, SocketAddr>,
+    /// Where the log lives.
+    pub dir: PathBuf,
+    /// The volume secret (members authenticate each other with it).
+    pub secret: Vec<u8>,
+    /// The commit rule.
+    pub commit: Commit,
+    /// One Raft tick.
+    pub tick: Duration,
+    /// Ticks without a leader before an election (randomized up to twice).
+    pub election_ticks: usize,
+    /// Ticks between a leader's heartbeats.
+    pub heartbeat_ticks: usize,
+}
+
+impl Config {
+    /// Settings with the default timing: 50 ms ticks, elections after
+    /// 10–20 ticks (0.5–1 s) without a leader, heartbeats every 2.
+    pub fn new(id: u64, peers: HashMap<u64, SocketAddr>, dir: PathBuf, secret: Vec<u8>) -> Config {
+        Config {
+            id,
+            peers,
+            dir,
+            secret,
+            commit: Commit::Sync,
+            tick: Duration::from_millis(50),
+            election_ticks: 10,
+            heartbeat_ticks: 2,
+        }
+    }
+
+    /// The shortest time after which a follower may start an election.
+    pub fn election_timeout(&self) -> Duration {
+        self.tick * self.election_ticks as u32
+    }
+}
+
+/// What a member does with committed entries: the server's.
+pub trait Apply: Send + 'static {
+    /// The index of the last entry already applied (entries up to it are
+    /// not handed over again after a restart).
+    fn applied(&self) -> u64;
+    /// Applies the committed entry `index` (entries come in order, each
+    /// once; entries without data — a new leader's first — are not
+    /// handed over).
+    fn apply(&mut self, index: u64, data: &[u8]) -> Result<()>;
+}
+
+/// A member's role, as [`Status`] shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Serves clients.
+    Leader,
+    /// Follows a leader.
+    Follower,
+    /// Asks for votes.
+    Candidate,
+}
+
+/// Another member as the leader sees it.
+#[derive(Clone, Debug)]
+pub struct Peer {
+    /// Its id.
+    pub id: u64,
+    /// The last entry it is known to hold.
+    pub matched: u64,
+    /// Time since it last answered (leader only).
+    pub silent: Option<Duration>,
+}
+
+/// A member's state, for `solofs replicas status` and the metrics.
+#[derive(Clone, Debug)]
+pub struct Status {
+    /// This member.
+    pub id: u64,
+    /// Its role.
+    pub role: Role,
+    /// The current term.
+    pub term: u64,
+    /// The leader it knows of (0: none).
+    pub leader: u64,
+    /// The last entry in its log.
+    pub last_index: u64,
+    /// The last entry known committed.
+    pub commit: u64,
+    /// The last entry applied.
+    pub applied: u64,
+    /// The other members (the leader knows how far each is).
+    pub peers: Vec<Peer>,
+}
+
+enum Input {
+    Link(Incoming),
+    Propose(Vec<u8>, Sender<Result<u64>>),
+    Stop,
+}
+
+/// A running member: its Raft thread and links.
+pub struct Replica {
+    inbox: Sender<Input>,
+    status: Arc<Mutex<Status>>,
+    /// Milliseconds since `epoch` until which this member may act as the
+    /// leader (0: not the leader).
+    lease: Arc<AtomicU64>,
+    epoch: Instant,
+    links: Arc<Links>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Replica {
+    /// Starts member `cfg.id`: opens its log, listens on `listener` (its
+    /// peer address), and runs Raft, handing committed entries to `apply`.
+    pub fn start(cfg: Config, listener: TcpListener, apply: Box<dyn Apply>) -> Result<Replica> {
+        if cfg.id == 0 || !cfg.peers.contains_key(&cfg.id) {
+            return Err(Error::Config(format!(
+                "member id {} is not in the member list",
+                cfg.id
+            )));
+        }
+        let mut voters: Vec<u64> = cfg.peers.keys().copied().collect();
+        voters.sort_unstable();
+        let store = LogStore::open(&cfg.dir, &voters)?;
+        // Raft hands over entries after `applied`, which must be known
+        // committed; entries the server applied past the stored commit
+        // index (kept lazily) come again and are skipped here.
+        let done = apply.applied();
+        let applied = done.min(store.hardstate().commit).max(store.base().0);
+        let rc = raft::Config {
+            id: cfg.id,
+            election_tick: cfg.election_ticks,
+            heartbeat_tick: cfg.heartbeat_ticks,
+            applied,
+            max_size_per_msg: 1 << 20,
+            max_inflight_msgs: 256,
+            check_quorum: true,
+            pre_vote: true,
+            ..Default::default()
+        };
+        rc.validate()?;
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let node = RawNode::new(&rc, store.clone(), &logger)?;
+        let (tx, rx) = channel();
+        let (ltx, lrx) = channel();
+        let links = Links::start(cfg.id, listener, &cfg.peers, cfg.secret.clone(), ltx)?;
+        // The links' channel feeds the Raft thread's one inbox.
+        let fwd = tx.clone();
+        std::thread::Builder::new()
+            .name("solofs-links-in".into())
+            .spawn(move || {
+                while let Ok(m) = lrx.recv() {
+                    if fwd.send(Input::Link(m)).is_err() {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| Error::Io("start the member inbox".into(), e))?;
+        let status = Arc::new(Mutex::new(Status {
+            id: cfg.id,
+            role: Role::Follower,
+            term: 0,
+            leader: 0,
+            last_index: store.last().0,
+            commit: store.hardstate().commit,
+            applied,
+            peers: Vec::new(),
+        }));
+        let lease = Arc::new(AtomicU64::new(0));
+        let epoch = Instant::now();
+        let mut run = Run {
+            node,
+            store,
+            apply,
+            links: Arc::clone(&links),
+            status: Arc::clone(&status),
+            lease: Arc::clone(&lease),
+            epoch,
+            pending: VecDeque::new(),
+            heard: HashMap::new(),
+            last_sync: Instant::now(),
+            commit: cfg.commit,
+            election: cfg.election_timeout(),
+            failed: None,
+            done,
+        };
+        let tick = cfg.tick;
+        let thread = std::thread::Builder::new()
+            .name(format!("solofs-raft-{}", cfg.id))
+            .spawn(move || run.run(rx, tick))
+            .map_err(|e| Error::Io("start the Raft thread".into(), e))?;
+        Ok(Replica {
+            inbox: tx,
+            status,
+            lease,
+            epoch,
+            links,
+            thread: Some(thread),
+        })
+    }
+
+    /// Proposes `data` as a log entry and waits until it is committed
+    /// (by the member's commit rule) and applied here; its index. Only
+    /// the leader takes proposals; a leader that loses its office before
+    /// the entry commits answers `NotLeader` (the entry may still commit
+    /// under the next leader).
+    pub fn propose(&self, data: Vec<u8>) -> Result<u64> {
+        let (tx, rx) = channel();
+        self.inbox
+            .send(Input::Propose(data, tx))
+            .map_err(|_| Error::Stopped)?;
+        rx.recv().map_err(|_| Error::Stopped)?
+    }
+
+    /// The member's state now.
+    pub fn status(&self) -> Status {
+        self.status.lock().clone()
+    }
+
+    /// True while this member leads and a majority answered it recently
+    /// enough that no other member can have been elected: what a leader
+    /// checks before it answers anything.
+    pub fn leads(&self) -> bool {
+        let until = self.lease.load(Ordering::Acquire);
+        until != 0 && (self.epoch.elapsed().as_millis() as u64) < until
+    }
+
+    /// Stops the member (its log stays for the next start).
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        let _ = self.inbox.send(Input::Stop);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.links.stop();
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+/// The Raft thread's state.
+struct Run {
+    node: RawNode<LogStore>,
+    store: LogStore,
+    apply: Box<dyn Apply>,
+    links: Arc<Links>,
+    status: Arc<Mutex<Status>>,
+    lease: Arc<AtomicU64>,
+    epoch: Instant,
+    /// Proposals waiting for their entry: (index, term, answer).
+    pending: VecDeque<(u64, u64, Sender<Result<u64>>)>,
+    /// When each member last answered this leader in its term.
+    heard: HashMap<u64, Instant>,
+    last_sync: Instant,
+    commit: Commit,
+    election: Duration,
+    /// A failure that stops the member (a log that cannot be written).
+    failed: Option<String>,
+    /// The last entry the server had applied when the member started.
+    done: u64,
+}
+
+impl Run {
+    fn run(&mut self, rx: Receiver<Input>, tick: Duration) {
+        let mut next_tick = Instant::now() + tick;
+        loop {
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait) {
+                Ok(Input::Stop) | Err(RecvTimeoutError::Disconnected) => break,
+                Ok(i) => {
+                    if self.input(i) {
+                        break;
+                    }
+                    // Take everything already queued before the Ready.
+                    while let Ok(i) = rx.try_recv() {
+                        if matches!(i, Input::Stop) || self.input(i) {
+                            self.fail_pending();
+                            return;
+                        }
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            if Instant::now() >= next_tick {
+                self.node.tick();
+                next_tick += tick;
+                if next_tick < Instant::now() {
+                    next_tick = Instant::now() + tick;
+                }
+            }
+            if let Err(e) = self.ready() {
+                self.failed = Some(e.to_string());
+            }
+            if self.commit == Commit::Fast && self.last_sync.elapsed() >= FAST_SYNC {
+                if let Err(e) = self.store.sync() {
+                    self.failed = Some(e.to_string());
+                }
+                self.last_sync = Instant::now();
+            }
+            self.publish();
+            if let Some(why) = &self.failed {
+                // A member whose log cannot be written takes no further
+                // part: it must not vote or acknowledge.
+                let _ = why;
+                break;
+            }
+        }
+        self.fail_pending();
+        let _ = self.store.sync();
+    }
+
+    /// Handles one input; true to stop.
+    fn input(&mut self, i: Input) -> bool {
+        match i {
+            Input::Stop => return true,
+            Input::Link(Incoming::Message(m)) => {
+                let m = *m;
+                if self.node.raft.state == StateRole::Leader
+                    && m.term == self.node.raft.term
+                    && matches!(
+                        m.get_msg_type(),
+                        MessageType::MsgHeartbeatResponse | MessageType::MsgAppendResponse
+                    )
+                {
+                    self.heard.insert(m.from, Instant::now());
+                }
+                let _ = self.node.step(m);
+            }
+            Input::Link(Incoming::Unreachable(id)) => self.node.report_unreachable(id),
+            Input::Propose(data, answer) => {
+                if self.node.raft.state != StateRole::Leader {
+                    let _ = answer.send(Err(Error::NotLeader(self.leader())));
+                } else {
+                    match self.node.propose(Vec::new(), data) {
+                        Ok(()) => {
+                            let idx = self.node.raft.raft_log.last_index();
+                            self.pending.push_back((idx, self.node.raft.term, answer));
+                        }
+                        Err(e) => {
+                            let _ = answer.send(Err(e.into()));
+                        }
+                    }
+                }
+            }
+        }
+        false
+    }
+
+    fn leader(&self) -> Option<u64> {
+        Some(self.node.raft.leader_id).filter(|&l| l != 0)
+    }
+
+    fn send(&self, msgs: Vec<Message>) {
+        for m in msgs {
+            self.links.send(m);
+        }
+    }
+
+    /// One `Ready`, handled in the order raft-rs asks for.
+    fn ready(&mut self) -> Result<()> {
+        if !self.node.has_ready() {
+            return Ok(());
+        }
+        let mut rd = self.node.ready();
+        self.send(rd.take_messages());
+        if rd.snapshot().get_metadata().index != 0 {
+            return Err(Error::Corrupt(
+                "a snapshot arrived; installing snapshots is not built yet".into(),
+            ));
+        }
+        self.committed(rd.take_committed_entries())?;
+        self.store.append(rd.entries())?;
+        if let Some(hs) = rd.hs() {
+            self.store.set_hardstate(hs)?;
+        }
+        if self.commit == Commit::Sync {
+            self.store.sync()?;
+        }
+        self.send(rd.take_persisted_messages());
+        let mut light = self.node.advance(rd);
+        if let Some(c) = light.commit_index() {
+            self.store.set_commit(c);
+        }
+        self.send(light.take_messages());
+        self.committed(light.take_committed_entries())?;
+        self.node.advance_apply();
+        Ok(())
+    }
+
+    /// Applies committed entries and answers the proposals they settle.
+    fn committed(&mut self, entries: Vec<Entry>) -> Result<()> {
+        for e in entries {
+            if e.index <= self.done {
+                continue;
+            }
+            match e.get_entry_type() {
+                EntryType::EntryNormal => {
+                    if !e.data.is_empty() {
+                        self.apply.apply(e.index, &e.data)?;
+                    }
+                }
+                EntryType::EntryConfChange => self.conf_change::<ConfChange>(&e)?,
+                EntryType::EntryConfChangeV2 => self.conf_change::<ConfChangeV2>(&e)?,
+            }
+            while let Some((idx, term, _)) = self.pending.front() {
+                if *idx > e.index {
+                    break;
+                }
+                let ok = *idx == e.index && *term == e.term;
+                if let Some((_, _, answer)) = self.pending.pop_front() {
+                    let _ = answer.send(if ok {
+                        Ok(e.index)
+                    } else {
+                        Err(Error::NotLeader(self.leader()))
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the configuration change in entry `e`.
+    fn conf_change<C>(&mut self, e: &Entry) -> Result<()>
+    where
+        C: raft_proto::ConfChangeI + protobuf::Message + Default,
+    {
+        let mut cc = C::default();
+        cc.merge_from_bytes(&e.data)
+            .map_err(|x| Error::Corrupt(format!("conf change {}: {x}", e.index)))?;
+        let cs = self.node.apply_conf_change(&cc)?;
+        self.store.set_conf_state(cs)
+    }
+
+    fn fail_pending(&mut self) {
+        let leader = self.leader();
+        for (_, _, answer) in self.pending.drain(..) {
+            let _ = answer.send(Err(Error::NotLeader(leader)));
+        }
+    }
+
+    /// Updates the status, the lease, and fails proposals a lost office
+    /// will never settle.
+    fn publish(&mut self) {
+        let r = &self.node.raft;
+        let role = match r.state {
+            StateRole::Leader => Role::Leader,
+            StateRole::Candidate | StateRole::PreCandidate => Role::Candidate,
+            StateRole::Follower => Role::Follower,
+        };
+        let now = Instant::now();
+        let mut peers = Vec::new();
+        let mut times = Vec::new();
+        for (&id, pr) in r.prs().iter() {
+            if id == r.id {
+                times.push(now);
+                continue;
+            }
+            let heard = if role == Role::Leader {
+                self.heard.get(&id).copied()
+            } else {
+                None
+            };
+            if let Some(h) = heard {
+                times.push(h);
+            }
+            peers.push(Peer {
+                id,
+                matched: pr.matched,
+                silent: heard.map(|h| now.saturating_duration_since(h)),
+            });
+        }
+        peers.sort_by_key(|p| p.id);
+        // Lease: a quorum answered this leader at or after the quorum-th
+        // latest time; followers that heard from it then vote for no one
+        // for an election timeout. Half of it is kept as a margin for the
+        // messages' flight.
+        let voters = r.prs().conf().voters().ids().len();
+        let quorum = voters / 2 + 1;
+        times.sort_unstable_by(|a, b| b.cmp(a));
+        let lease = match (role, times.get(quorum - 1)) {
+            (Role::Leader, Some(t)) => {
+                let until = *t + self.election / 2;
+                until.saturating_duration_since(self.epoch).as_millis() as u64
+            }
+            _ => 0,
+        };
+        self.lease.store(lease, Ordering::Release);
+        {
+            let mut s = self.status.lock();
+            s.role = role;
+            s.term = r.term;
+            s.leader = r.leader_id;
+            s.last_index = r.raft_log.last_index();
+            s.commit = r.raft_log.committed;
+            s.applied = r.raft_log.applied;
+            s.peers = peers;
+        }
+        if role != Role::Leader {
+            self.heard.clear();
+            if !self.pending.is_empty() {
+                self.fail_pending();
+            }
+        }
+    }
+}

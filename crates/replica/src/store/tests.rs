@@ -1,0 +1,132 @@
+use super::*;
+use raft::Storage;
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("solofs-rlog-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn entry(index: u64, term: u64, data: &[u8]) -> Entry {
+    Entry {
+        index,
+        term,
+        data: data.to_vec().into(),
+        ..Default::default()
+    }
+}
+
+fn all(s: &LogStore) -> Vec<(u64, u64, Vec<u8>)> {
+    let (last, _) = s.last();
+    s.range(0, last + 1)
+        .into_iter()
+        .map(|e| (e.index, e.term, e.data.to_vec()))
+        .collect()
+}
+
+#[test]
+fn entries_and_state_survive_a_reopen() {
+    let d = scratch("reopen");
+    let s = LogStore::open(&d, &[1, 2, 3]).unwrap();
+    assert_eq!(s.conf_state().voters, vec![1, 2, 3]);
+    let v: Vec<Entry> = (1..=100).map(|i| entry(i, 1, &i.to_le_bytes())).collect();
+    s.append(&v).unwrap();
+    s.sync().unwrap();
+    let hs = HardState {
+        term: 3,
+        vote: 2,
+        commit: 40,
+        ..Default::default()
+    };
+    s.set_hardstate(&hs).unwrap();
+    s.set_commit(90);
+    let before = all(&s);
+    drop(s);
+    // The configuration given at a later open is the stored one's, not this.
+    let s = LogStore::open(&d, &[7]).unwrap();
+    assert_eq!(all(&s), before);
+    assert_eq!(s.conf_state().voters, vec![1, 2, 3]);
+    let h = s.hardstate();
+    assert_eq!((h.term, h.vote), (3, 2));
+    // The commit index alone is not written at once: the stored one.
+    assert_eq!(h.commit, 40);
+    assert_eq!(s.term(50).unwrap(), 1);
+    assert_eq!(s.first_index().unwrap(), 1);
+    assert_eq!(s.last_index().unwrap(), 100);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn a_conflicting_append_replaces_the_tail_on_disk_too() {
+    let d = scratch("conflict");
+    let s = LogStore::open(&d, &[1]).unwrap();
+    s.append(&(1..=10).map(|i| entry(i, 1, b"old")).collect::<Vec<_>>())
+        .unwrap();
+    s.append(&(6..=8).map(|i| entry(i, 2, b"new")).collect::<Vec<_>>())
+        .unwrap();
+    s.sync().unwrap();
+    let want: Vec<_> = (1..=5)
+        .map(|i| (i, 1, b"old".to_vec()))
+        .chain((6..=8).map(|i| (i, 2, b"new".to_vec())))
+        .collect();
+    assert_eq!(all(&s), want);
+    drop(s);
+    let s = LogStore::open(&d, &[1]).unwrap();
+    assert_eq!(all(&s), want);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn a_torn_record_ends_the_log_and_appends_go_on() {
+    let d = scratch("torn");
+    let s = LogStore::open(&d, &[1]).unwrap();
+    s.append(&(1..=5).map(|i| entry(i, 1, b"kept")).collect::<Vec<_>>())
+        .unwrap();
+    s.sync().unwrap();
+    drop(s);
+    // Half of a sixth record.
+    let mut rec = Vec::new();
+    encode(&entry(6, 1, &[9u8; 300]), &mut rec);
+    let p = seg_path(&d, 1);
+    let f = OpenOptions::new().write(true).open(&p).unwrap();
+    let len = f.metadata().unwrap().len();
+    f.write_all_at(&rec[..rec.len() / 2], len).unwrap();
+    drop(f);
+    let s = LogStore::open(&d, &[1]).unwrap();
+    assert_eq!(s.last(), (5, 1));
+    s.append(&[entry(6, 2, b"after")]).unwrap();
+    s.sync().unwrap();
+    drop(s);
+    let s = LogStore::open(&d, &[1]).unwrap();
+    assert_eq!(all(&s).last().unwrap(), &(6, 2, b"after".to_vec()));
+    assert_eq!(all(&s).len(), 6);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn compaction_drops_whole_segments_and_keeps_the_base_term() {
+    let d = scratch("compact");
+    let s = LogStore::open_sized(&d, &[1], 4096).unwrap();
+    for i in 1..=200u64 {
+        s.append(&[entry(i, 1 + i / 100, &[i as u8; 100])]).unwrap();
+    }
+    s.sync().unwrap();
+    let segs = |d: &Path| std::fs::read_dir(d).unwrap().count() - 1;
+    let before = segs(&d);
+    assert!(before > 5, "{before} segments");
+    s.set_commit(150);
+    s.compact(150).unwrap();
+    assert!(segs(&d) < before, "{} segments left", segs(&d));
+    assert_eq!(s.first_index().unwrap(), 151);
+    assert_eq!(s.term(150).unwrap(), 2);
+    assert!(s.term(149).is_err());
+    drop(s);
+    let s = LogStore::open_sized(&d, &[1], 4096).unwrap();
+    assert_eq!(s.base(), (150, 2));
+    assert_eq!(s.first_index().unwrap(), 151);
+    assert_eq!(s.last(), (200, 3));
+    let kept = all(&s);
+    assert_eq!(kept.len(), 50);
+    assert_eq!(kept[0].2, vec![151u8; 100]);
+    std::fs::remove_dir_all(&d).unwrap();
+}
