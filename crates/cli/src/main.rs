@@ -6,6 +6,7 @@ use std::path::PathBuf;
 mod blocks;
 mod dump;
 mod keys;
+mod member;
 mod mount;
 mod serve;
 

@@ -162,6 +162,9 @@ pub struct FileConfig {
     spin_us: Option<u64>,
     lock_grace_ms: Option<u64>,
     capacity: Option<String>,
+    peers: Option<String>,
+    id: Option<u64>,
+    commit: Option<String>,
 }
 
 /// Parses a config file.
@@ -204,6 +207,9 @@ impl FileConfig {
         put("spin_us", self.spin_us.map(|x| x.to_string()));
         put("lock_grace_ms", self.lock_grace_ms.map(|x| x.to_string()));
         put("capacity", self.capacity.clone());
+        put("peers", self.peers.clone());
+        put("id", self.id.map(|x| x.to_string()));
+        put("commit", self.commit.clone());
         v
     }
 }
@@ -213,9 +219,14 @@ struct Settings {
     cfg: Config,
     /// Data capacity `statfs` reports (bytes; 0: found out).
     capacity: u64,
+    /// A replica set's members (`--peers`), this one's id, the commit rule.
+    peers: Option<String>,
+    id: Option<u64>,
+    commit: solofs_replica::Commit,
+    member: Option<crate::member::Member>,
 }
 
-const KEYS: [&str; 14] = [
+const KEYS: [&str; 17] = [
     "data",
     "listen",
     "workers",
@@ -230,6 +241,9 @@ const KEYS: [&str; 14] = [
     "spin_us",
     "lock_grace_ms",
     "capacity",
+    "peers",
+    "id",
+    "commit",
 ];
 
 fn apply(s: &mut Settings, key: &str, v: &str) -> Result<()> {
@@ -282,6 +296,9 @@ fn apply(s: &mut Settings, key: &str, v: &str) -> Result<()> {
             s.cfg.lock_grace = Duration::from_millis(n)
         }
         "capacity" => s.capacity = crate::mount::parse_size(v).context("capacity")?,
+        "peers" => s.peers = Some(v.into()),
+        "id" => s.id = Some(v.parse().context("id is a member number")?),
+        "commit" => s.commit = crate::member::parse_commit(v)?,
         _ => bail!("unknown setting {key:?} (known: {})", KEYS.join(", ")),
     }
     Ok(())
@@ -311,6 +328,10 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
         data: None,
         cfg: Config::default(),
         capacity: 0,
+        peers: None,
+        id: None,
+        commit: solofs_replica::Commit::Sync,
+        member: None,
     };
     if let Some(c) = &config {
         let text =
@@ -334,7 +355,17 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
         .data
         .clone()
         .context("serve needs --data DIR (or SOLOFS_DATA, or data = \"…\" in the config)")?;
-    let mut cfg = s.cfg;
+    s.member = match (&s.peers, s.id) {
+        (Some(p), Some(id)) => Some(crate::member::Member {
+            peers: crate::member::parse_peers(p)?,
+            id,
+            commit: s.commit,
+        }),
+        (Some(_), None) => bail!("--peers needs --id N: which of the members this one is"),
+        (None, Some(_)) => bail!("--id needs --peers: the replica set's members"),
+        (None, None) => None,
+    };
+    let mut cfg = s.cfg.clone();
     require_volume(&data)?;
     cfg.secret = read_secret(&data)?;
     raise_fd_limit();
@@ -343,8 +374,93 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
     if let Some(m) = &cfg.metrics_listen {
         check_listen(m, "--metrics")?;
     }
+    let stop = Stop::install()?;
+    if let Some(m) = s.member.take() {
+        let r = crate::member::run(&data, cfg, s.capacity, m, &stop);
+        stop.close();
+        return r;
+    }
     let engine = Arc::new(open_volume(&data, "serve")?);
     engine.set_data_capacity(s.capacity);
+    if engine.last_stop() == Some(solofs_meta::pool::checkpoint::LastStop::PowerCut) {
+        println!("the machine restarted under the last run: pool rebuilt from its checkpoint and journal");
+    }
+    let r = serve_engine(engine, cfg, &stop, None);
+    stop.close();
+    r?;
+    println!("stopped; pool closed cleanly");
+    Ok(())
+}
+
+/// SIGINT and SIGTERM: they stop the server running now, and whatever
+/// loops around it (a replica set's member).
+pub struct Stop {
+    flag: Arc<std::sync::atomic::AtomicBool>,
+    current: Arc<std::sync::Mutex<Option<solofs_server::Handle>>>,
+    signals: signal_hook::iterator::Handle,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Stop {
+    /// Starts listening for the signals.
+    pub fn install() -> Result<Stop> {
+        let mut signals = signal_hook::iterator::Signals::new([
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGTERM,
+        ])?;
+        let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let current: Arc<std::sync::Mutex<Option<solofs_server::Handle>>> = Arc::default();
+        let handle = signals.handle();
+        let (f, c) = (flag.clone(), current.clone());
+        let thread = std::thread::spawn(move || {
+            if signals.forever().next().is_some() {
+                f.store(true, std::sync::atomic::Ordering::SeqCst);
+                if let Some(h) = c.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                    h.shutdown();
+                }
+            }
+        });
+        Ok(Stop {
+            flag,
+            current,
+            signals: handle,
+            thread,
+        })
+    }
+
+    /// Has a signal come?
+    pub fn requested(&self) -> bool {
+        self.flag.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The server a signal stops now (`None`: none runs).
+    fn serving(&self, h: Option<solofs_server::Handle>) {
+        let stop_now = h.is_some() && self.requested();
+        let mut cur = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        *cur = h;
+        if stop_now {
+            if let Some(h) = cur.as_ref() {
+                h.shutdown();
+            }
+        }
+    }
+
+    /// Stops listening.
+    pub fn close(self) {
+        self.signals.close();
+        let _ = self.thread.join();
+    }
+}
+
+/// Serves `engine` until a signal, or until `lost` says this server may
+/// no longer answer (a replica set's leader that lost its office); then
+/// closes the engine.
+pub fn serve_engine(
+    engine: Arc<Engine>,
+    mut cfg: Config,
+    stop: &Stop,
+    lost: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
+) -> Result<()> {
     let stats = engine.open_stats().clone();
     cfg.blocks = open_blocks_checked(&engine)?;
     let listen = cfg.listen.clone();
@@ -357,20 +473,20 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
             bail!("cannot listen on {listen}: {e}");
         }
     };
-    let handle = server.handle();
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-    ])?;
-    let sig_handle = signals.handle();
-    let sig_thread = std::thread::spawn(move || {
-        if signals.forever().next().is_some() {
-            handle.shutdown();
-        }
+    stop.serving(Some(server.handle()));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = lost.map(|lost| {
+        let (h, done) = (server.handle(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                if lost() {
+                    h.shutdown();
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
     });
-    if engine.last_stop() == Some(solofs_meta::pool::checkpoint::LastStop::PowerCut) {
-        println!("the machine restarted under the last run: pool rebuilt from its checkpoint and journal");
-    }
     if stats.was_unclean {
         println!(
             "previous run did not stop cleanly: epoch {}, {} journal records redone, {} interrupted operations resolved; directories repair on first use",
@@ -386,14 +502,17 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
     }
     use std::io::Write;
     std::io::stdout().flush()?;
-    server.run()?;
-    // The signal thread holds a handle (and so the engine) until it ends.
-    sig_handle.close();
-    let _ = sig_thread.join();
+    let r = server.run();
+    // The handles hold the engine until they go.
+    stop.serving(None);
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    if let Some(w) = watcher {
+        let _ = w.join();
+    }
+    r?;
     let engine =
         Arc::try_unwrap(engine).map_err(|_| anyhow::anyhow!("engine still in use at shutdown"))?;
     engine.close()?;
-    println!("stopped; pool closed cleanly");
     Ok(())
 }
 

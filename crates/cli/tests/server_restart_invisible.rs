@@ -9,43 +9,16 @@
 mod common;
 
 use common::{
-    assert_fsck_clean, metric_sum, raw_handshake, read_frame, MountProc, Rng, Scratch, ServerProc,
+    assert_fsck_clean, assert_writer_model, metric_sum, raw_handshake, read_frame, start_writers,
+    MountProc, Rng, Scratch, ServerProc,
 };
-use solofs_client::{at, Client, Target};
+use solofs_client::{at, Client};
 use solofs_meta::{Cred, ROOT_INO};
 use solofs_proto::{decode_replies, Body, FrameType, Op, RETRY};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-const KEEP: u64 = 3;
-
-/// Creates f{i}, renames it to g{i}, unlinks g{i-KEEP}, until `stop`;
-/// returns (steps done, errors seen).
-fn writer(c: Client, dir: u64, stop: Arc<AtomicBool>) -> (u64, Vec<String>) {
-    let r = Cred::root();
-    let mut errors = Vec::new();
-    let mut i = 0u64;
-    while !stop.load(Ordering::SeqCst) {
-        let f = format!("f{i}");
-        let g = format!("g{i}");
-        if let Err(e) = c.create(&r, at(dir, f.as_bytes()), 0o644) {
-            errors.push(format!("create {f}: {e}"));
-        }
-        if let Err(e) = c.rename(&r, at(dir, f.as_bytes()), at(dir, g.as_bytes()), 0) {
-            errors.push(format!("rename {f}: {e}"));
-        }
-        if i >= KEEP {
-            let old = format!("g{}", i - KEEP);
-            if let Err(e) = c.unlink(&r, at(dir, old.as_bytes())) {
-                errors.push(format!("unlink {old}: {e}"));
-            }
-        }
-        i += 1;
-    }
-    (i, errors)
-}
 
 /// The server's retry counters (replayed, applied), read from its metrics.
 fn retries(metrics: &str) -> (u64, u64) {
@@ -60,18 +33,7 @@ fn writers_see_no_error_across_ten_server_kills() {
     let mut srv = ServerProc::start(&s.path);
     let addr = srv.addr.clone();
     let stop = Arc::new(AtomicBool::new(false));
-    let r = Cred::root();
-    let mut writers = Vec::new();
-    let mut dirs = Vec::new();
-    for w in 0..2 {
-        let c = Client::connect(&addr, &s.secret()).unwrap();
-        let d = c
-            .mkdir(&r, at(ROOT_INO, format!("w{w}").as_bytes()), 0o755)
-            .unwrap();
-        dirs.push(d.ino);
-        let stop = stop.clone();
-        writers.push(std::thread::spawn(move || writer(c, d.ino, stop)));
-    }
+    let (writers, dirs) = start_writers(2, || Client::connect(&addr, &s.secret()).unwrap(), &stop);
     let mut rng = Rng(0x7e57_1a5e);
     let (mut replayed, mut applied) = (0, 0);
     for _ in 0..10 {
@@ -94,26 +56,15 @@ fn writers_see_no_error_across_ten_server_kills() {
     );
     let c = Client::connect(&addr, &s.secret()).unwrap();
     for (w, (t, d)) in writers.into_iter().zip(dirs).enumerate() {
-        let (steps, errors) = t.join().unwrap();
+        let wrote = t.join().unwrap();
+        let (steps, errors) = (wrote.steps, wrote.errors);
         assert!(
             errors.is_empty(),
             "writer {w}: {} errors: {errors:?}",
             errors.len()
         );
         assert!(steps > 20, "writer {w} made only {steps} steps");
-        let mut names: Vec<String> = c
-            .readdir(&r, Target::Ino(d), 0, 100_000)
-            .unwrap()
-            .into_iter()
-            .map(|e| String::from_utf8_lossy(&e.name).into_owned())
-            .filter(|n| n != "." && n != "..")
-            .collect();
-        names.sort();
-        let mut want: Vec<String> = (steps.saturating_sub(KEEP)..steps)
-            .map(|i| format!("g{i}"))
-            .collect();
-        want.sort();
-        assert_eq!(names, want, "writer {w} after {steps} steps");
+        assert_writer_model(&c, d, steps);
     }
     drop(c);
     assert!(srv.stop().success());

@@ -63,7 +63,37 @@ fn server_error(payload: &[u8]) -> ClientError {
 /// connections of this client it serves (none: it keeps no waits of the
 /// client, and maybe no locks, so they must be claimed again).
 pub(crate) fn greet(inner: &Inner) -> Result<(TcpStream, Vec<u8>, Volume, u32)> {
-    let addr = inner.addr.to_socket_addrs()?.next().ok_or_else(|| {
+    use std::sync::atomic::Ordering;
+    // A replica set's members in turn: only its leader listens for
+    // clients (a follower refuses the connection; a leader that lost its
+    // office closes it).
+    let members: Vec<&str> = inner
+        .addr
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .collect();
+    if members.len() <= 1 {
+        return greet_one(inner, inner.addr.trim());
+    }
+    let first = inner.member.load(Ordering::Relaxed);
+    let mut last = None;
+    for k in 0..members.len() {
+        let i = (first + k) % members.len();
+        match greet_one(inner, members[i]) {
+            Ok(r) => {
+                inner.member.store(i, Ordering::Relaxed);
+                return Ok(r);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| ClientError::Io(io::ErrorKind::NotFound.into())))
+}
+
+/// [`greet`] with one server at `at`.
+fn greet_one(inner: &Inner, at: &str) -> Result<(TcpStream, Vec<u8>, Volume, u32)> {
+    let addr = at.to_socket_addrs()?.next().ok_or_else(|| {
         ClientError::Io(io::Error::new(
             io::ErrorKind::NotFound,
             "address resolves to nothing",
@@ -83,8 +113,7 @@ pub(crate) fn greet(inner: &Inner) -> Result<(TcpStream, Vec<u8>, Volume, u32)> 
     let mut tmp = vec![0u8; READ_CHUNK];
     let not_solofs = |why: String| {
         ClientError::Protocol(format!(
-            "{} does not answer as a SoloFS server ({why}); is it the right address and port?",
-            inner.addr
+            "{at} does not answer as a SoloFS server ({why}); is it the right address and port?"
         ))
     };
     let (ty, p) = match read_frame(&mut s, &mut buf, &mut tmp) {

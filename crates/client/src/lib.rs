@@ -106,7 +106,12 @@ pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 type OpenTable = HashMap<(usize, u64, Access), (u32, Cred)>;
 
 struct Inner {
+    /// The server, or a replica set's members (`A,B,C`): a connection
+    /// goes to the first that answers, from the one that answered last
+    /// (docs/replication.md, "Clients").
     addr: String,
+    /// Which of `addr`'s members answered last.
+    member: std::sync::atomic::AtomicUsize,
     secret: Vec<u8>,
     opts: Options,
     /// One connection slot per lane (`Options::lanes`).
@@ -188,6 +193,7 @@ impl Client {
         Client {
             inner: Arc::new(Inner {
                 addr: addr.to_string(),
+                member: Default::default(),
                 secret: secret.to_vec(),
                 opts,
                 lanes: (0..lanes).map(|_| Mutex::new(None)).collect(),

@@ -126,6 +126,9 @@ pub struct Status {
     pub applied: u64,
     /// The other members (the leader knows how far each is).
     pub peers: Vec<Peer>,
+    /// A leader that may serve: an entry of its own term is committed (so
+    /// every earlier one is) and every committed entry is applied here.
+    pub current: bool,
 }
 
 enum Input {
@@ -202,6 +205,7 @@ impl Replica {
             commit: store.hardstate().commit,
             applied,
             peers: Vec::new(),
+            current: false,
         }));
         let lease = Arc::new(AtomicU64::new(0));
         let epoch = Instant::now();
@@ -538,6 +542,9 @@ impl Run {
             s.commit = r.raft_log.committed;
             s.applied = r.raft_log.applied;
             s.peers = peers;
+            s.current = role == Role::Leader
+                && r.raft_log.term(r.raft_log.committed).ok() == Some(r.term)
+                && r.raft_log.applied == r.raft_log.committed;
         }
         if role != Role::Leader {
             self.heard.clear();

@@ -46,6 +46,8 @@ mod watch;
 pub use deleter::DeleterStats;
 pub use exec::{execute, execute_batch, execute_with, squash};
 pub use local::LocalConn;
+/// Bytes of the reply record file (`meta.replies`).
+pub const REPLY_RECORD_SIZE: u64 = replies::SIZE;
 
 use metrics::Metrics;
 use mio::net::TcpListener;
@@ -266,7 +268,12 @@ impl Server {
             let _ = std::fs::remove_file(&record);
         }
         let replies = match replies::Replies::open(&record) {
-            Ok(r) => Some(r),
+            Ok(mut r) => {
+                if engine.is_replica() {
+                    r.journal_with(engine.clone());
+                }
+                Some(r)
+            }
             Err(e) => {
                 eprintln!("solofs: no reply record, retried changes may apply twice: {e}");
                 None

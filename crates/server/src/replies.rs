@@ -30,7 +30,8 @@ pub const RING: u64 = 128;
 const REC: u64 = 11 * 8;
 const SLOT: u64 = 24 + RING * REC;
 const BASE: u64 = 64;
-const SIZE: u64 = BASE + CLIENTS * SLOT;
+/// Bytes of the record file.
+pub const SIZE: u64 = BASE + CLIENTS * SLOT;
 
 const ERR: u64 = 1 << 63;
 const ATTR: u64 = 1 << 62;
@@ -39,6 +40,9 @@ const ATTR: u64 = 1 << 62;
 pub struct Replies {
     pool: Pool,
     slots: parking_lot::Mutex<()>,
+    /// A replica set's leader journals every change of the record with
+    /// the pool's (docs/replication.md): a new leader answers retries.
+    journal: Option<std::sync::Arc<solofs_meta::Engine>>,
 }
 
 /// Does a retry of `op` replay a recorded reply? Changes do; opens and
@@ -83,7 +87,25 @@ impl Replies {
         Ok(Replies {
             pool,
             slots: parking_lot::Mutex::new(()),
+            journal: None,
         })
+    }
+
+    /// Journals the record's changes with `engine`'s (a replica set's
+    /// leader), starting with its header.
+    pub fn journal_with(&mut self, engine: std::sync::Arc<solofs_meta::Engine>) {
+        self.journal = Some(engine);
+        self.journal(0, 32);
+    }
+
+    /// Journals `[off, off+len)` of the record (a replica set's leader).
+    fn journal(&self, off: u64, len: u64) {
+        if let Some(e) = &self.journal {
+            let mut b = vec![0u8; len as usize];
+            if self.pool.read_bytes(off, &mut b).is_ok() {
+                e.journal_aux(off, &b);
+            }
+        }
     }
 
     /// The slot of client `id` (a new one, or the least recently used one,
@@ -106,6 +128,7 @@ impl Replies {
             let (a, b) = (self.pool.ld(s).ok()?, self.pool.ld(s + 8).ok()?);
             if a == lo && b == hi {
                 let _ = self.pool.st(s + 16, now);
+                self.journal(s + 16, 8);
                 return Some(s);
             }
             let used = if a == 0 && b == 0 {
@@ -128,6 +151,7 @@ impl Replies {
         self.pool.st(s + 16, now).ok()?;
         self.pool.st(s + 8, hi).ok()?;
         self.pool.st(s, lo).ok()?;
+        self.journal(s, SLOT);
         Some(s)
     }
 
@@ -149,6 +173,7 @@ impl Replies {
         }
         let _ = self.pool.st(r + 8, word);
         idw.store(id, Ordering::Release);
+        self.journal(r, REC);
     }
 
     /// What request `id` of the client at `slot` answered, if recorded.

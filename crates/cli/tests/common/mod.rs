@@ -522,3 +522,105 @@ pub fn signal(pid: u32, sig: &str) {
         .unwrap();
     assert!(st.success());
 }
+
+/// Names a rename writer keeps: it unlinks g{i-KEEP} at step i.
+pub const WRITER_KEEP: u64 = 3;
+
+/// What a rename writer did: steps, errors its calls returned, its
+/// longest call.
+pub struct Wrote {
+    pub steps: u64,
+    pub errors: Vec<String>,
+    pub longest: std::time::Duration,
+}
+
+/// Creates f{i}, renames it to g{i}, unlinks g{i-WRITER_KEEP}, until
+/// `stop`: each a change that fails if applied twice.
+pub fn rename_writer(
+    c: solofs_client::Client,
+    dir: u64,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Wrote {
+    use solofs_client::at;
+    let r = solofs_meta::Cred::root();
+    let mut w = Wrote {
+        steps: 0,
+        errors: Vec::new(),
+        longest: std::time::Duration::ZERO,
+    };
+    let timed = |w: &mut Wrote,
+                 what: String,
+                 res: Result<(), solofs_client::ClientError>,
+                 t: std::time::Instant| {
+        if let Err(e) = res {
+            w.errors.push(format!("{what}: {e}"));
+        }
+        w.longest = w.longest.max(t.elapsed());
+    };
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        let i = w.steps;
+        let (f, g) = (format!("f{i}"), format!("g{i}"));
+        let t = std::time::Instant::now();
+        let res = c.create(&r, at(dir, f.as_bytes()), 0o644).map(|_| ());
+        timed(&mut w, format!("create {f}"), res, t);
+        let t = std::time::Instant::now();
+        let res = c.rename(&r, at(dir, f.as_bytes()), at(dir, g.as_bytes()), 0);
+        timed(&mut w, format!("rename {f}"), res, t);
+        if i >= WRITER_KEEP {
+            let old = format!("g{}", i - WRITER_KEEP);
+            let t = std::time::Instant::now();
+            let res = c.unlink(&r, at(dir, old.as_bytes()));
+            timed(&mut w, format!("unlink {old}"), res, t);
+        }
+        w.steps += 1;
+    }
+    w
+}
+
+/// The directory of a rename writer that made `steps` steps holds exactly
+/// the names its model says.
+pub fn assert_writer_model(c: &solofs_client::Client, dir: u64, steps: u64) {
+    let mut names: Vec<String> = c
+        .readdir(
+            &solofs_meta::Cred::root(),
+            solofs_client::Target::Ino(dir),
+            0,
+            100_000,
+        )
+        .unwrap()
+        .into_iter()
+        .map(|e| String::from_utf8_lossy(&e.name).into_owned())
+        .filter(|n| n != "." && n != "..")
+        .collect();
+    names.sort();
+    let mut want: Vec<String> = (steps.saturating_sub(WRITER_KEEP)..steps)
+        .map(|i| format!("g{i}"))
+        .collect();
+    want.sort();
+    assert_eq!(names, want, "a writer's directory after {steps} steps");
+}
+
+/// Starts `n` rename writers, each on its own client (from `connect`) in
+/// its own new directory `w{i}`; their threads and directories.
+pub fn start_writers(
+    n: usize,
+    connect: impl Fn() -> solofs_client::Client,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> (Vec<std::thread::JoinHandle<Wrote>>, Vec<u64>) {
+    let r = solofs_meta::Cred::root();
+    let (mut threads, mut dirs) = (Vec::new(), Vec::new());
+    for w in 0..n {
+        let c = connect();
+        let d = c
+            .mkdir(
+                &r,
+                solofs_client::at(solofs_meta::ROOT_INO, format!("w{w}").as_bytes()),
+                0o755,
+            )
+            .unwrap();
+        dirs.push(d.ino);
+        let stop = stop.clone();
+        threads.push(std::thread::spawn(move || rename_writer(c, d.ino, stop)));
+    }
+    (threads, dirs)
+}

@@ -55,6 +55,18 @@ impl Engine {
         Ok(due)
     }
 
+    /// A replica set's leader journals the server's reply record with the
+    /// pool (`off`: where `bytes` go in the record file), so that a new
+    /// leader answers retries as this one would. Nothing on other pools.
+    pub fn journal_aux(&self, off: u64, bytes: &[u8]) {
+        self.pool.journal_aux(off, bytes)
+    }
+
+    /// Is this the pool of a replica set's leader (docs/replication.md)?
+    pub fn is_replica(&self) -> bool {
+        self.last_stop() == Some(crate::pool::checkpoint::LastStop::Replica)
+    }
+
     /// How a `sync` pool's last run ended (`None` for other modes).
     pub fn last_stop(&self) -> Option<crate::pool::checkpoint::LastStop> {
         self.pool.last_stop()

@@ -255,21 +255,39 @@ impl Engine {
     /// [`crate::pool::checkpoint::snapshot`], or any pool file) without its
     /// journal: a `sync` pool's copy is opened as a `process` one.
     pub fn open_copy(path: &Path) -> Result<Engine> {
-        Engine::open_inner(path, Config::default().reserve, false)
+        Engine::open_inner(path, Config::default().reserve, Journal::None)
     }
 
     /// Opens `path` reserving `reserve` bytes of address space for growth.
     pub fn open_with(path: &Path, reserve: u64) -> Result<Engine> {
-        Engine::open_inner(path, reserve, true)
+        Engine::open_inner(path, reserve, Journal::Own)
     }
 
-    fn open_inner(path: &Path, reserve: u64, journal: bool) -> Result<Engine> {
+    /// Opens the pool of a replica set's new leader (docs/replication.md):
+    /// `path` was just rebuilt from the member's image, which holds the
+    /// replica set's journal up to position `head`; from there on every
+    /// commit goes to `sink`. The pool must be a `sync` one.
+    pub fn open_replica(
+        path: &Path,
+        head: u64,
+        sink: std::sync::Arc<dyn crate::pool::wal::Replicate>,
+    ) -> Result<Engine> {
+        Engine::open_inner(
+            path,
+            Config::default().reserve,
+            Journal::Replica(head, sink),
+        )
+    }
+
+    fn open_inner(path: &Path, reserve: u64, journal: Journal) -> Result<Engine> {
         crate::crash::arm_from_env();
         // A sync pool after a power cut is rebuilt before anything reads it.
-        let start = match journal {
-            true => crate::pool::checkpoint::prepare(path)?,
-            false => None,
+        let (start, replica) = match journal {
+            Journal::Own => (crate::pool::checkpoint::prepare(path)?, None),
+            Journal::None => (None, None),
+            Journal::Replica(head, sink) => (None, Some((head, sink))),
         };
+        let journal = start.is_some() || replica.is_some();
         let mut magic = [0u8; 8];
         let (pool, file_len) = Pool::open(path, reserve, Durability::Process)?;
         pool.header().magic().read_bytes(&mut magic)?;
@@ -327,6 +345,11 @@ impl Engine {
             pool
         };
         match (durability, start) {
+            (Durability::Sync, None) if replica.is_some() => {
+                if let Some((head, sink)) = replica {
+                    pool.attach_replica(head, sink)?;
+                }
+            }
             (Durability::Sync, Some(s)) => pool.attach(s)?,
             (Durability::Sync, None) => {
                 return Err(Error::Corrupt(
@@ -343,7 +366,12 @@ impl Engine {
         if std::env::var_os("SOLOFS_HUGE_PAGES").is_none_or(|v| v != "0") {
             pool.enable_huge_pages();
         }
-        let was_unclean = pool.header().clean().get()? == 0;
+        // A replica set's image is the journal applied, as after a power
+        // cut: stores the engine leaves to the page cache (counters that
+        // lazy repair rebuilds) are not in it, even if the last leader
+        // stopped cleanly. So it is opened as an unclean pool.
+        let was_unclean = pool.last_stop() == Some(crate::pool::checkpoint::LastStop::Replica)
+            || pool.header().clean().get()? == 0;
         let mut epoch = pool.header().epoch().get()?;
         if was_unclean {
             epoch += 1;
@@ -444,6 +472,12 @@ impl Engine {
     /// epoch and repairs lazily).
     pub fn close(self) -> Result<()> {
         self.pool.sync_all()?;
+        if self.is_replica() {
+            // The members' images hold the journal, not the stores the
+            // engine leaves to the page cache: the next leader repairs
+            // as after a power cut (docs/replication.md).
+            return self.pool.stop_sync();
+        }
         self.pool.header().clean().set(1)?;
         self.pool.header().clean().persist();
         self.pool.sync_all()?;
@@ -684,6 +718,16 @@ pub(crate) fn check_name(name: &[u8]) -> Result<()> {
 /// True for "." and "..".
 pub(crate) fn is_dot(name: &[u8]) -> bool {
     name == b"." || name == b".."
+}
+
+/// Where an opened pool's journal goes.
+enum Journal {
+    /// Its own segment files (a `sync` pool), checkpointed beside it.
+    Own,
+    /// None: a `sync` pool opened as a `process` one (a copy).
+    None,
+    /// A replica set's log, from this journal position on.
+    Replica(u64, std::sync::Arc<dyn crate::pool::wal::Replicate>),
 }
 
 #[cfg(test)]

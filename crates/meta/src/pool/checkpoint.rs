@@ -79,6 +79,9 @@ pub enum LastStop {
     /// The machine restarted under a running server (power cut, kernel
     /// crash): the pool was rebuilt from the checkpoint and the journal.
     PowerCut,
+    /// A replica set's new leader: the pool (and the reply record) were
+    /// rebuilt from the member's image of the replica set's log.
+    Replica,
 }
 
 /// A sync pool made ready to open.
@@ -261,9 +264,35 @@ pub fn prepare(pool: &Path) -> Result<Option<Start>> {
     }))
 }
 
+/// The image file of the sync pool at `pool` (`meta.pool.ckpt`).
+pub fn image_path(pool: &Path) -> PathBuf {
+    Paths::of(pool).ckpt
+}
+
+/// The journal position at which the sync pool at `pool` last stopped
+/// cleanly, when its image equals the pool (a volume that becomes a
+/// replica set's member starts from there). Refuses a pool that is open
+/// or was not stopped cleanly.
+pub fn clean_end(pool: &Path) -> Result<u64> {
+    let paths = Paths::of(pool);
+    if !is_sync(pool) {
+        return Err(Error::Invalid(
+            "a replica set needs a `--durability sync` volume (solofs mkfs --durability sync)",
+        ));
+    }
+    if paths.run.exists() {
+        return Err(Error::Corrupt(format!(
+            "{} was not stopped cleanly (or is in use): start it once on its own (solofs serve), stop it with Ctrl-C, then make it a member",
+            pool.display()
+        )));
+    }
+    let f = File::open(&paths.head).map_err(|e| io("open", &paths.head, e))?;
+    Ok(read_head(&f, &paths.head)?.0.replay_from)
+}
+
 /// Applies one journal record to a file holding a pool image (not traced:
 /// the caller says whether the file is durable).
-fn apply(f: &File, r: Rec) -> std::io::Result<()> {
+pub fn apply(f: &File, r: Rec) -> std::io::Result<()> {
     match r {
         Rec::Bytes(off, b) => f.write_all_at(b, off),
         Rec::Zero(off, len) => {
@@ -276,6 +305,8 @@ fn apply(f: &File, r: Rec) -> std::io::Result<()> {
             }
             Ok(())
         }
+        // The reply record is the replica set member's to keep.
+        Rec::Aux(..) => Ok(()),
         Rec::Grow(len) => {
             if len > f.metadata()?.len() {
                 f.set_len(len)?;
@@ -288,23 +319,44 @@ fn apply(f: &File, r: Rec) -> std::io::Result<()> {
 /// The sync state of an open pool.
 pub(crate) struct Synced {
     pub wal: Wal,
+    /// The journal's own files and checkpoints (`None` for a member of a
+    /// replica set: its journal goes to the replica set's log, and its
+    /// image is kept by the member, docs/replication.md).
+    own: Option<Own>,
+    pub last: LastStop,
+}
+
+/// A journal's own files and its checkpoint state.
+struct Own {
     paths: Paths,
     lock: File,
     seq: std::sync::atomic::AtomicU64,
     /// One checkpoint at a time.
     running: parking_lot::Mutex<std::time::Instant>,
-    pub last: LastStop,
 }
 
 impl Synced {
     pub(crate) fn new(start: Start) -> Synced {
         Synced {
             wal: Wal::new(&start.paths.wal, start.end, start.head.replay_from),
-            paths: start.paths,
-            lock: start.lock,
-            seq: std::sync::atomic::AtomicU64::new(start.head.seq),
-            running: parking_lot::Mutex::new(std::time::Instant::now()),
+            own: Some(Own {
+                paths: start.paths,
+                lock: start.lock,
+                seq: std::sync::atomic::AtomicU64::new(start.head.seq),
+                running: parking_lot::Mutex::new(std::time::Instant::now()),
+            }),
             last: start.last,
+        }
+    }
+
+    /// The journal of a replica set's leader: from journal position
+    /// `head` on, every commit goes to `sink` (the replica set's log).
+    /// The pool was rebuilt from the member's image, as after a power cut.
+    pub(crate) fn replica(head: u64, sink: std::sync::Arc<dyn wal::Replicate>) -> Synced {
+        Synced {
+            wal: Wal::replicated(head, sink),
+            own: None,
+            last: LastStop::Replica,
         }
     }
 
@@ -312,21 +364,30 @@ impl Synced {
     /// `max_age` since the last one and something to replay?
     /// Makes the journal's next segment ahead of need.
     pub(crate) fn prepare(&self) -> Result<()> {
-        self.wal.prepare_next()
+        match self.own {
+            Some(_) => self.wal.prepare_next(),
+            None => Ok(()),
+        }
     }
 
     pub(crate) fn due(&self, max_bytes: u64, max_age: std::time::Duration) -> bool {
+        let Some(own) = &self.own else {
+            return false;
+        };
         let b = self.wal.backlog();
-        b > max_bytes || (b > 0 && self.running.lock().elapsed() >= max_age)
+        b > max_bytes || (b > 0 && own.running.lock().elapsed() >= max_age)
     }
 
     /// Applies the durable journal to the image, then moves the head so
     /// that a restore replays only what came after. With `all` (after a
     /// process crash, before anything runs) the image becomes a copy of
-    /// the pool instead.
+    /// the pool instead. (Nothing for a replica set's member.)
     pub(crate) fn checkpoint(&self, pool: &Pool, all: bool) -> Result<()> {
-        let mut last = self.running.lock();
-        let p = &self.paths.ckpt;
+        let Some(own) = &self.own else {
+            return Ok(());
+        };
+        let mut last = own.running.lock();
+        let p = &own.paths.ckpt;
         let img = OpenOptions::new()
             .read(true)
             .write(true)
@@ -346,10 +407,10 @@ impl Synced {
                 disk::set_len(&img, p, len)?;
             }
             let mut map = Mapped::new(&img, p, len)?;
-            let end = wal::scan(&self.paths.wal, (from, to), |r| match r {
+            let end = wal::scan(&own.paths.wal, (from, to), |r| match r {
                 Rec::Bytes(off, b) => map.put(off, b),
                 Rec::Zero(off, n) => map.zero(off, n),
-                Rec::Grow(_) => Ok(()),
+                Rec::Grow(_) | Rec::Aux(..) => Ok(()),
             })?;
             map.sync()?;
             end
@@ -357,16 +418,16 @@ impl Synced {
         crate::crash_point!("ckpt.after_apply");
         disk::sync(&img, p)?;
         crate::crash_point!("ckpt.before_head");
-        let seq = self.seq.load(Ordering::Acquire) + 1;
+        let seq = own.seq.load(Ordering::Acquire) + 1;
         write_head(
-            &self.lock,
-            &self.paths.head,
+            &own.lock,
+            &own.paths.head,
             Head {
                 seq,
                 replay_from: to,
             },
         )?;
-        self.seq.store(seq, Ordering::Release);
+        own.seq.store(seq, Ordering::Release);
         crate::crash_point!("ckpt.after_head");
         self.wal.drop_below(to)?;
         *last = std::time::Instant::now();
@@ -376,7 +437,10 @@ impl Synced {
     /// Makes the image a copy of the pool, writing only the chunks that
     /// differ.
     fn copy_all(&self, pool: &Pool, img: &File) -> Result<()> {
-        let p = &self.paths.ckpt;
+        let Some(own) = &self.own else {
+            return Ok(());
+        };
+        let p = &own.paths.ckpt;
         let len = pool.len();
         if img.metadata().map_err(|e| io("stat", p, e))?.len() != len {
             disk::set_len(img, p, len)?;
@@ -396,8 +460,11 @@ impl Synced {
 
     /// After a clean stop's last checkpoint: the next start is clean.
     pub(crate) fn stopped(&self) -> Result<()> {
-        disk::remove(&self.paths.run)?;
-        disk::sync_dir(self.paths.run.parent().unwrap_or(Path::new(".")))
+        let Some(own) = &self.own else {
+            return Ok(());
+        };
+        disk::remove(&own.paths.run)?;
+        disk::sync_dir(own.paths.run.parent().unwrap_or(Path::new(".")))
     }
 }
 

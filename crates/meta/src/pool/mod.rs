@@ -507,6 +507,32 @@ impl Pool {
         Ok(())
     }
 
+    /// Gives a `sync` pool the journal of a replica set's leader: from
+    /// position `head` on, commits go to `sink`.
+    pub fn attach_replica(
+        &self,
+        head: u64,
+        sink: std::sync::Arc<dyn wal::Replicate>,
+    ) -> Result<()> {
+        let s = checkpoint::Synced::replica(head, sink);
+        if self.synced.set(s).is_err() {
+            return Err(Error::Invalid("the pool already has a journal"));
+        }
+        Ok(())
+    }
+
+    /// Journals bytes of the server's reply record (a replica set's
+    /// leader only; nothing otherwise).
+    pub fn journal_aux(&self, off: u64, bytes: &[u8]) {
+        if let Some(s) = self
+            .synced
+            .get()
+            .filter(|s| s.last == checkpoint::LastStop::Replica)
+        {
+            s.wal.capture_aux(off, bytes);
+        }
+    }
+
     /// How a `sync` pool's last run ended (`None` for other modes).
     pub fn last_stop(&self) -> Option<checkpoint::LastStop> {
         self.synced.get().map(|s| s.last)

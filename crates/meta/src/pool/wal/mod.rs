@@ -51,15 +51,20 @@ const OFF_MASK: u64 = ((1 << 48) - 1) & !7;
 const K_BYTES: u64 = 1;
 const K_ZERO: u64 = 2;
 const K_GROW: u64 = 3;
+/// Bytes of the server's reply record (a replica set's leader only).
+const K_AUX: u64 = 4;
 
 /// One decoded record, as [`scan`] hands it on.
-pub(crate) enum Rec<'a> {
+pub enum Rec<'a> {
     /// These bytes at this offset.
     Bytes(u64, &'a [u8]),
     /// Zeros over `[off, off+len)`.
     Zero(u64, u64),
     /// The pool grew to this length.
     Grow(u64),
+    /// These bytes at this offset of the server's reply record, which a
+    /// replica set keeps with the pool (docs/replication.md).
+    Aux(u64, &'a [u8]),
 }
 
 thread_local! {
@@ -80,6 +85,15 @@ pub fn unseen<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
+/// Where the journal of a replica set's leader goes instead of its own
+/// segment files (docs/replication.md): the replica set's log.
+pub trait Replicate: Send + Sync {
+    /// Makes `bytes` — whole frames, the journal from position `start` —
+    /// durable by the replica set's commit rule, or fails (this member no
+    /// longer leads: nothing after it may be acknowledged).
+    fn replicate(&self, start: u64, bytes: &[u8]) -> Result<()>;
+}
+
 /// The journal of one pool.
 pub struct Wal {
     dir: PathBuf,
@@ -92,6 +106,8 @@ pub struct Wal {
     making: Mutex<()>,
     /// The oldest position a restore replays from (the last checkpoint's).
     pub(crate) replay_from: AtomicU64,
+    /// A replica set's log, instead of the segment files.
+    sink: Option<std::sync::Arc<dyn Replicate>>,
 }
 
 struct Log {
@@ -229,7 +245,17 @@ impl Wal {
             failed: AtomicBool::new(false),
             making: Mutex::new(()),
             replay_from: AtomicU64::new(from),
+            sink: None,
         }
+    }
+
+    /// The journal of a replica set's leader, continuing at `head`: each
+    /// commit hands its frames to `sink` instead of writing segments.
+    pub(crate) fn replicated(head: u64, sink: std::sync::Arc<dyn Replicate>) -> Wal {
+        let mut w = Wal::new(Path::new(""), head, head);
+        w.flush.get_mut().out.page = None;
+        w.sink = Some(sink);
+        w
     }
 
     /// Makes room for an entry of `size` bytes at the head: in the open
@@ -322,6 +348,28 @@ impl Wal {
         }
     }
 
+    /// Records `bytes` at offset `off` of the server's reply record (a
+    /// replica set's leader: the members keep a copy).
+    pub(crate) fn capture_aux(&self, off: u64, bytes: &[u8]) {
+        let a = off & !7;
+        let mut b = vec![0u8; (off - a) as usize];
+        b.extend_from_slice(bytes);
+        b.resize(b.len().next_multiple_of(8), 0);
+        if a + b.len() as u64 > OFF_MASK || b.len() as u64 > PIECE {
+            self.failed.store(true, Ordering::Release);
+            return;
+        }
+        let mut log = self.log.lock();
+        Wal::room(&mut log, 8 + b.len() as u64);
+        Wal::tag(&mut log, K_AUX, a, b.len() as u64 / 8);
+        log.buf.extend_from_slice(&b);
+        log.head += b.len() as u64;
+        log.last = None;
+        if !UNSEEN.with(|u| u.get()) {
+            log.needed = log.head;
+        }
+    }
+
     /// Records that the pool grew to `len` bytes.
     pub(crate) fn grow(&self, len: u64) {
         let mut log = self.log.lock();
@@ -383,7 +431,11 @@ impl Wal {
             if let Some(at) = open {
                 seal(&mut bytes, at, start + at as u64);
             }
-            let r = self.write_out(&mut out, start, &bytes);
+            let r = match &self.sink {
+                Some(s) if !bytes.is_empty() => s.replicate(start, &bytes),
+                Some(_) => Ok(()),
+                None => self.write_out(&mut out, start, &bytes),
+            };
             let end = start + bytes.len() as u64;
             f = self.flush.lock();
             f.out = out;
@@ -540,57 +592,123 @@ pub(crate) fn scan(
             loaded = seg;
         }
         let at = (p % SEGMENT) as usize;
-        let rest = SEGMENT - p % SEGMENT;
-        if rest < HEAD {
-            // Zeros before the segment's end.
-            if seg_buf[at..].iter().all(|&b| b == 0) && segment_exists(dir, seg + 1) {
-                p += rest;
-                continue;
+        match frame_at(&seg_buf[at..], p) {
+            Frame::Tail if segment_exists(dir, seg + 1) => p += SEGMENT - p % SEGMENT,
+            Frame::Pad(n) => p += n,
+            Frame::Body(body) => {
+                entries(body, p, &mut apply)?;
+                p += HEAD + body.len() as u64;
             }
-            return Ok(p);
+            Frame::Tail | Frame::End => return Ok(p),
         }
-        let h = &seg_buf[at..at + HEAD as usize];
-        let lsn = u64::from_le_bytes(h[..8].try_into().unwrap_or_default());
-        let len = u32::from_le_bytes(h[8..12].try_into().unwrap_or_default());
-        let c = u32::from_le_bytes(h[12..16].try_into().unwrap_or_default());
-        if lsn != p {
-            return Ok(p);
+    }
+    Ok(p)
+}
+
+/// What lies at journal position `p`, whose bytes (to its segment's end
+/// or further) are `b`.
+enum Frame<'a> {
+    /// Fewer than a header's bytes of zeros before the segment's end.
+    Tail,
+    /// A padding frame of this many bytes (to the segment's end).
+    Pad(u64),
+    /// A valid frame with these entries.
+    Body(&'a [u8]),
+    /// No valid frame: the journal ends here.
+    End,
+}
+
+fn frame_at(b: &[u8], p: u64) -> Frame<'_> {
+    let rest = SEGMENT - p % SEGMENT;
+    if rest < HEAD {
+        let n = (rest as usize).min(b.len());
+        return match b[..n].iter().all(|&x| x == 0) {
+            true => Frame::Tail,
+            false => Frame::End,
+        };
+    }
+    if b.len() < HEAD as usize {
+        return Frame::End;
+    }
+    let h = &b[..HEAD as usize];
+    let lsn = u64::from_le_bytes(h[..8].try_into().unwrap_or_default());
+    let len = u32::from_le_bytes(h[8..12].try_into().unwrap_or_default());
+    let c = u32::from_le_bytes(h[12..16].try_into().unwrap_or_default());
+    if lsn != p {
+        return Frame::End;
+    }
+    if len & PAD != 0 {
+        if HEAD + (len & !PAD) as u64 != rest || check(h, &[]) != c {
+            return Frame::End;
         }
-        if len & PAD != 0 {
-            if HEAD + (len & !PAD) as u64 != rest || check(h, &[]) != c {
-                return Ok(p);
+        return Frame::Pad(rest);
+    }
+    let size = HEAD + len as u64;
+    if size > rest || len % 8 != 0 || size as usize > b.len() {
+        return Frame::End;
+    }
+    let body = &b[HEAD as usize..size as usize];
+    if check(h, body) != c {
+        return Frame::End;
+    }
+    Frame::Body(body)
+}
+
+/// Hands each entry of the frame body `body` (of the frame at `p`) to
+/// `apply`.
+fn entries(body: &[u8], p: u64, apply: &mut impl FnMut(Rec) -> Result<()>) -> Result<()> {
+    let mut i = 0;
+    while i < body.len() {
+        let t = u64::from_le_bytes(body[i..i + 8].try_into().unwrap_or_default());
+        let (off, words) = (t & OFF_MASK, (t >> 48) * 8);
+        i += 8;
+        match t & 7 {
+            K_BYTES if i + words as usize <= body.len() => {
+                apply(Rec::Bytes(off, &body[i..i + words as usize]))?;
+                i += words as usize;
             }
-            p += rest;
-            continue;
-        }
-        let size = HEAD + len as u64;
-        if size > rest || len % 8 != 0 {
-            return Ok(p);
-        }
-        let body = &seg_buf[at + HEAD as usize..at + size as usize];
-        if check(h, body) != c {
-            return Ok(p);
-        }
-        let mut i = 0;
-        while i < body.len() {
-            let t = u64::from_le_bytes(body[i..i + 8].try_into().unwrap_or_default());
-            let (off, words) = (t & OFF_MASK, (t >> 48) * 8);
-            i += 8;
-            match t & 7 {
-                K_BYTES if i + words as usize <= body.len() => {
-                    apply(Rec::Bytes(off, &body[i..i + words as usize]))?;
-                    i += words as usize;
-                }
-                K_ZERO => apply(Rec::Zero(off, words))?,
-                K_GROW => apply(Rec::Grow(off))?,
-                _ => {
-                    return Err(Error::Corrupt(format!(
-                        "journal frame at {p} holds a bad entry (its check passed)"
-                    )))
-                }
+            K_ZERO => apply(Rec::Zero(off, words))?,
+            K_GROW => apply(Rec::Grow(off))?,
+            K_AUX if i + words as usize <= body.len() => {
+                apply(Rec::Aux(off, &body[i..i + words as usize]))?;
+                i += words as usize;
+            }
+            _ => {
+                return Err(Error::Corrupt(format!(
+                    "journal frame at {p} holds a bad entry (its check passed)"
+                )))
             }
         }
-        p += size;
+    }
+    Ok(())
+}
+
+/// Hands each entry of the journal bytes `b`, which start at position
+/// `start` and must be whole valid frames (an entry of a replica set's
+/// log), to `apply`; the position after them.
+pub fn scan_bytes(start: u64, b: &[u8], mut apply: impl FnMut(Rec) -> Result<()>) -> Result<u64> {
+    let mut p = start;
+    let end = start + b.len() as u64;
+    while p < end {
+        let at = (p - start) as usize;
+        match frame_at(&b[at..], p) {
+            Frame::Tail => p += SEGMENT - p % SEGMENT,
+            Frame::Pad(n) => p += n,
+            Frame::Body(body) => {
+                entries(body, p, &mut apply)?;
+                p += HEAD + body.len() as u64;
+            }
+            Frame::End => {
+                return Err(Error::Corrupt(format!(
+                    "replicated journal bytes at {p} are not a valid frame"
+                )))
+            }
+        }
+    }
+    if p != end {
+        return Err(Error::Corrupt(format!(
+            "replicated journal bytes end at {end}, inside a frame or past a segment's end"
+        )));
     }
     Ok(p)
 }

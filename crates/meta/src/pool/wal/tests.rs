@@ -39,7 +39,7 @@ fn replay(dir: &Path, len: u64) -> (Vec<u8>, u64) {
         match r {
             Rec::Bytes(o, b) => img[o as usize..o as usize + b.len()].copy_from_slice(b),
             Rec::Zero(o, l) => img[o as usize..(o + l) as usize].fill(0),
-            Rec::Grow(_) => {}
+            Rec::Grow(_) | Rec::Aux(..) => {}
         }
         Ok(())
     })

@@ -1,0 +1,341 @@
+//! `solofs serve --peers …`: a member of a replica set
+//! (docs/replication.md). Every member runs the replica set's Raft node
+//! (solofs-replica) and applies each committed entry — journal frames of
+//! the leader's pool — to its image (`meta.pool.ckpt`). The member that
+//! leads rebuilds its pool from that image and serves clients; its
+//! journal's commits go to the replica set's log and return once the
+//! commit rule holds. A leader that loses its office (or its lease) stops
+//! serving at once and follows again.
+
+use anyhow::{bail, Context, Result};
+use solofs_meta::pool::{checkpoint, wal};
+use solofs_meta::Engine;
+use solofs_replica::{Apply, Commit, Replica, Role};
+use solofs_server::Config;
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::net::SocketAddr;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A member's settings (`--peers`, `--id`, `--commit`).
+#[derive(Clone, Debug)]
+pub struct Member {
+    /// Every member's id and peer address.
+    pub peers: HashMap<u64, SocketAddr>,
+    /// This member's id.
+    pub id: u64,
+    /// The commit rule.
+    pub commit: Commit,
+}
+
+/// Parses `--peers 1=HOST:PORT,2=HOST:PORT,…`.
+pub fn parse_peers(s: &str) -> Result<HashMap<u64, SocketAddr>> {
+    let mut m = HashMap::new();
+    for part in s.split(',').filter(|p| !p.trim().is_empty()) {
+        let (id, addr) = part
+            .split_once('=')
+            .with_context(|| format!("--peers takes ID=HOST:PORT,…; got {part:?}"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .with_context(|| format!("member id {id:?}"))?;
+        if id == 0 {
+            bail!("member ids start at 1");
+        }
+        use std::net::ToSocketAddrs;
+        let a = addr
+            .trim()
+            .to_socket_addrs()
+            .with_context(|| format!("member {id}'s address {addr:?}"))?
+            .next()
+            .with_context(|| format!("member {id}'s address {addr:?} resolves to nothing"))?;
+        if m.insert(id, a).is_some() {
+            bail!("member {id} is named twice in --peers");
+        }
+    }
+    if m.is_empty() {
+        bail!("--peers names no member");
+    }
+    Ok(m)
+}
+
+/// Parses `--commit sync|fast`.
+pub fn parse_commit(s: &str) -> Result<Commit> {
+    match s {
+        "sync" => Ok(Commit::Sync),
+        "fast" => Ok(Commit::Fast),
+        _ => bail!("--commit is sync or fast"),
+    }
+}
+
+/// The member's image of the pool and how far it is applied: the last
+/// entry applied and the journal position after it. `meta.pool.applied`
+/// holds both as of the image's last `fdatasync`.
+struct Image {
+    file: File,
+    path: PathBuf,
+    /// The image of the server's reply record (`meta.replies.image`).
+    aux: File,
+    aux_path: PathBuf,
+    state: PathBuf,
+    index: u64,
+    pos: u64,
+    /// Entries applied since the image was last made durable.
+    dirty: u64,
+    synced_at: Instant,
+    /// (index, position) as of the last `fdatasync`.
+    durable: (u64, u64),
+}
+
+/// How often the image is made durable (then fewer entries of the log
+/// are replayed after a restart).
+const IMAGE_SYNC: Duration = Duration::from_secs(1);
+
+impl Image {
+    /// Opens the image of the volume at `pool`; a volume that becomes a
+    /// member has its pool copied to the image first (it must have been
+    /// stopped cleanly: then the two are equal).
+    fn open(pool: &Path) -> Result<Image> {
+        let path = checkpoint::image_path(pool);
+        let state = pool.with_extension("pool.applied");
+        let (index, pos) = match std::fs::read(&state) {
+            Ok(b) => read_state(&b).with_context(|| format!("{} is damaged", state.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let pos = checkpoint::clean_end(pool)
+                    .with_context(|| format!("making {} a member", pool.display()))?;
+                std::fs::copy(pool, &path)
+                    .with_context(|| format!("copying {}", pool.display()))?;
+                File::open(&path)?.sync_all()?;
+                write_state(&state, 0, pos)?;
+                (0, pos)
+            }
+            Err(e) => return Err(e).context(format!("reading {}", state.display())),
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening the image {}", path.display()))?;
+        let aux_path = pool.with_extension("replies.image");
+        let aux = {
+            use std::os::unix::fs::OpenOptionsExt;
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(&aux_path)
+                .with_context(|| format!("opening {}", aux_path.display()))?
+        };
+        Ok(Image {
+            file,
+            path,
+            aux,
+            aux_path,
+            state,
+            index,
+            pos,
+            dirty: 0,
+            synced_at: Instant::now(),
+            durable: (index, pos),
+        })
+    }
+
+    fn apply(&mut self, index: u64, data: &[u8]) -> Result<()> {
+        if data.len() < 8 {
+            bail!("log entry {index} is too short to hold journal frames");
+        }
+        let start = u64::from_le_bytes(data[..8].try_into().unwrap_or_default());
+        if start != self.pos {
+            bail!(
+                "log entry {index} holds the journal from position {start}, the image is at {}",
+                self.pos
+            );
+        }
+        let (f, aux) = (&self.file, &self.aux);
+        let end = wal::scan_bytes(start, &data[8..], |r| {
+            match r {
+                wal::Rec::Aux(off, b) => aux.write_all_at(b, off),
+                r => checkpoint::apply(f, r),
+            }
+            .map_err(|e| solofs_meta::Error::io("apply to the image".into(), e))
+        })?;
+        self.index = index;
+        self.pos = end;
+        self.dirty += 1;
+        if self.synced_at.elapsed() >= IMAGE_SYNC {
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        if self.dirty > 0 {
+            self.file
+                .sync_data()
+                .with_context(|| format!("fdatasync {}", self.path.display()))?;
+            self.aux
+                .sync_data()
+                .with_context(|| format!("fdatasync {}", self.aux_path.display()))?;
+            write_state(&self.state, self.index, self.pos)?;
+            self.durable = (self.index, self.pos);
+            self.dirty = 0;
+        }
+        self.synced_at = Instant::now();
+        Ok(())
+    }
+}
+
+fn write_state(p: &Path, index: u64, pos: u64) -> Result<()> {
+    let mut b = Vec::with_capacity(20);
+    b.extend_from_slice(&index.to_le_bytes());
+    b.extend_from_slice(&pos.to_le_bytes());
+    let crc = wal::crc32c(!0, &b);
+    b.extend_from_slice(&crc.to_le_bytes());
+    let tmp = p.with_extension("applied.new");
+    let f = File::create(&tmp)?;
+    f.write_all_at(&b, 0)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, p)?;
+    if let Some(d) = p.parent() {
+        File::open(d)?.sync_all()?;
+    }
+    Ok(())
+}
+
+fn read_state(b: &[u8]) -> Result<(u64, u64)> {
+    if b.len() != 20 || wal::crc32c(!0, &b[..16]).to_le_bytes() != b[16..20] {
+        bail!("bad length or checksum");
+    }
+    let w = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
+    Ok((w(0), w(8)))
+}
+
+/// The member's [`Apply`]: committed entries go into the image.
+struct ToImage(Arc<Mutex<Image>>);
+
+impl Apply for ToImage {
+    fn applied(&self) -> u64 {
+        self.0.lock().map(|i| i.durable.0).unwrap_or(0)
+    }
+    fn apply(&mut self, index: u64, data: &[u8]) -> solofs_replica::Result<()> {
+        let mut img = self.0.lock().map_err(|_| solofs_replica::Error::Stopped)?;
+        img.apply(index, data)
+            .map_err(|e| solofs_replica::Error::Corrupt(format!("{e:#}")))
+    }
+}
+
+/// The leader's journal goes to the replica set's log.
+struct ToLog(Arc<Replica>);
+
+impl wal::Replicate for ToLog {
+    fn replicate(&self, start: u64, bytes: &[u8]) -> solofs_meta::Result<()> {
+        let mut data = Vec::with_capacity(8 + bytes.len());
+        data.extend_from_slice(&start.to_le_bytes());
+        data.extend_from_slice(bytes);
+        self.0
+            .propose(data)
+            .map(|_| ())
+            .map_err(|e| solofs_meta::Error::io("replica set".into(), std::io::Error::other(e)))
+    }
+}
+
+/// Runs member `m` of a replica set on the volume in `data` until a
+/// signal.
+pub fn run(
+    data: &Path,
+    cfg: Config,
+    capacity: u64,
+    m: Member,
+    stop: &crate::serve::Stop,
+) -> Result<()> {
+    let pool = crate::serve::pool_path(data);
+    let image = Arc::new(Mutex::new(Image::open(&pool)?));
+    let me = *m
+        .peers
+        .get(&m.id)
+        .with_context(|| format!("--id {} is not in --peers", m.id))?;
+    let listener = std::net::TcpListener::bind(me)
+        .with_context(|| format!("cannot listen for members on {me}"))?;
+    let mut rc =
+        solofs_replica::Config::new(m.id, m.peers.clone(), data.join("raft"), cfg.secret.clone());
+    rc.commit = m.commit;
+    let replica = Arc::new(
+        Replica::start(rc, listener, Box::new(ToImage(image.clone())))
+            .context("starting the replica set member")?,
+    );
+    println!(
+        "member {} of a replica set of {} (commit rule {:?}); peers on {me}",
+        m.id,
+        m.peers.len(),
+        m.commit
+    );
+    use std::io::Write;
+    std::io::stdout().flush()?;
+    while !stop.requested() {
+        let st = replica.status();
+        if !(st.role == Role::Leader && replica.leads() && st.current) {
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        }
+        let t = Instant::now();
+        // Lead: the pool is the image as applied so far.
+        let pos = {
+            let img = image.lock().map_err(|_| anyhow::anyhow!("image lock"))?;
+            std::fs::copy(&img.path, &pool)
+                .with_context(|| format!("rebuilding {} from the image", pool.display()))?;
+            // The reply record as the log left it: retries of changes the
+            // last leader applied are answered as it answered them.
+            let record = pool.with_extension("replies");
+            std::fs::copy(&img.aux_path, &record)
+                .with_context(|| format!("rebuilding {}", record.display()))?;
+            // Parts never written are zeros: the file is the record's size.
+            let rf = OpenOptions::new().write(true).open(&record)?;
+            if rf.metadata()?.len() < solofs_server::REPLY_RECORD_SIZE {
+                rf.set_len(solofs_server::REPLY_RECORD_SIZE)?;
+            }
+            // Clients may hold locks granted by the last leader: only
+            // their claims are granted for the grace (docs/protocol.md §9).
+            std::fs::write(
+                pool.with_extension("locks"),
+                b"a replica set's leader changed\n",
+            )?;
+            img.pos
+        };
+        let sink = Arc::new(ToLog(replica.clone()));
+        let engine = match Engine::open_replica(&pool, pos, sink) {
+            Ok(e) => Arc::new(e),
+            Err(e) => {
+                eprintln!("solofs: member {}: cannot open the pool to lead: {e}", m.id);
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        engine.set_data_capacity(capacity);
+        println!(
+            "member {} leads (term {}): pool rebuilt from the image in {} ms",
+            m.id,
+            st.term,
+            t.elapsed().as_millis()
+        );
+        let r2 = replica.clone();
+        let lost: Arc<dyn Fn() -> bool + Send + Sync> = Arc::new(move || !r2.leads());
+        match crate::serve::serve_engine(engine, cfg.clone(), stop, Some(lost)) {
+            Ok(()) if stop.requested() => break,
+            Ok(()) => println!("member {} no longer leads; following", m.id),
+            Err(e) => eprintln!("solofs: member {} stopped leading: {e:#}", m.id),
+        }
+    }
+    if let Ok(mut img) = image.lock() {
+        let _ = img.sync();
+    }
+    if let Ok(r) = Arc::try_unwrap(replica) {
+        r.stop();
+    }
+    println!("stopped");
+    Ok(())
+}
