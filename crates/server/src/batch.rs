@@ -202,6 +202,15 @@ pub(crate) fn run_again(
 /// more.
 pub(crate) fn commit(shared: &Shared) {
     if let Err(e) = shared.engine.commit() {
+        if shared.engine.is_replica() {
+            // A replica set's leader that lost its office: the replies
+            // held for the journal are never sent, the server stops, and
+            // the member follows again (docs/replication.md).
+            if !shared.stop.swap(true, Ordering::SeqCst) {
+                eprintln!("solofs: this member can no longer commit ({e}); it stops serving");
+            }
+            return;
+        }
         eprintln!("solofs: the journal cannot be written ({e}); stopping");
         std::process::abort();
     }
