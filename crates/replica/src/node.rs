@@ -376,7 +376,9 @@ impl Run {
             }
             Input::Link(Incoming::Unreachable(id)) => self.node.report_unreachable(id),
             Input::Propose(data, answer) => {
-                if self.node.raft.state != StateRole::Leader {
+                // A leader without its lease may already have a successor:
+                // it takes nothing more.
+                if self.node.raft.state != StateRole::Leader || !self.lease_held() {
                     let _ = answer.send(Err(Error::NotLeader(self.leader())));
                 } else {
                     match self.node.propose(Vec::new(), data) {
@@ -392,6 +394,11 @@ impl Run {
             }
         }
         false
+    }
+
+    fn lease_held(&self) -> bool {
+        let until = self.lease.load(Ordering::Acquire);
+        until != 0 && (self.epoch.elapsed().as_millis() as u64) < until
     }
 
     fn leader(&self) -> Option<u64> {
@@ -551,6 +558,11 @@ impl Run {
             if !self.pending.is_empty() {
                 self.fail_pending();
             }
+        } else if !self.lease_held() && !self.pending.is_empty() {
+            // A leader without its lease: its entries may never commit,
+            // and their writers learn it now, not when a successor's term
+            // reaches this member.
+            self.fail_pending();
         }
     }
 }

@@ -5,6 +5,8 @@ use std::io::{BufRead, BufReader, Lines};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 
+pub mod replicas;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_solofs");
 
 /// A scratch data directory, removed on drop.

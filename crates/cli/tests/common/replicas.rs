@@ -1,0 +1,331 @@
+//! A replica set of three `solofs serve` members on 127.0.0.1 for tests
+//! (docs/replication.md): one `sync` volume copied to three data
+//! directories, each member's links to the others through a proxy the
+//! test can cut (a partition), and checks that the members agree.
+
+use super::{spawn_piped, BIN};
+use solofs_meta::{Cred, Engine, ROOT_INO};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A TCP proxy to one member's peer address, used by one other member:
+/// cut, it closes its connections and refuses new ones.
+pub struct Pipe {
+    pub addr: SocketAddr,
+    cut: Arc<AtomicBool>,
+    done: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Pipe {
+    pub fn new(to: SocketAddr) -> Pipe {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        let p = Pipe {
+            addr: l.local_addr().unwrap(),
+            cut: Arc::default(),
+            done: Arc::default(),
+            conns: Arc::default(),
+        };
+        let (cut, done, conns) = (p.cut.clone(), p.done.clone(), p.conns.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::SeqCst) {
+                let Ok((a, _)) = l.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                if cut.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let _ = a.set_nonblocking(false);
+                let Ok(b) = TcpStream::connect(to) else {
+                    continue;
+                };
+                let _ = (a.set_nodelay(true), b.set_nodelay(true));
+                let mut cs = conns.lock().unwrap();
+                cs.push(a.try_clone().unwrap());
+                cs.push(b.try_clone().unwrap());
+                for (mut x, mut y) in [(a.try_clone().unwrap(), b.try_clone().unwrap()), (b, a)] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut x, &mut y);
+                        let _ = x.shutdown(Shutdown::Both);
+                        let _ = y.shutdown(Shutdown::Both);
+                    });
+                }
+            }
+        });
+        p
+    }
+
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for c in self.conns.lock().unwrap().drain(..) {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    }
+
+    pub fn heal(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        self.cut();
+        self.done.store(true, Ordering::SeqCst);
+    }
+}
+
+pub struct Set {
+    pub root: PathBuf,
+    /// Each member's `--peers`: itself at its own address, the others
+    /// through the pipes `pipes[i][j]`.
+    peers: Vec<String>,
+    pipes: Vec<Vec<Option<Pipe>>>,
+    pub clients: Vec<String>,
+    procs: Vec<Option<Child>>,
+    commit: &'static str,
+}
+
+impl Set {
+    /// A `sync` volume made once and copied to three data directories.
+    pub fn new(name: &str, commit: &'static str) -> Set {
+        let root =
+            std::env::temp_dir().join(format!("solofs-failover-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        let first = root.join("m1");
+        let st = Command::new(BIN)
+            .args(["mkfs", "--durability", "sync", "--data"])
+            .arg(&first)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success());
+        for i in 2..=3 {
+            let st = Command::new("cp")
+                .arg("-a")
+                .arg(&first)
+                .arg(root.join(format!("m{i}")))
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+        let own: Vec<SocketAddr> = (0..3)
+            .map(|_| format!("127.0.0.1:{}", free_port()).parse().unwrap())
+            .collect();
+        let pipes: Vec<Vec<Option<Pipe>>> = (0..3)
+            .map(|i| {
+                (0..3)
+                    .map(|j| (i != j).then(|| Pipe::new(own[j])))
+                    .collect()
+            })
+            .collect();
+        let peers = (0..3)
+            .map(|i| {
+                (0..3)
+                    .map(|j| {
+                        let a = pipes[i][j].as_ref().map_or(own[j], |p| p.addr);
+                        format!("{}={a}", j + 1)
+                    })
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .collect();
+        let clients = (1..=3)
+            .map(|_| format!("127.0.0.1:{}", free_port()))
+            .collect();
+        Set {
+            root,
+            peers,
+            pipes,
+            clients,
+            procs: vec![None, None, None],
+            commit,
+        }
+    }
+
+    pub fn data(&self, i: usize) -> PathBuf {
+        self.root.join(format!("m{}", i + 1))
+    }
+
+    pub fn secret(&self) -> Vec<u8> {
+        std::fs::read_to_string(self.data(0).join("secret"))
+            .unwrap()
+            .trim()
+            .as_bytes()
+            .to_vec()
+    }
+
+    pub fn start(&mut self, i: usize) {
+        let (child, lines) = spawn_piped(
+            Command::new(BIN)
+                .args(["serve", "--workers", "2", "--data"])
+                .arg(self.data(i))
+                .args(["--peers", &self.peers[i], "--id", &(i + 1).to_string()])
+                .args(["--listen", &self.clients[i], "--commit", self.commit]),
+        );
+        std::thread::spawn(move || {
+            for l in lines.map_while(Result::ok) {
+                eprintln!("[member] {l}");
+            }
+        });
+        self.procs[i] = Some(child);
+    }
+
+    pub fn start_all(&mut self) {
+        for i in 0..3 {
+            self.start(i);
+        }
+        let t = Instant::now();
+        while self.leader().is_none() {
+            assert!(t.elapsed() < Duration::from_secs(20), "no leader");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Does member `i` accept clients (only a leader listens)?
+    pub fn serves(&self, i: usize) -> bool {
+        self.procs[i].is_some()
+            && TcpStream::connect_timeout(
+                &self.clients[i].parse().unwrap(),
+                Duration::from_millis(100),
+            )
+            .is_ok()
+    }
+
+    /// The member that accepts clients.
+    pub fn leader(&self) -> Option<usize> {
+        (0..3).find(|&i| self.serves(i))
+    }
+
+    /// Waits for a member other than `old` to serve; which, and when.
+    pub fn next_leader(&self, old: usize, since: Instant) -> (usize, Duration) {
+        loop {
+            if let Some(l) = (0..3).find(|&i| i != old && self.serves(i)) {
+                return (l, since.elapsed());
+            }
+            assert!(since.elapsed() < Duration::from_secs(15), "no new leader");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.procs[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Cuts member `i` off from the others (both ways).
+    pub fn partition(&self, i: usize) {
+        for j in 0..3 {
+            for (a, b) in [(i, j), (j, i)] {
+                if let Some(p) = &self.pipes[a][b] {
+                    p.cut();
+                }
+            }
+        }
+    }
+
+    pub fn heal(&self) {
+        for p in self.pipes.iter().flatten().flatten() {
+            p.heal();
+        }
+    }
+
+    pub fn stop_all(&mut self) {
+        for p in self.procs.iter_mut() {
+            if let Some(mut c) = p.take() {
+                let _ = Command::new("kill")
+                    .args(["-TERM", &c.id().to_string()])
+                    .status();
+                let t = Instant::now();
+                while c.try_wait().unwrap().is_none() && t.elapsed() < Duration::from_secs(10) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+
+    /// The client address list (`A,B,C`).
+    pub fn addrs(&self) -> String {
+        self.clients.join(",")
+    }
+}
+
+impl Drop for Set {
+    fn drop(&mut self) {
+        for p in self.procs.iter_mut() {
+            if let Some(mut c) = p.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// An image's namespace, for comparing members: (path, ino) of every
+/// entry, depth first.
+pub fn names(e: &Engine) -> Vec<(String, u64)> {
+    let r = Cred::root();
+    let mut out = Vec::new();
+    let mut stack = vec![(ROOT_INO, String::new())];
+    while let Some((d, p)) = stack.pop() {
+        let mut cookie = 0;
+        loop {
+            let v = e.readdir(&r, d, cookie, 1000).unwrap();
+            let Some(last) = v.last() else { break };
+            cookie = last.cookie;
+            for de in v {
+                let path = format!("{p}/{}", String::from_utf8_lossy(&de.name));
+                if de.kind == solofs_meta::FileType::Directory {
+                    stack.push((de.ino, path.clone()));
+                }
+                out.push((path, de.ino));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+pub fn check_members_agree(set: &Set) {
+    let mut seen: Option<Vec<(String, u64)>> = None;
+    for i in 0..3 {
+        let img = set.data(i).join("meta.pool.ckpt");
+        let copy = set.root.join(format!("check-{i}.pool"));
+        std::fs::copy(&img, &copy).unwrap();
+        // Opened as a new leader opens it: as after a power cut. The walk
+        // touches every directory, so lazy repair runs before fsck.
+        let e = Engine::open_copy(&copy).unwrap();
+        let n = names(&e);
+        let report = e.fsck(false).unwrap();
+        assert!(report.is_clean(), "member {}: {:?}", i + 1, report.problems);
+        assert!(
+            report.pending_repair.is_empty(),
+            "{:?}",
+            report.pending_repair
+        );
+        drop(e);
+        match &seen {
+            Some(s) => assert_eq!(&n, s, "member {} differs", i + 1),
+            None => seen = Some(n),
+        }
+    }
+}
