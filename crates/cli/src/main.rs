@@ -20,6 +20,8 @@ USAGE:
     solofs mkfs (--data DIR | POOL) [--storage URL] [--block-size BYTES] [--shards N] [--inline-max BYTES]
                 [--durability process|pmem|sync]
     solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--config FILE]
+    solofs serve --data DIR --peers ID=HOST:PORT,… --id N [--commit sync|fast] …   a replica set's member
+    solofs replicas status --peers ID=HOST:PORT,… (--data DIR | --secret-file F)
     solofs stats METRICS_ADDR [--interval SECS] [--count N]
     solofs fsck (--data DIR | POOL) [--repair]
     solofs dump --data DIR [-o FILE]      the whole namespace as one stream (docs/dump.md)
@@ -100,6 +102,7 @@ fn run() -> Result<()> {
         Some("bench") => solofs_bench::bench::main(rest),
         Some("serve") => serve::serve(rest),
         Some("stats") => serve::stats(rest),
+        Some("replicas") => member::replicas(rest),
         Some("crash-test") => solofs_bench::crashtest::main(rest),
         Some("-V" | "--version" | "version") => {
             say!(

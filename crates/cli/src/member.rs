@@ -339,3 +339,53 @@ pub fn run(
     println!("stopped");
     Ok(())
 }
+
+/// `solofs replicas status --peers LIST (--data DIR | --secret-file F)`:
+/// what each member says of itself (role, term, log, commit, applied; the
+/// leader adds each other member's position and lag).
+pub fn replicas(args: Vec<std::ffi::OsString>) -> Result<()> {
+    use lexopt::prelude::*;
+    const HELP: &str = "solofs replicas status --peers ID=HOST:PORT,… (--data DIR | --secret-file FILE)\n  asks each member of a replica set (at its --peers address) for its role, term, log,\n  committed and applied entries; the leader adds each member's lag in entries and seconds";
+    let mut p = lexopt::Parser::from_args(args);
+    let (mut what, mut peers, mut secret): (Option<String>, Option<String>, Option<PathBuf>) =
+        (None, None, None);
+    while let Some(a) = p.next()? {
+        match a {
+            Long("peers") => peers = Some(p.value()?.parse()?),
+            Long("data") => secret = Some(crate::serve::secret_path(&PathBuf::from(p.value()?))),
+            Long("secret-file") => secret = Some(p.value()?.into()),
+            Long("help") | Short('h') => {
+                println!("{HELP}");
+                return Ok(());
+            }
+            Value(v) if what.is_none() => what = Some(v.string()?),
+            _ => return Err(a.unexpected().into()),
+        }
+    }
+    match what.as_deref() {
+        Some("status") => {}
+        Some(w) => bail!("solofs replicas {w}: unknown; `status` is what there is\n{HELP}"),
+        None => bail!("{HELP}"),
+    }
+    let peers = parse_peers(&peers.context("replicas status needs --peers (the members' list)")?)?;
+    let secret =
+        crate::serve::read_secret_file(&secret.context(
+            "replicas status needs --data DIR or --secret-file FILE (the volume secret)",
+        )?)?;
+    let mut ids: Vec<u64> = peers.keys().copied().collect();
+    ids.sort_unstable();
+    let mut reached = 0;
+    for id in ids {
+        match solofs_replica::query_status(peers[&id], id, &secret) {
+            Ok(text) => {
+                reached += 1;
+                println!("{text}");
+            }
+            Err(e) => println!("member {id} ({}): unreachable: {e}", peers[&id]),
+        }
+    }
+    if reached == 0 {
+        bail!("no member answered");
+    }
+    Ok(())
+}

@@ -12,6 +12,7 @@ fn every_command_has_help() {
         "mount",
         "mkfs",
         "serve",
+        "replicas",
         "stats",
         "fsck",
         "dump",

@@ -74,6 +74,12 @@ fn running(
 
 fn kills(name: &str, commit: &'static str, kills: usize) {
     let (mut set, stop, writers, dirs) = running(name, commit);
+    // Status: one leader, two followers, and the leader's view of them.
+    std::thread::sleep(Duration::from_millis(200));
+    let st = set.status();
+    assert_eq!(st.matches(": leader, term").count(), 1, "{st}");
+    assert_eq!(st.matches(": follower, term").count(), 2, "{st}");
+    assert_eq!(st.matches("entries").count(), 2, "{st}");
     let mut failovers = Vec::new();
     for k in 0..kills {
         std::thread::sleep(Duration::from_millis(400 + 97 * k as u64 % 300));

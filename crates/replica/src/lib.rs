@@ -15,6 +15,7 @@ pub mod link;
 pub mod node;
 pub mod store;
 
+pub use link::query_status;
 pub use node::{Apply, Commit, Config, Peer, Replica, Role, Status};
 
 /// What can go wrong in a replica set's plumbing.

@@ -5,7 +5,10 @@
 //! again). A connection starts with the listener's 32-byte challenge and
 //! the dialer's answer: its id, the id it wants and
 //! HMAC-SHA256(volume secret, challenge ‖ "solofs-member" ‖ ids); then
-//! frames of `u32 length ‖ protobuf Message` follow, one way.
+//! frames of `u32 length ‖ protobuf Message` follow, one way. A dialer
+//! that says it is member 0 asks for the member's status instead: it gets
+//! one `u32 length ‖ text` frame ([`query_status`]; `solofs replicas
+//! status`).
 
 use crate::{Error, Result};
 use parking_lot::Mutex;
@@ -43,7 +46,12 @@ pub struct Links {
     me: u64,
     secret: Arc<Vec<u8>>,
     to_node: std::sync::mpsc::Sender<Incoming>,
+    /// The member's status as text, for a status query.
+    status: Mutex<Option<StatusText>>,
 }
+
+/// What answers a status query.
+pub type StatusText = Arc<dyn Fn() -> String + Send + Sync>;
 
 fn mac(secret: &[u8], nonce: &[u8], from: u64, to: u64) -> [u8; 32] {
     auth_mac(secret, nonce, &ids(from, to))
@@ -76,6 +84,7 @@ impl Links {
             me,
             secret: Arc::new(secret),
             to_node,
+            status: Mutex::new(None),
         });
         for (&id, &addr) in peers {
             if id != me {
@@ -102,6 +111,11 @@ impl Links {
         {
             self.threads.lock().push(t);
         }
+    }
+
+    /// Answers status queries with `f`'s text.
+    pub fn set_status(&self, f: StatusText) {
+        *self.status.lock() = Some(f);
     }
 
     /// Stops sending to member `id`.
@@ -169,6 +183,13 @@ impl Links {
         let from = u64::from_le_bytes(hello[..8].try_into().unwrap_or_default());
         let to = u64::from_le_bytes(hello[8..16].try_into().unwrap_or_default());
         if to != self.me || !verify_mac(&self.secret, &nonce, &ids(from, to), &hello[16..]) {
+            return;
+        }
+        if from == 0 {
+            let text = self.status.lock().as_ref().map(|f| f()).unwrap_or_default();
+            let mut b = (text.len() as u32).to_le_bytes().to_vec();
+            b.extend_from_slice(text.as_bytes());
+            let _ = s.write_all(&b);
             return;
         }
         let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
@@ -247,6 +268,30 @@ impl Links {
         s.write_all(&hello)?;
         Ok(s)
     }
+}
+
+/// Asks member `id` at `addr` for its status (what `solofs replicas
+/// status` prints), authenticating with the volume secret.
+pub fn query_status(addr: SocketAddr, id: u64, secret: &[u8]) -> std::io::Result<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut nonce = [0u8; NONCE_LEN];
+    s.read_exact(&mut nonce)?;
+    let mut hello = Vec::with_capacity(48);
+    hello.extend_from_slice(&0u64.to_le_bytes());
+    hello.extend_from_slice(&id.to_le_bytes());
+    hello.extend_from_slice(&mac(secret, &nonce, 0, id));
+    s.write_all(&hello)?;
+    let mut n = [0u8; 4];
+    s.read_exact(&mut n)
+        .map_err(|_| std::io::Error::other("no answer: wrong volume secret or member id?"))?;
+    let n = u32::from_le_bytes(n) as usize;
+    if n > 1 << 20 {
+        return Err(std::io::Error::other("status answer too long"));
+    }
+    let mut b = vec![0u8; n];
+    s.read_exact(&mut b)?;
+    Ok(String::from_utf8_lossy(&b).into_owned())
 }
 
 /// Reads `u32 length ‖ bytes` frames from a socket with a read timeout,

@@ -105,6 +105,9 @@ pub struct Peer {
     pub matched: u64,
     /// Time since it last answered (leader only).
     pub silent: Option<Duration>,
+    /// How long it has lacked the leader's last entry (leader only;
+    /// zero when it has it).
+    pub behind: Option<Duration>,
 }
 
 /// A member's state, for `solofs replicas status` and the metrics.
@@ -129,6 +132,48 @@ pub struct Status {
     /// A leader that may serve: an entry of its own term is committed (so
     /// every earlier one is) and every committed entry is applied here.
     pub current: bool,
+}
+
+impl std::fmt::Display for Status {
+    /// What `solofs replicas status` prints for a member.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let role = match self.role {
+            Role::Leader => "leader",
+            Role::Follower => "follower",
+            Role::Candidate => "candidate",
+        };
+        write!(
+            f,
+            "member {}: {role}, term {}, leader {}, log {}, committed {}, applied {}",
+            self.id,
+            self.term,
+            if self.leader == 0 {
+                "unknown".to_string()
+            } else {
+                self.leader.to_string()
+            },
+            self.last_index,
+            self.commit,
+            self.applied
+        )?;
+        for p in &self.peers {
+            write!(
+                f,
+                "\n  member {}: has {} (lag {} entries",
+                p.id,
+                p.matched,
+                self.last_index.saturating_sub(p.matched)
+            )?;
+            if let Some(b) = p.behind {
+                write!(f, ", {:.3} s", b.as_secs_f64())?;
+            }
+            match p.silent {
+                Some(s) => write!(f, "), answered {} ms ago", s.as_millis())?,
+                None => write!(f, "), not heard in this term")?,
+            }
+        }
+        Ok(())
+    }
 }
 
 enum Input {
@@ -209,6 +254,8 @@ impl Replica {
         }));
         let lease = Arc::new(AtomicU64::new(0));
         let epoch = Instant::now();
+        let st = Arc::clone(&status);
+        links.set_status(Arc::new(move || st.lock().to_string()));
         let mut run = Run {
             node,
             store,
@@ -219,6 +266,7 @@ impl Replica {
             epoch,
             pending: VecDeque::new(),
             heard: HashMap::new(),
+            caught_up: HashMap::new(),
             last_sync: Instant::now(),
             commit: cfg.commit,
             election: cfg.election_timeout(),
@@ -299,6 +347,8 @@ struct Run {
     pending: VecDeque<(u64, u64, Sender<Result<u64>>)>,
     /// When each member last answered this leader in its term.
     heard: HashMap<u64, Instant>,
+    /// When each member last held the leader's last entry.
+    caught_up: HashMap<u64, Instant>,
     last_sync: Instant,
     commit: Commit,
     election: Duration,
@@ -518,11 +568,22 @@ impl Run {
             if let Some(h) = heard {
                 times.push(h);
             }
-            peers.push(Peer {
-                id,
-                matched: pr.matched,
-                silent: heard.map(|h| now.saturating_duration_since(h)),
+            let behind = (role == Role::Leader).then(|| {
+                let last = r.raft_log.last_index();
+                let since = self.caught_up.entry(id).or_insert(now);
+                if pr.matched >= last {
+                    *since = now;
+                }
+                now.saturating_duration_since(*since)
             });
+            if role == Role::Leader {
+                peers.push(Peer {
+                    id,
+                    matched: pr.matched,
+                    silent: heard.map(|h| now.saturating_duration_since(h)),
+                    behind,
+                });
+            }
         }
         peers.sort_by_key(|p| p.id);
         // Lease: a quorum answered this leader at or after the quorum-th
@@ -555,6 +616,7 @@ impl Run {
         }
         if role != Role::Leader {
             self.heard.clear();
+            self.caught_up.clear();
             if !self.pending.is_empty() {
                 self.fail_pending();
             }

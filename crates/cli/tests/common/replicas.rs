@@ -93,6 +93,8 @@ pub struct Set {
     /// Each member's `--peers`: itself at its own address, the others
     /// through the pipes `pipes[i][j]`.
     peers: Vec<String>,
+    /// Each member's own peer address (where it listens).
+    own: Vec<SocketAddr>,
     pipes: Vec<Vec<Option<Pipe>>>,
     pub clients: Vec<String>,
     procs: Vec<Option<Child>>,
@@ -150,6 +152,7 @@ impl Set {
         Set {
             root,
             peers,
+            own,
             pipes,
             clients,
             procs: vec![None, None, None],
@@ -260,6 +263,21 @@ impl Set {
                 let _ = c.wait();
             }
         }
+    }
+
+    /// What `solofs replicas status` prints for the set.
+    pub fn status(&self) -> String {
+        let peers = (0..3)
+            .map(|i| format!("{}={}", i + 1, self.own[i]))
+            .collect::<Vec<_>>()
+            .join(",");
+        let out = Command::new(BIN)
+            .args(["replicas", "status", "--peers", &peers, "--data"])
+            .arg(self.data(0))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// The client address list (`A,B,C`).
