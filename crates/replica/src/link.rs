@@ -45,13 +45,16 @@ pub struct Links {
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     me: u64,
     secret: Arc<Vec<u8>>,
-    to_node: std::sync::mpsc::Sender<Incoming>,
+    to_node: Deliver,
     /// The member's status as text, for a status query.
     status: Mutex<Option<StatusText>>,
 }
 
 /// What answers a status query.
 pub type StatusText = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// Where the links hand what they receive (false: the member is gone).
+pub type Deliver = Arc<dyn Fn(Incoming) -> bool + Send + Sync>;
 
 fn mac(secret: &[u8], nonce: &[u8], from: u64, to: u64) -> [u8; 32] {
     auth_mac(secret, nonce, &ids(from, to))
@@ -72,7 +75,7 @@ impl Links {
         listener: TcpListener,
         peers: &HashMap<u64, SocketAddr>,
         secret: Vec<u8>,
-        to_node: std::sync::mpsc::Sender<Incoming>,
+        to_node: Deliver,
     ) -> Result<Arc<Links>> {
         listener
             .set_nonblocking(true)
@@ -198,7 +201,7 @@ impl Links {
             match r.next(&mut s) {
                 Ok(Some(b)) => match Message::parse_from_bytes(&b) {
                     Ok(m) if m.from == from => {
-                        if self.to_node.send(Incoming::Message(Box::new(m))).is_err() {
+                        if !(self.to_node)(Incoming::Message(Box::new(m))) {
                             return;
                         }
                     }
@@ -232,7 +235,7 @@ impl Links {
             if conn.is_none() {
                 conn = self.connect(id, addr).ok();
                 if conn.is_none() {
-                    let _ = self.to_node.send(Incoming::Unreachable(id));
+                    let _ = (self.to_node)(Incoming::Unreachable(id));
                     // Whatever queued meanwhile is stale: Raft resends.
                     while rx.try_recv().is_ok() {}
                     std::thread::sleep(Duration::from_millis(50));
@@ -249,7 +252,7 @@ impl Links {
             let sent = conn.as_mut().map(|c| c.write_all(&buf));
             if !matches!(sent, Some(Ok(()))) {
                 conn = None;
-                let _ = self.to_node.send(Incoming::Unreachable(id));
+                let _ = (self.to_node)(Incoming::Unreachable(id));
             }
         }
     }

@@ -227,20 +227,15 @@ impl Replica {
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         let node = RawNode::new(&rc, store.clone(), &logger)?;
         let (tx, rx) = channel();
-        let (ltx, lrx) = channel();
-        let links = Links::start(cfg.id, listener, &cfg.peers, cfg.secret.clone(), ltx)?;
-        // The links' channel feeds the Raft thread's one inbox.
+        // The links hand what they receive straight to the Raft thread.
         let fwd = tx.clone();
-        std::thread::Builder::new()
-            .name("solofs-links-in".into())
-            .spawn(move || {
-                while let Ok(m) = lrx.recv() {
-                    if fwd.send(Input::Link(m)).is_err() {
-                        return;
-                    }
-                }
-            })
-            .map_err(|e| Error::Io("start the member inbox".into(), e))?;
+        let links = Links::start(
+            cfg.id,
+            listener,
+            &cfg.peers,
+            cfg.secret.clone(),
+            Arc::new(move |m| fwd.send(Input::Link(m)).is_ok()),
+        )?;
         let status = Arc::new(Mutex::new(Status {
             id: cfg.id,
             role: Role::Follower,
