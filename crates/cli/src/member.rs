@@ -215,17 +215,109 @@ fn read_state(b: &[u8]) -> Result<(u64, u64)> {
     Ok((w(0), w(8)))
 }
 
-/// The member's [`Apply`]: committed entries go into the image.
-struct ToImage(Arc<Mutex<Image>>);
+/// Committed entries on their way to the image: the Raft thread queues
+/// them (it goes on with the next message at once), the applier thread
+/// writes them, a batch at a time.
+#[derive(Default)]
+struct Feed {
+    q: Mutex<FeedQ>,
+    cv: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct FeedQ {
+    entries: std::collections::VecDeque<(u64, Vec<u8>)>,
+    /// The last entry written to the image, and the last queued.
+    applied: u64,
+    queued: u64,
+    failed: Option<String>,
+    stop: bool,
+}
+
+impl Feed {
+    /// Writes queued entries to `image` until stopped.
+    fn run(&self, image: &Mutex<Image>) {
+        loop {
+            let batch: Vec<(u64, Vec<u8>)> = {
+                let Ok(mut q) = self.q.lock() else { return };
+                while q.entries.is_empty() && !q.stop {
+                    q = match self.cv.wait_timeout(q, IMAGE_SYNC) {
+                        Ok((q, _)) => q,
+                        Err(_) => return,
+                    };
+                    if q.entries.is_empty() {
+                        // Quiet: make what was applied durable.
+                        if let Ok(mut img) = image.lock() {
+                            let _ = img.sync();
+                        }
+                    }
+                }
+                if q.stop && q.entries.is_empty() {
+                    return;
+                }
+                q.entries.drain(..).collect()
+            };
+            let mut last = None;
+            let r = image
+                .lock()
+                .map_err(|_| anyhow::anyhow!("image lock"))
+                .and_then(|mut img| {
+                    for (i, d) in &batch {
+                        img.apply(*i, d)?;
+                        last = Some(*i);
+                    }
+                    Ok(())
+                });
+            if let Ok(mut q) = self.q.lock() {
+                if let Some(i) = last {
+                    q.applied = i;
+                }
+                if let Err(e) = r {
+                    q.failed = Some(format!("{e:#}"));
+                }
+            }
+            self.cv.notify_all();
+        }
+    }
+
+    /// Is every entry handed over written to the image?
+    fn drained(&self) -> bool {
+        self.q
+            .lock()
+            .map(|q| q.entries.is_empty() && q.applied == q.queued)
+            .unwrap_or(false)
+    }
+
+    fn stop(&self) {
+        if let Ok(mut q) = self.q.lock() {
+            q.stop = true;
+        }
+        self.cv.notify_all();
+    }
+}
+
+/// The member's [`Apply`]: committed entries go to the image (through
+/// the feed).
+struct ToImage(Arc<Mutex<Image>>, Arc<Feed>);
 
 impl Apply for ToImage {
     fn applied(&self) -> u64 {
         self.0.lock().map(|i| i.durable.0).unwrap_or(0)
     }
     fn apply(&mut self, index: u64, data: &[u8]) -> solofs_replica::Result<()> {
-        let mut img = self.0.lock().map_err(|_| solofs_replica::Error::Stopped)?;
-        img.apply(index, data)
-            .map_err(|e| solofs_replica::Error::Corrupt(format!("{e:#}")))
+        let mut q = self
+            .1
+            .q
+            .lock()
+            .map_err(|_| solofs_replica::Error::Stopped)?;
+        if let Some(e) = &q.failed {
+            return Err(solofs_replica::Error::Corrupt(e.clone()));
+        }
+        q.entries.push_back((index, data.to_vec()));
+        q.queued = index;
+        drop(q);
+        self.1.cv.notify_all();
+        Ok(())
     }
 }
 
@@ -255,6 +347,17 @@ pub fn run(
 ) -> Result<()> {
     let pool = crate::serve::pool_path(data);
     let image = Arc::new(Mutex::new(Image::open(&pool)?));
+    let feed = Arc::new(Feed::default());
+    if let Ok(mut q) = feed.q.lock() {
+        q.applied = image.lock().map(|i| i.index).unwrap_or(0);
+        q.queued = q.applied;
+    }
+    let applier = {
+        let (f, i) = (feed.clone(), image.clone());
+        std::thread::Builder::new()
+            .name("solofs-image".into())
+            .spawn(move || f.run(&i))?
+    };
     let me = *m
         .peers
         .get(&m.id)
@@ -265,7 +368,7 @@ pub fn run(
         solofs_replica::Config::new(m.id, m.peers.clone(), data.join("raft"), cfg.secret.clone());
     rc.commit = m.commit;
     let replica = Arc::new(
-        Replica::start(rc, listener, Box::new(ToImage(image.clone())))
+        Replica::start(rc, listener, Box::new(ToImage(image.clone(), feed.clone())))
             .context("starting the replica set member")?,
     );
     println!(
@@ -278,7 +381,8 @@ pub fn run(
     std::io::stdout().flush()?;
     while !stop.requested() {
         let st = replica.status();
-        if !(st.role == Role::Leader && replica.leads() && st.current) {
+        // Lead once every committed entry is in the image.
+        if !(st.role == Role::Leader && replica.leads() && st.current && feed.drained()) {
             std::thread::sleep(Duration::from_millis(5));
             continue;
         }
@@ -330,11 +434,13 @@ pub fn run(
             Err(e) => eprintln!("solofs: member {} stopped leading: {e:#}", m.id),
         }
     }
-    if let Ok(mut img) = image.lock() {
-        let _ = img.sync();
-    }
     if let Ok(r) = Arc::try_unwrap(replica) {
         r.stop();
+    }
+    feed.stop();
+    let _ = applier.join();
+    if let Ok(mut img) = image.lock() {
+        let _ = img.sync();
     }
     println!("stopped");
     Ok(())
