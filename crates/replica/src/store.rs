@@ -5,14 +5,16 @@
 //! * `state`: two 512-byte slots written in turn, the newer valid one wins:
 //!   the hard state (term, vote, commit), the configuration and the
 //!   compaction point (index and term of the last entry dropped);
-//! * `log-<first index, 16 hex digits>`: segments of entry records,
-//!   appended, a new one past [`SEGMENT`] bytes. A record whose index is at
+//! * `log-<number, 16 hex digits>`: segments of entry records, appended,
+//!   a new one (the next number) past [`SEGMENT`] bytes. A record whose index is at
 //!   or below the last one read replaces the log from there on (Raft's
 //!   truncation of a conflicting tail), so a file is never rewritten in
 //!   place. A torn record at the end of the last segment ends the log.
 //!
-//! Every entry is kept in memory too, from the compaction point on (the
-//! leader sends from memory); [`LogStore::compact`] drops what a
+//! Every entry's index, term and place on disk are kept in memory, and
+//! the entries themselves while they are recent (the last [`CACHE`]
+//! bytes: what a leader sends to members that keep up); an older one is
+//! read back from its segment. [`LogStore::compact`] drops what a
 //! checkpoint has made unneeded, in memory and whole segments on disk.
 
 use parking_lot::RwLock;
@@ -29,6 +31,8 @@ use crate::{Error, Result};
 
 /// Bytes after which appends go to a new segment.
 pub const SEGMENT: u64 = 64 << 20;
+/// Bytes of recent entries kept in memory.
+pub const CACHE: usize = 64 << 20;
 const REC_MAGIC: u32 = 0x3147_4C52; // "RLG1"
 const REC_HEAD: usize = 40;
 const STATE_MAGIC: u64 = 0x3154_5341_5452_4C53; // "SLRTASTT1"-ish
@@ -49,9 +53,13 @@ struct Core {
     cs: ConfState,
     /// (index, term) of the entry before the first one kept.
     base: (u64, u64),
-    entries: VecDeque<Entry>,
-    /// (first index in its name, file) of every segment, oldest first.
-    segs: Vec<(u64, File)>,
+    entries: VecDeque<Slot>,
+    /// Leading slots whose entry is not in memory.
+    cold: usize,
+    /// Bytes of entries in memory.
+    cached: usize,
+    /// Every segment, oldest first.
+    segs: Vec<Seg>,
     /// Bytes in the last segment.
     tail: u64,
     state: File,
@@ -60,14 +68,35 @@ struct Core {
     unsynced: bool,
     /// Bytes after which a new segment starts.
     seg_bytes: u64,
+    /// Bytes of entries kept in memory.
+    cache_bytes: usize,
+}
+
+/// A segment file: its number (in its name), the index of its first
+/// record (`None`: none yet), the file.
+struct Seg {
+    seq: u64,
+    first: Option<u64>,
+    file: File,
+}
+
+/// An entry of the log: its record's place, and the entry while recent.
+struct Slot {
+    index: u64,
+    term: u64,
+    /// The segment (by its number) and the record's offset and size.
+    seg: u64,
+    at: u64,
+    size: usize,
+    entry: Option<Entry>,
 }
 
 fn io(what: &str, p: &Path, e: std::io::Error) -> Error {
     Error::Io(format!("{what} {}", p.display()), e)
 }
 
-fn seg_path(dir: &Path, first: u64) -> PathBuf {
-    dir.join(format!("log-{first:016x}"))
+fn seg_path(dir: &Path, seq: u64) -> PathBuf {
+    dir.join(format!("log-{seq:016x}"))
 }
 
 fn open_rw(p: &Path, create: bool) -> Result<File> {
@@ -151,9 +180,10 @@ impl Core {
         self.base.0 + self.entries.len() as u64
     }
 
-    /// Puts entry `e` into the in-memory log: at its index, dropping any
-    /// later ones (a conflicting tail).
-    fn place(&mut self, e: Entry) -> Result<()> {
+    /// Puts entry `e`, whose record is `size` bytes at `at` in segment
+    /// `seg`, into the log: at its index, dropping any later ones (a
+    /// conflicting tail). Keeps at most [`CACHE`] bytes of entries.
+    fn place(&mut self, e: Entry, seg: u64, at: u64, size: usize) -> Result<()> {
         if e.index <= self.base.0 {
             return Ok(());
         }
@@ -164,9 +194,73 @@ impl Core {
                 self.last_index()
             )));
         }
-        self.entries.truncate((e.index - self.base.0 - 1) as usize);
-        self.entries.push_back(e);
+        let keep = (e.index - self.base.0 - 1) as usize;
+        while self.entries.len() > keep {
+            if let Some(s) = self.entries.pop_back() {
+                self.cached -= s.entry.map_or(0, |_| s.size);
+            }
+        }
+        self.cold = self.cold.min(keep);
+        self.cached += size;
+        self.entries.push_back(Slot {
+            index: e.index,
+            term: e.term,
+            seg,
+            at,
+            size,
+            entry: Some(e),
+        });
+        while self.cached > self.cache_bytes && self.cold < self.entries.len() {
+            if let Some(s) = self.entries.get_mut(self.cold) {
+                if s.entry.take().is_some() {
+                    self.cached -= s.size;
+                }
+            }
+            self.cold += 1;
+        }
         Ok(())
+    }
+
+    /// The entry of slot `s`: from memory, or read back from its segment.
+    fn load(&self, s: &Slot) -> Result<Entry> {
+        if let Some(e) = &s.entry {
+            return Ok(e.clone());
+        }
+        let i = self
+            .segs
+            .binary_search_by_key(&s.seg, |x| x.seq)
+            .map_err(|_| Error::Corrupt(format!("log entry {}: its segment is gone", s.index)))?;
+        let p = seg_path(&self.dir, s.seg);
+        let mut b = vec![0u8; s.size];
+        self.segs[i]
+            .file
+            .read_exact_at(&mut b, s.at)
+            .map_err(|e| io("read", &p, e))?;
+        match decode(&b) {
+            Some((e, _)) if e.index == s.index && e.term == s.term => Ok(e),
+            _ => Err(Error::Corrupt(format!(
+                "{}: the record of entry {} at byte {} no longer reads back",
+                p.display(),
+                s.index,
+                s.at
+            ))),
+        }
+    }
+
+    /// The entries `[low, high)` (all kept), as many as `max` bytes allow
+    /// (at least one).
+    fn read(&self, low: u64, high: u64, max: Option<u64>) -> Result<Vec<Entry>> {
+        let from = (low - self.base.0 - 1) as usize;
+        let mut v = Vec::new();
+        let mut size = 0u64;
+        for s in self.entries.range(from..from + (high - low) as usize) {
+            size += s.size as u64;
+            if !v.is_empty() && max.is_some_and(|m| size > m) {
+                break;
+            }
+            v.push(self.load(s)?);
+        }
+        Ok(v)
     }
 
     fn write_state(&mut self) -> Result<()> {
@@ -222,28 +316,38 @@ impl Core {
             return Ok(());
         }
         if self.segs.is_empty() || self.tail >= self.seg_bytes {
-            let first = entries[0].index;
-            let p = seg_path(&self.dir, first);
+            let seq = self.segs.last().map_or(0, |s| s.seq + 1);
+            let p = seg_path(&self.dir, seq);
             let f = open_rw(&p, true)?;
             f.set_len(0).map_err(|e| io("truncate", &p, e))?;
             sync_dir(&self.dir)?;
-            self.segs.push((first, f));
+            self.segs.push(Seg {
+                seq,
+                first: None,
+                file: f,
+            });
             self.tail = 0;
         }
         let mut buf = Vec::new();
+        let mut places = Vec::with_capacity(entries.len());
         for e in entries {
+            let at = buf.len();
             encode(e, &mut buf);
+            places.push((self.tail + at as u64, buf.len() - at));
         }
-        let (first, f) = self
+        let seg = self
             .segs
-            .last()
+            .last_mut()
             .ok_or_else(|| Error::Corrupt("no segment".into()))?;
-        let p = seg_path(&self.dir, *first);
-        f.write_all_at(&buf, self.tail)
+        let p = seg_path(&self.dir, seg.seq);
+        seg.file
+            .write_all_at(&buf, self.tail)
             .map_err(|e| io("append to", &p, e))?;
+        seg.first = seg.first.or(Some(entries[0].index));
+        let seq = seg.seq;
         self.tail += buf.len() as u64;
-        for e in entries {
-            self.place(e.clone())?;
+        for (e, (at, size)) in entries.iter().zip(places) {
+            self.place(e.clone(), seq, at, size)?;
         }
         self.unsynced = true;
         Ok(())
@@ -252,10 +356,10 @@ impl Core {
 
 /// Reads the newer valid slot of the state file.
 /// A state slot: (sequence, hard state, configuration, compaction point).
-type Slot = (u64, HardState, ConfState, (u64, u64));
+type StateSlot = (u64, HardState, ConfState, (u64, u64));
 
-fn read_state(f: &File) -> Option<Slot> {
-    let mut best: Option<Slot> = None;
+fn read_state(f: &File) -> Option<StateSlot> {
+    let mut best: Option<StateSlot> = None;
     for slot in 0..2u64 {
         let mut b = vec![0u8; SLOT];
         if f.read_exact_at(&mut b, slot * SLOT as u64).is_err() {
@@ -300,11 +404,17 @@ impl LogStore {
     /// `voters` (every member of a new replica set starts with the same
     /// list). An existing log keeps its own configuration.
     pub fn open(dir: &Path, voters: &[u64]) -> Result<LogStore> {
-        LogStore::open_sized(dir, voters, SEGMENT)
+        LogStore::open_sized(dir, voters, SEGMENT, CACHE)
     }
 
-    /// [`LogStore::open`] with segments of `seg_bytes`.
-    pub(crate) fn open_sized(dir: &Path, voters: &[u64], seg_bytes: u64) -> Result<LogStore> {
+    /// [`LogStore::open`] with segments of `seg_bytes` and `cache_bytes`
+    /// of entries in memory.
+    pub(crate) fn open_sized(
+        dir: &Path,
+        voters: &[u64],
+        seg_bytes: u64,
+        cache_bytes: usize,
+    ) -> Result<LogStore> {
         std::fs::create_dir_all(dir).map_err(|e| io("create", dir, e))?;
         let sp = dir.join("state");
         let state = open_rw(&sp, true)?;
@@ -323,12 +433,15 @@ impl LogStore {
             cs,
             base,
             entries: VecDeque::new(),
+            cold: 0,
+            cached: 0,
             segs: Vec::new(),
             tail: 0,
             state,
             seq,
             unsynced: false,
             seg_bytes,
+            cache_bytes,
         };
         if fresh {
             core.write_state()?;
@@ -344,17 +457,24 @@ impl LogStore {
             .collect();
         names.sort_unstable();
         let count = names.len();
-        for (i, first) in names.into_iter().enumerate() {
-            let p = seg_path(dir, first);
+        for (i, seq) in names.into_iter().enumerate() {
+            let p = seg_path(dir, seq);
             let f = open_rw(&p, false)?;
             let mut b = Vec::new();
             let len = f.metadata().map_err(|e| io("stat", &p, e))?.len();
             b.resize(len as usize, 0);
             f.read_exact_at(&mut b, 0).map_err(|e| io("read", &p, e))?;
+            // The segment is listed first: `place` may read nothing yet,
+            // but a later entry's slot names it.
             let mut at = 0;
+            let mut found = Vec::new();
             while let Some((e, n)) = decode(&b[at..]) {
-                core.place(e)?;
+                found.push((e, at as u64, n));
                 at += n;
+            }
+            let first = found.first().map(|f| f.0.index);
+            for (e, pos, n) in found {
+                core.place(e, seq, pos, n)?;
             }
             if at < b.len() && b[at..].iter().any(|&x| x != 0) {
                 if i + 1 < count {
@@ -368,7 +488,11 @@ impl LogStore {
                 sync(&f, &p)?;
             }
             core.tail = at as u64;
-            core.segs.push((first, f));
+            core.segs.push(Seg {
+                seq,
+                first,
+                file: f,
+            });
         }
         if core.hs.commit > core.last_index() {
             core.hs.commit = core.last_index().max(core.base.0);
@@ -390,8 +514,8 @@ impl LogStore {
         if !c.unsynced {
             return Ok(());
         }
-        if let Some((first, f)) = c.segs.last() {
-            sync(f, &seg_path(&c.dir, *first))?;
+        if let Some(s) = c.segs.last() {
+            sync(&s.file, &seg_path(&c.dir, s.seq))?;
         }
         drop(c);
         self.core.write().unsynced = false;
@@ -436,14 +560,20 @@ impl LogStore {
         }
         let term = c.entries[(upto - c.base.0 - 1) as usize].term;
         let n = (upto - c.base.0) as usize;
-        c.entries.drain(..n);
+        let freed: usize = c
+            .entries
+            .drain(..n)
+            .map(|s| s.entry.map_or(0, |_| s.size))
+            .sum();
+        c.cached -= freed;
+        c.cold = c.cold.saturating_sub(n);
         c.base = (upto, term);
         c.write_state()?;
         // Segment k holds nothing live once segment k+1 starts at or
         // before the first entry kept: its later records were replaced.
-        while c.segs.len() > 1 && c.segs[1].0 <= upto + 1 {
-            let (first, _) = c.segs.remove(0);
-            let p = seg_path(&c.dir, first);
+        while c.segs.len() > 1 && c.segs[1].first.is_some_and(|f| f <= upto + 1) {
+            let s = c.segs.remove(0);
+            let p = seg_path(&c.dir, s.seq);
             std::fs::remove_file(&p).map_err(|e| io("remove", &p, e))?;
         }
         Ok(())
@@ -462,7 +592,7 @@ impl LogStore {
     /// (index, term) of the last entry.
     pub fn last(&self) -> (u64, u64) {
         let c = self.core.read();
-        let term = c.entries.back().map_or(c.base.1, |e| e.term);
+        let term = c.entries.back().map_or(c.base.1, |s| s.term);
         (c.last_index(), term)
     }
 
@@ -471,20 +601,16 @@ impl LogStore {
         self.core.read().base
     }
 
-    /// The entries `[low, high)` that are kept (for a member applying
+    /// The entries `[low, high)` that are kept (tests; a member applying
     /// committed entries after a restart).
-    pub fn range(&self, low: u64, high: u64) -> Vec<Entry> {
+    pub fn range(&self, low: u64, high: u64) -> Result<Vec<Entry>> {
         let c = self.core.read();
         let low = low.max(c.base.0 + 1);
         let high = high.min(c.last_index() + 1);
         if low >= high {
-            return Vec::new();
+            return Ok(Vec::new());
         }
-        let from = (low - c.base.0 - 1) as usize;
-        c.entries
-            .range(from..from + (high - low) as usize)
-            .cloned()
-            .collect()
+        c.read(low, high, None)
     }
 }
 
@@ -511,14 +637,8 @@ impl raft::Storage for LogStore {
         if high > c.last_index() + 1 {
             return Err(raft::Error::Store(StorageError::Unavailable));
         }
-        let from = (low - c.base.0 - 1) as usize;
-        let mut v: Vec<Entry> = c
-            .entries
-            .range(from..from + (high - low) as usize)
-            .cloned()
-            .collect();
-        raft::util::limit_size(&mut v, max_size.into());
-        Ok(v)
+        c.read(low, high, max_size.into())
+            .map_err(|e| raft::Error::Store(StorageError::Other(Box::new(e))))
     }
 
     fn term(&self, idx: u64) -> raft::Result<u64> {
