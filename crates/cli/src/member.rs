@@ -428,7 +428,12 @@ pub fn run(
         );
         let r2 = replica.clone();
         let lost: Arc<dyn Fn() -> bool + Send + Sync> = Arc::new(move || !r2.leads());
-        match crate::serve::serve_engine(engine, cfg.clone(), stop, Some(lost)) {
+        let mut c = cfg.clone();
+        let r3 = replica.clone();
+        c.more_metrics = Some(solofs_server::MoreMetrics(Arc::new(move || {
+            r3.status().prometheus()
+        })));
+        match crate::serve::serve_engine(engine, c, stop, Some(lost)) {
             Ok(()) if stop.requested() => break,
             Ok(()) => println!("member {} no longer leads; following", m.id),
             Err(e) => eprintln!("solofs: member {} stopped leading: {e:#}", m.id),

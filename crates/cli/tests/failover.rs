@@ -80,6 +80,18 @@ fn kills(name: &str, commit: &'static str, kills: usize) {
     assert_eq!(st.matches(": leader, term").count(), 1, "{st}");
     assert_eq!(st.matches(": follower, term").count(), 2, "{st}");
     assert_eq!(st.matches("entries").count(), 2, "{st}");
+    // The leader's metrics say the same.
+    let l = set.leader().expect("a leader");
+    let page = common::metrics_page(&set.metrics[l]);
+    assert!(
+        page.contains(&format!("solofs_replica_role{{member=\"{}\"}} 1", l + 1)),
+        "{page}"
+    );
+    assert_eq!(
+        page.matches("solofs_replica_lag_entries{").count(),
+        2,
+        "{page}"
+    );
     let mut failovers = Vec::new();
     for k in 0..kills {
         std::thread::sleep(Duration::from_millis(400 + 97 * k as u64 % 300));

@@ -134,6 +134,59 @@ pub struct Status {
     pub current: bool,
 }
 
+impl Status {
+    /// The status as Prometheus metrics (the leader's metrics page).
+    pub fn prometheus(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let role = match self.role {
+            Role::Follower => 0,
+            Role::Leader => 1,
+            Role::Candidate => 2,
+        };
+        let id = self.id;
+        let _ = writeln!(s, "# HELP solofs_replica_role This member's role: 0 follower, 1 leader, 2 candidate.\n# TYPE solofs_replica_role gauge\nsolofs_replica_role{{member=\"{id}\"}} {role}");
+        let _ = writeln!(s, "# HELP solofs_replica_term The replica set's current term.\n# TYPE solofs_replica_term gauge\nsolofs_replica_term{{member=\"{id}\"}} {}", self.term);
+        for (n, h, v) in [
+            (
+                "solofs_replica_last_index",
+                "The last entry of this member's log.",
+                self.last_index,
+            ),
+            (
+                "solofs_replica_commit_index",
+                "The last entry known committed.",
+                self.commit,
+            ),
+            (
+                "solofs_replica_applied_index",
+                "The last entry applied here.",
+                self.applied,
+            ),
+        ] {
+            let _ = writeln!(
+                s,
+                "# HELP {n} {h}\n# TYPE {n} gauge\n{n}{{member=\"{id}\"}} {v}"
+            );
+        }
+        let _ = writeln!(s, "# HELP solofs_replica_lag_entries Entries a member lacks of the leader's log.\n# TYPE solofs_replica_lag_entries gauge");
+        for p in &self.peers {
+            let _ = writeln!(
+                s,
+                "solofs_replica_lag_entries{{member=\"{}\"}} {}",
+                p.id,
+                self.last_index.saturating_sub(p.matched)
+            );
+        }
+        let _ = writeln!(s, "# HELP solofs_replica_lag_seconds How long a member has lacked the leader's last entry.\n# TYPE solofs_replica_lag_seconds gauge");
+        for p in &self.peers {
+            let b = p.behind.unwrap_or_default().as_secs_f64();
+            let _ = writeln!(s, "solofs_replica_lag_seconds{{member=\"{}\"}} {b}", p.id);
+        }
+        s
+    }
+}
+
 impl std::fmt::Display for Status {
     /// What `solofs replicas status` prints for a member.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -109,6 +109,19 @@ pub struct Config {
     /// keeps its locks this long (it reconnects and claims them); after a
     /// start, this long only claims of locks held before are granted.
     pub lock_grace: Duration,
+    /// More lines for the metrics page (a replica set's member adds its
+    /// role, term and each member's lag).
+    pub more_metrics: Option<MoreMetrics>,
+}
+
+/// What adds lines to the metrics page.
+#[derive(Clone)]
+pub struct MoreMetrics(pub Arc<dyn Fn() -> String + Send + Sync>);
+
+impl std::fmt::Debug for MoreMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MoreMetrics")
+    }
 }
 
 impl Default for Config {
@@ -128,6 +141,7 @@ impl Default for Config {
             watch_cap: DEFAULT_WATCH_CAP,
             spin: DEFAULT_SPIN,
             lock_grace: DEFAULT_LOCK_GRACE,
+            more_metrics: None,
         }
     }
 }

@@ -237,6 +237,9 @@ pub(crate) fn render(shared: &Shared, ms: &[Arc<Metrics>]) -> String {
     let _ = writeln!(s, "# HELP solofs_snapshots_total Pool copies taken for dumps of the running volume.\n# TYPE solofs_snapshots_total counter\nsolofs_snapshots_total {}", p.taken.load(Ordering::Relaxed));
     let _ = writeln!(s, "# HELP solofs_snapshot_hold_seconds_total Time changing operations were held for those copies.\n# TYPE solofs_snapshot_hold_seconds_total counter\nsolofs_snapshot_hold_seconds_total {}", p.held_us.load(Ordering::Relaxed) as f64 / 1e6);
     let _ = writeln!(s, "# HELP solofs_snapshot_stray_stores_total Pool stores made outside any operation during a copy (0 expected).\n# TYPE solofs_snapshot_stray_stores_total counter\nsolofs_snapshot_stray_stores_total {}", p.strays.load(Ordering::Relaxed));
+    if let Some(m) = &shared.cfg.more_metrics {
+        s.push_str(&(m.0)());
+    }
     s
 }
 

@@ -97,6 +97,8 @@ pub struct Set {
     own: Vec<SocketAddr>,
     pipes: Vec<Vec<Option<Pipe>>>,
     pub clients: Vec<String>,
+    /// Each member's metrics address (served while it leads).
+    pub metrics: Vec<String>,
     procs: Vec<Option<Child>>,
     commit: &'static str,
 }
@@ -149,9 +151,13 @@ impl Set {
         let clients = (1..=3)
             .map(|_| format!("127.0.0.1:{}", free_port()))
             .collect();
+        let metrics = (1..=3)
+            .map(|_| format!("127.0.0.1:{}", free_port()))
+            .collect();
         Set {
             root,
             peers,
+            metrics,
             own,
             pipes,
             clients,
@@ -178,7 +184,8 @@ impl Set {
                 .args(["serve", "--workers", "2", "--data"])
                 .arg(self.data(i))
                 .args(["--peers", &self.peers[i], "--id", &(i + 1).to_string()])
-                .args(["--listen", &self.clients[i], "--commit", self.commit]),
+                .args(["--listen", &self.clients[i], "--commit", self.commit])
+                .args(["--metrics", &self.metrics[i]]),
         );
         std::thread::spawn(move || {
             for l in lines.map_while(Result::ok) {
