@@ -190,6 +190,59 @@ impl Image {
     }
 }
 
+/// First word of a member's state as sent to another (a snapshot).
+const SNAP_MAGIC: u64 = 0x3150_414e_5346_4c4f; // "OLFSNAP1"
+
+impl Image {
+    /// Writes the image as applied so far: a header `{magic, entry index,
+    /// journal position, image bytes, reply-record bytes}` and both files.
+    fn write_snapshot(&self, out: &mut dyn std::io::Write) -> Result<()> {
+        let (il, al) = (self.file.metadata()?.len(), self.aux.metadata()?.len());
+        for w in [SNAP_MAGIC, self.index, self.pos, il, al] {
+            out.write_all(&w.to_le_bytes())?;
+        }
+        for (f, len) in [(&self.file, il), (&self.aux, al)] {
+            let mut b = vec![0u8; 1 << 20];
+            let mut at = 0;
+            while at < len {
+                let n = (len - at).min(b.len() as u64) as usize;
+                f.read_exact_at(&mut b[..n], at)?;
+                out.write_all(&b[..n])?;
+                at += n as u64;
+            }
+        }
+        Ok(())
+    }
+
+    /// Replaces the image with another member's (`write_snapshot`); the
+    /// entry it stands at.
+    fn install(&mut self, input: &mut dyn std::io::Read) -> Result<u64> {
+        let mut h = [0u8; 40];
+        input.read_exact(&mut h)?;
+        let w = |i: usize| u64::from_le_bytes(h[8 * i..8 * i + 8].try_into().unwrap_or_default());
+        if w(0) != SNAP_MAGIC {
+            bail!("another member's state does not start as one should");
+        }
+        let (index, pos, il, al) = (w(1), w(2), w(3), w(4));
+        for (path, len) in [(&self.path, il), (&self.aux_path, al)] {
+            let tmp = path.with_extension("new");
+            let mut f = File::create(&tmp)?;
+            let copied = std::io::copy(&mut std::io::Read::take(&mut *input, len), &mut f)?;
+            if copied != len {
+                bail!("another member's state ended early");
+            }
+            f.sync_all()?;
+            std::fs::rename(&tmp, path)?;
+        }
+        let open = |p: &Path| OpenOptions::new().read(true).write(true).open(p);
+        self.file = open(&self.path)?;
+        self.aux = open(&self.aux_path)?;
+        write_state(&self.state, index, pos)?;
+        (self.index, self.pos, self.durable, self.dirty) = (index, pos, (index, pos), 0);
+        Ok(index)
+    }
+}
+
 fn write_state(p: &Path, index: u64, pos: u64) -> Result<()> {
     let mut b = Vec::with_capacity(20);
     b.extend_from_slice(&index.to_le_bytes());
@@ -319,6 +372,33 @@ impl Apply for ToImage {
         self.1.cv.notify_all();
         Ok(())
     }
+
+    fn install(&mut self, input: &mut dyn std::io::Read) -> solofs_replica::Result<u64> {
+        let err = |e: anyhow::Error| solofs_replica::Error::Corrupt(format!("{e:#}"));
+        // Entries still queued are older than the state that replaces them.
+        let mut q = self
+            .1
+            .q
+            .lock()
+            .map_err(|_| solofs_replica::Error::Stopped)?;
+        q.entries.clear();
+        let mut img = self.0.lock().map_err(|_| solofs_replica::Error::Stopped)?;
+        let at = img.install(input).map_err(err)?;
+        (q.applied, q.queued) = (at, at);
+        eprintln!("solofs: this member took another's state, at entry {at}");
+        Ok(at)
+    }
+}
+
+/// Another member fetches this one's state (it was behind the log).
+struct FromImage(Arc<Mutex<Image>>);
+
+impl solofs_replica::Snapshots for FromImage {
+    fn write_snapshot(&self, out: &mut dyn std::io::Write) -> solofs_replica::Result<()> {
+        let img = self.0.lock().map_err(|_| solofs_replica::Error::Stopped)?;
+        img.write_snapshot(out)
+            .map_err(|e| solofs_replica::Error::Corrupt(format!("{e:#}")))
+    }
 }
 
 /// The leader's journal goes to the replica set's log.
@@ -367,9 +447,22 @@ pub fn run(
     let mut rc =
         solofs_replica::Config::new(m.id, m.peers.clone(), data.join("raft"), cfg.secret.clone());
     rc.commit = m.commit;
+    // Entries kept behind the image's durable point (tests set few, to
+    // make a member that was away catch up from a snapshot).
+    if let Some(k) = std::env::var("SOLOFS_REPLICA_KEEP")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        rc.keep = k;
+    }
     let replica = Arc::new(
-        Replica::start(rc, listener, Box::new(ToImage(image.clone(), feed.clone())))
-            .context("starting the replica set member")?,
+        Replica::start(
+            rc,
+            listener,
+            Box::new(ToImage(image.clone(), feed.clone())),
+            Arc::new(FromImage(image.clone())),
+        )
+        .context("starting the replica set member")?,
     );
     println!(
         "member {} of a replica set of {} (commit rule {:?}); peers on {me}",

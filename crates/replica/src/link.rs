@@ -48,7 +48,14 @@ pub struct Links {
     to_node: Deliver,
     /// The member's status as text, for a status query.
     status: Mutex<Option<StatusText>>,
+    /// What writes this member's state for another that fetches it.
+    snapshots: Mutex<Option<Arc<dyn crate::node::Snapshots>>>,
+    /// The other members' peer addresses.
+    addrs: Mutex<HashMap<u64, SocketAddr>>,
 }
+
+/// The id a dialer gives to fetch the member's state (a snapshot).
+const FETCH: u64 = u64::MAX;
 
 /// What answers a status query.
 pub type StatusText = Arc<dyn Fn() -> String + Send + Sync>;
@@ -88,6 +95,8 @@ impl Links {
             secret: Arc::new(secret),
             to_node,
             status: Mutex::new(None),
+            snapshots: Mutex::new(None),
+            addrs: Mutex::new(HashMap::new()),
         });
         for (&id, &addr) in peers {
             if id != me {
@@ -105,6 +114,7 @@ impl Links {
 
     /// Starts sending to member `id` at `addr`.
     pub fn add_peer(self: &Arc<Self>, id: u64, addr: SocketAddr) {
+        self.addrs.lock().insert(id, addr);
         let (tx, rx) = sync_channel(QUEUE);
         self.queues.lock().insert(id, tx);
         let l = Arc::clone(self);
@@ -114,6 +124,32 @@ impl Links {
         {
             self.threads.lock().push(t);
         }
+    }
+
+    /// Lets other members fetch this one's state from `s`.
+    pub fn set_snapshots(&self, s: Arc<dyn crate::node::Snapshots>) {
+        *self.snapshots.lock() = Some(s);
+    }
+
+    /// Connects to member `id` to fetch its state: the stream its
+    /// [`crate::node::Snapshots`] writes.
+    pub fn fetch_snapshot(&self, id: u64) -> std::io::Result<TcpStream> {
+        let addr = self
+            .addrs
+            .lock()
+            .get(&id)
+            .copied()
+            .ok_or_else(|| std::io::Error::other(format!("member {id} is unknown")))?;
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let mut nonce = [0u8; NONCE_LEN];
+        s.read_exact(&mut nonce)?;
+        let mut hello = Vec::with_capacity(48);
+        hello.extend_from_slice(&FETCH.to_le_bytes());
+        hello.extend_from_slice(&id.to_le_bytes());
+        hello.extend_from_slice(&mac(&self.secret, &nonce, FETCH, id));
+        s.write_all(&hello)?;
+        Ok(s)
     }
 
     /// Answers status queries with `f`'s text.
@@ -186,6 +222,19 @@ impl Links {
         let from = u64::from_le_bytes(hello[..8].try_into().unwrap_or_default());
         let to = u64::from_le_bytes(hello[8..16].try_into().unwrap_or_default());
         if to != self.me || !verify_mac(&self.secret, &nonce, &ids(from, to), &hello[16..]) {
+            return;
+        }
+        if from == FETCH {
+            let _ = s.set_read_timeout(None);
+            let _ = s.set_write_timeout(Some(Duration::from_secs(30)));
+            let w = self.snapshots.lock().clone();
+            if let Some(w) = w {
+                let mut out = std::io::BufWriter::with_capacity(1 << 20, &mut s);
+                if let Err(e) = w.write_snapshot(&mut out) {
+                    eprintln!("solofs: sending this member's state to another failed: {e}");
+                }
+                let _ = out.flush();
+            }
             return;
         }
         if from == 0 {

@@ -50,6 +50,10 @@ pub struct Config {
     pub election_ticks: usize,
     /// Ticks between a leader's heartbeats.
     pub heartbeat_ticks: usize,
+    /// Entries kept in the log behind the last one the server made
+    /// durable (a member that far behind catches up from the log; one
+    /// further behind fetches a snapshot).
+    pub keep: u64,
 }
 
 impl Config {
@@ -65,6 +69,7 @@ impl Config {
             tick: Duration::from_millis(50),
             election_ticks: 10,
             heartbeat_ticks: 2,
+            keep: 10_000,
         }
     }
 
@@ -83,6 +88,17 @@ pub trait Apply: Send + 'static {
     /// once; entries without data — a new leader's first — are not
     /// handed over).
     fn apply(&mut self, index: u64, data: &[u8]) -> Result<()>;
+    /// Replaces the state with what another member's [`Snapshots`] wrote
+    /// (this member was behind that member's log); the last entry it
+    /// holds.
+    fn install(&mut self, input: &mut dyn std::io::Read) -> Result<u64>;
+}
+
+/// What writes a member's state for another member that fetches it (a
+/// Raft snapshot's contents: the server's image and where it stands).
+pub trait Snapshots: Send + Sync + 'static {
+    /// Writes the state, as of the last entry applied, to `out`.
+    fn write_snapshot(&self, out: &mut dyn std::io::Write) -> Result<()>;
 }
 
 /// A member's role, as [`Status`] shows it.
@@ -250,7 +266,12 @@ pub struct Replica {
 impl Replica {
     /// Starts member `cfg.id`: opens its log, listens on `listener` (its
     /// peer address), and runs Raft, handing committed entries to `apply`.
-    pub fn start(cfg: Config, listener: TcpListener, apply: Box<dyn Apply>) -> Result<Replica> {
+    pub fn start(
+        cfg: Config,
+        listener: TcpListener,
+        apply: Box<dyn Apply>,
+        snapshots: Arc<dyn Snapshots>,
+    ) -> Result<Replica> {
         if cfg.id == 0 || !cfg.peers.contains_key(&cfg.id) {
             return Err(Error::Config(format!(
                 "member id {} is not in the member list",
@@ -304,6 +325,7 @@ impl Replica {
         let epoch = Instant::now();
         let st = Arc::clone(&status);
         links.set_status(Arc::new(move || st.lock().to_string()));
+        links.set_snapshots(snapshots);
         let mut run = Run {
             node,
             store,
@@ -320,6 +342,8 @@ impl Replica {
             election: cfg.election_timeout(),
             failed: None,
             done,
+            keep: cfg.keep,
+            compacted_at: Instant::now(),
         };
         let tick = cfg.tick;
         let thread = std::thread::Builder::new()
@@ -402,8 +426,12 @@ struct Run {
     election: Duration,
     /// A failure that stops the member (a log that cannot be written).
     failed: Option<String>,
-    /// The last entry the server had applied when the member started.
+    /// The last entry the server had applied when the member started
+    /// (or in the snapshot it installed): later ones only are applied.
     done: u64,
+    /// See [`Config::keep`].
+    keep: u64,
+    compacted_at: Instant,
 }
 
 impl Run {
@@ -436,6 +464,14 @@ impl Run {
             }
             if let Err(e) = self.ready() {
                 self.failed = Some(e.to_string());
+            }
+            if self.compacted_at.elapsed() >= Duration::from_secs(1) {
+                self.compacted_at = Instant::now();
+                // What the server made durable need not stay in the log.
+                let upto = self.apply.applied().saturating_sub(self.keep);
+                if let Err(e) = self.store.compact(upto) {
+                    self.failed = Some(e.to_string());
+                }
             }
             if self.commit == Commit::Fast && self.last_sync.elapsed() >= FAST_SYNC {
                 if let Err(e) = self.store.sync() {
@@ -517,9 +553,23 @@ impl Run {
         let mut rd = self.node.ready();
         self.send(rd.take_messages());
         if rd.snapshot().get_metadata().index != 0 {
-            return Err(Error::Corrupt(
-                "a snapshot arrived; installing snapshots is not built yet".into(),
-            ));
+            // This member is behind the leader's log: fetch its state.
+            let m = rd.snapshot().get_metadata().clone();
+            let leader = self.node.raft.leader_id;
+            let mut s = self
+                .links
+                .fetch_snapshot(leader)
+                .map_err(|e| Error::Io(format!("fetching member {leader}'s state"), e))?;
+            let at = self.apply.install(&mut s)?;
+            if at < m.index {
+                return Err(Error::Corrupt(format!(
+                    "member {leader}'s state stands at entry {at}, before its snapshot's {}",
+                    m.index
+                )));
+            }
+            self.done = at;
+            self.store
+                .apply_snapshot(m.index, m.term, m.get_conf_state().clone())?;
         }
         self.committed(rd.take_committed_entries())?;
         self.store.append(rd.entries())?;

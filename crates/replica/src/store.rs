@@ -70,6 +70,8 @@ struct Core {
     seg_bytes: u64,
     /// Bytes of entries kept in memory.
     cache_bytes: usize,
+    /// The number the next segment gets.
+    next_seq: u64,
 }
 
 /// A segment file: its number (in its name), the index of its first
@@ -316,7 +318,8 @@ impl Core {
             return Ok(());
         }
         if self.segs.is_empty() || self.tail >= self.seg_bytes {
-            let seq = self.segs.last().map_or(0, |s| s.seq + 1);
+            let seq = self.next_seq.max(self.segs.last().map_or(0, |s| s.seq + 1));
+            self.next_seq = seq + 1;
             let p = seg_path(&self.dir, seq);
             let f = open_rw(&p, true)?;
             f.set_len(0).map_err(|e| io("truncate", &p, e))?;
@@ -442,6 +445,7 @@ impl LogStore {
             unsynced: false,
             seg_bytes,
             cache_bytes,
+            next_seq: 0,
         };
         if fresh {
             core.write_state()?;
@@ -579,6 +583,28 @@ impl LogStore {
         Ok(())
     }
 
+    /// Replaces the log with a snapshot's point (the member installed the
+    /// state it stands for): no entries, the compaction point at the
+    /// snapshot, its configuration; every segment is removed.
+    pub fn apply_snapshot(&self, index: u64, term: u64, cs: ConfState) -> Result<()> {
+        let mut c = self.core.write();
+        c.base = (index, term);
+        c.entries.clear();
+        c.cold = 0;
+        c.cached = 0;
+        c.hs.term = c.hs.term.max(term);
+        c.hs.commit = c.hs.commit.max(index);
+        c.cs = cs;
+        c.write_state()?;
+        for s in std::mem::take(&mut c.segs) {
+            c.next_seq = c.next_seq.max(s.seq + 1);
+            let p = seg_path(&c.dir, s.seq);
+            std::fs::remove_file(&p).map_err(|e| io("remove", &p, e))?;
+        }
+        c.tail = 0;
+        sync_dir(&c.dir)
+    }
+
     /// The hard state as stored.
     pub fn hardstate(&self) -> HardState {
         self.core.read().hs.clone()
@@ -663,12 +689,22 @@ impl raft::Storage for LogStore {
         Ok(self.core.read().last_index())
     }
 
-    fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
-        // Snapshot transfer (the checkpoint image) is not built yet: a
-        // member behind the compaction point waits (docs/replication.md).
-        Err(raft::Error::Store(
-            StorageError::SnapshotTemporarilyUnavailable,
-        ))
+    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        // Only the point is in the message: the member that gets it
+        // fetches the state itself (the leader's image, at that point or
+        // later; node.rs).
+        let c = self.core.read();
+        if c.base.0 == 0 || c.base.0 < request_index {
+            return Err(raft::Error::Store(
+                StorageError::SnapshotTemporarilyUnavailable,
+            ));
+        }
+        let mut s = Snapshot::default();
+        let m = s.mut_metadata();
+        m.index = c.base.0;
+        m.term = c.base.1;
+        m.set_conf_state(c.cs.clone());
+        Ok(s)
     }
 }
 

@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use parking_lot::Mutex;
-use solofs_replica::{Apply, Commit, Config, Replica, Role};
+use solofs_replica::{Apply, Commit, Config, Replica, Role, Snapshots};
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 const SECRET: &[u8] = b"a volume secret of some length";
 
 type Seen = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
+
+/// Snapshots installed (only the snapshot test compacts its logs).
+static INSTALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Records what it is handed.
 struct Record(Seen);
@@ -27,6 +30,33 @@ impl Apply for Record {
         self.0.lock().push((index, data.to_vec()));
         Ok(())
     }
+    fn install(&mut self, input: &mut dyn std::io::Read) -> solofs_replica::Result<u64> {
+        let mut b = Vec::new();
+        input.read_to_end(&mut b).unwrap();
+        let mut v = Vec::new();
+        let mut i = 0;
+        while i < b.len() {
+            let idx = u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+            let n = u32::from_le_bytes(b[i + 8..i + 12].try_into().unwrap()) as usize;
+            v.push((idx, b[i + 12..i + 12 + n].to_vec()));
+            i += 12 + n;
+        }
+        let last = v.last().map_or(0, |e| e.0);
+        *self.0.lock() = v;
+        INSTALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(last)
+    }
+}
+
+impl Snapshots for Record {
+    fn write_snapshot(&self, out: &mut dyn std::io::Write) -> solofs_replica::Result<()> {
+        for (idx, d) in self.0.lock().iter() {
+            out.write_all(&idx.to_le_bytes()).unwrap();
+            out.write_all(&(d.len() as u32).to_le_bytes()).unwrap();
+            out.write_all(d).unwrap();
+        }
+        Ok(())
+    }
 }
 
 struct Set {
@@ -35,6 +65,7 @@ struct Set {
     members: HashMap<u64, Replica>,
     seen: HashMap<u64, Seen>,
     commit: Commit,
+    keep: u64,
 }
 
 impl Set {
@@ -54,6 +85,7 @@ impl Set {
             members: HashMap::new(),
             seen: HashMap::new(),
             commit,
+            keep: 10_000,
         };
         (set, ls)
     }
@@ -66,8 +98,15 @@ impl Set {
             SECRET.to_vec(),
         );
         cfg.commit = self.commit;
+        cfg.keep = self.keep;
         let seen = self.seen.entry(id).or_default().clone();
-        let r = Replica::start(cfg, l, Box::new(Record(seen))).unwrap();
+        let r = Replica::start(
+            cfg,
+            l,
+            Box::new(Record(seen.clone())),
+            std::sync::Arc::new(Record(seen)),
+        )
+        .unwrap();
         self.members.insert(id, r);
     }
 
@@ -199,6 +238,46 @@ fn a_member_link_without_the_secret_is_closed() {
     s.write_all(&hello).unwrap();
     let mut b = [0u8; 1];
     assert_eq!(s.read(&mut b).unwrap_or(0), 0, "the connection stays open");
+    for (_, r) in set.members.drain() {
+        r.stop();
+    }
+    std::fs::remove_dir_all(&set.dir).unwrap();
+}
+
+/// A member stopped while the others compact their logs comes back behind
+/// the leader's first entry: it fetches the leader's state (a snapshot)
+/// and goes on from there with the same entries as the others.
+#[test]
+fn a_member_behind_the_compacted_log_catches_up_from_a_snapshot() {
+    let (mut set, ls) = Set::new("snapshot", Commit::Sync);
+    set.keep = 20;
+    for (id, l) in ls {
+        set.start(id, l);
+    }
+    let first = set.leader(Duration::from_secs(10)).expect("a leader");
+    propose_many(&set.members[&first], 0, 50);
+    set.settle(50);
+    let gone = (1..=3).find(|&i| i != first).unwrap();
+    set.members.remove(&gone).unwrap().stop();
+    propose_many(&set.members[&first], 50, 200);
+    // The logs are compacted once a second to 20 entries behind.
+    std::thread::sleep(Duration::from_millis(2500));
+    propose_many(&set.members[&first], 250, 10);
+    set.restart(gone);
+    let lists = set.settle(260);
+    let want: Vec<Vec<u8>> = (0..260)
+        .map(|i| format!("entry {i}").into_bytes())
+        .collect();
+    for l in &lists {
+        let got: Vec<Vec<u8>> = l.iter().map(|e| e.1.clone()).collect();
+        assert_eq!(got, want);
+    }
+    let st = set.members[&first].status();
+    assert!(st.peers.iter().all(|p| p.matched == st.last_index), "{st}");
+    assert!(
+        INSTALLS.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+        "the member caught up without a snapshot"
+    );
     for (_, r) in set.members.drain() {
         r.stop();
     }

@@ -101,6 +101,8 @@ pub struct Set {
     pub metrics: Vec<String>,
     procs: Vec<Option<Child>>,
     commit: &'static str,
+    /// `SOLOFS_REPLICA_KEEP` for the members (None: their default).
+    pub keep: Option<u64>,
 }
 
 impl Set {
@@ -163,6 +165,7 @@ impl Set {
             clients,
             procs: vec![None, None, None],
             commit,
+            keep: None,
         }
     }
 
@@ -179,9 +182,12 @@ impl Set {
     }
 
     pub fn start(&mut self, i: usize) {
+        let mut cmd = Command::new(BIN);
+        if let Some(k) = self.keep {
+            cmd.env("SOLOFS_REPLICA_KEEP", k.to_string());
+        }
         let (child, lines) = spawn_piped(
-            Command::new(BIN)
-                .args(["serve", "--workers", "2", "--data"])
+            cmd.args(["serve", "--workers", "2", "--data"])
                 .arg(self.data(i))
                 .args(["--peers", &self.peers[i], "--id", &(i + 1).to_string()])
                 .args(["--listen", &self.clients[i], "--commit", self.commit])
