@@ -512,8 +512,11 @@ impl Run {
             Input::Propose(data, answer) => {
                 // A leader without its lease may already have a successor:
                 // it takes nothing more.
-                if self.node.raft.state != StateRole::Leader || !self.lease_held() {
+                if self.node.raft.state != StateRole::Leader {
                     let _ = answer.send(Err(Error::NotLeader(self.leader())));
+                } else if !self.lease_held() {
+                    // Still Raft's leader, but no longer sure of it.
+                    let _ = answer.send(Err(Error::NotLeader(None)));
                 } else {
                     match self.node.propose(Vec::new(), data) {
                         Ok(()) => {

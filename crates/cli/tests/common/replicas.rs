@@ -108,6 +108,11 @@ pub struct Set {
 impl Set {
     /// A `sync` volume made once and copied to three data directories.
     pub fn new(name: &str, commit: &'static str) -> Set {
+        Set::with_mkfs(name, commit, &[])
+    }
+
+    /// [`Set::new`] with more `mkfs` flags (`--storage URL`).
+    pub fn with_mkfs(name: &str, commit: &'static str, extra: &[&str]) -> Set {
         let root =
             std::env::temp_dir().join(format!("solofs-failover-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
@@ -116,6 +121,7 @@ impl Set {
         let st = Command::new(BIN)
             .args(["mkfs", "--durability", "sync", "--data"])
             .arg(&first)
+            .args(extra)
             .stdout(std::process::Stdio::null())
             .status()
             .unwrap();
