@@ -146,6 +146,11 @@ impl Image {
     }
 
     fn apply(&mut self, index: u64, data: &[u8]) -> Result<()> {
+        if index <= self.index {
+            // In the image already: a batch taken before another member's
+            // state was installed over it.
+            return Ok(());
+        }
         if data.len() < 8 {
             bail!("log entry {index} is too short to hold journal frames");
         }
@@ -323,7 +328,8 @@ impl Feed {
                 });
             if let Ok(mut q) = self.q.lock() {
                 if let Some(i) = last {
-                    q.applied = i;
+                    // An installed state may have moved it past the batch.
+                    q.applied = q.applied.max(i);
                 }
                 if let Err(e) = r {
                     q.failed = Some(format!("{e:#}"));
@@ -375,15 +381,15 @@ impl Apply for ToImage {
 
     fn install(&mut self, input: &mut dyn std::io::Read) -> solofs_replica::Result<u64> {
         let err = |e: anyhow::Error| solofs_replica::Error::Corrupt(format!("{e:#}"));
-        // Entries still queued are older than the state that replaces them.
         let mut q = self
             .1
             .q
             .lock()
             .map_err(|_| solofs_replica::Error::Stopped)?;
-        q.entries.clear();
         let mut img = self.0.lock().map_err(|_| solofs_replica::Error::Stopped)?;
         let at = img.install(input).map_err(err)?;
+        // Entries still queued are older than the state that replaced them.
+        q.entries.clear();
         (q.applied, q.queued) = (at, at);
         eprintln!("solofs: this member took another's state, at entry {at}");
         Ok(at)

@@ -335,3 +335,61 @@ fn a_mount_on_s3_sees_no_error_across_leader_kills() {
     check_members_agree(&set);
     let _ = std::fs::remove_dir_all(&s3root);
 }
+
+/// The longer randomized run (not in CI: `cargo test --release -p solofs
+/// --test failover random -- --ignored --nocapture`, for
+/// `SOLOFS_FAILOVER_SECS` seconds, default 60, seed `SOLOFS_FAILOVER_SEED`):
+/// every second or so one of: kill -9 a random member (the leader or
+/// not) and start it again, cut a random member off for a while, or
+/// nothing; two writers throughout. No error, the model's namespace, the
+/// members agree; prints what it did and how many changes were checked.
+#[test]
+#[ignore]
+fn random_kills_partitions_and_restarts() {
+    let secs: u64 = std::env::var("SOLOFS_FAILOVER_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60);
+    let seed: u64 = std::env::var("SOLOFS_FAILOVER_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x005e_ed0f_fa11);
+    let (mut set, stop, writers, dirs) = running("random", "sync", Some(500));
+    let mut rng = common::Rng(seed | 1);
+    let (mut kills, mut leader_kills, mut cuts) = (0, 0, 0);
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(secs) {
+        std::thread::sleep(Duration::from_millis(500 + rng.below(1000)));
+        let who = rng.below(3) as usize;
+        match rng.below(3) {
+            0 => {
+                if set.leader() == Some(who) {
+                    leader_kills += 1;
+                }
+                set.kill(who);
+                std::thread::sleep(Duration::from_millis(rng.below(1500)));
+                set.start(who);
+                kills += 1;
+            }
+            1 => {
+                set.partition(who);
+                std::thread::sleep(Duration::from_millis(300 + rng.below(2000)));
+                set.heal();
+                cuts += 1;
+            }
+            _ => {}
+        }
+        if std::env::var_os("SOLOFS_FAILOVER_VERBOSE").is_some() {
+            eprintln!("--- {:?}\n{}", t.elapsed(), set.status());
+        }
+    }
+    std::thread::sleep(Duration::from_millis(2000));
+    let (steps, longest) = finish(&set, &stop, writers, &dirs);
+    eprintln!(
+        "random ({secs} s, seed {seed}): {kills} kills ({leader_kills} of the leader), {cuts} cuts; {steps} writer steps checked (about {} changes), longest call {longest:?}",
+        steps * 3
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    set.stop_all();
+    check_members_agree(&set);
+}

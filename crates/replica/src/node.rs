@@ -483,7 +483,10 @@ impl Run {
             if let Some(why) = &self.failed {
                 // A member whose log cannot be written takes no further
                 // part: it must not vote or acknowledge.
-                let _ = why;
+                eprintln!(
+                    "solofs: replica set member {} stops taking part: {why}",
+                    self.node.raft.id
+                );
                 break;
             }
         }
@@ -556,21 +559,10 @@ impl Run {
         let mut rd = self.node.ready();
         self.send(rd.take_messages());
         if rd.snapshot().get_metadata().index != 0 {
-            // This member is behind the leader's log: fetch its state.
+            // This member is behind the leader's log: fetch a state at the
+            // snapshot's point or later, from the leader or any member.
             let m = rd.snapshot().get_metadata().clone();
-            let leader = self.node.raft.leader_id;
-            let mut s = self
-                .links
-                .fetch_snapshot(leader)
-                .map_err(|e| Error::Io(format!("fetching member {leader}'s state"), e))?;
-            let at = self.apply.install(&mut s)?;
-            if at < m.index {
-                return Err(Error::Corrupt(format!(
-                    "member {leader}'s state stands at entry {at}, before its snapshot's {}",
-                    m.index
-                )));
-            }
-            self.done = at;
+            self.done = self.fetch_state(m.index)?;
             self.store
                 .apply_snapshot(m.index, m.term, m.get_conf_state().clone())?;
         }
@@ -591,6 +583,41 @@ impl Run {
         self.committed(light.take_committed_entries())?;
         self.node.advance_apply();
         Ok(())
+    }
+
+    /// Installs a state at entry `index` or later, fetched from the leader
+    /// or else another member; the entry it stands at. Tries for a minute
+    /// (the member takes no part meanwhile, as if it were down).
+    fn fetch_state(&mut self, index: u64) -> Result<u64> {
+        let leader = self.node.raft.leader_id;
+        let mut from: Vec<u64> = vec![leader];
+        from.extend(self.node.raft.prs().iter().map(|(&id, _)| id));
+        from.retain(|&id| id != 0 && id != self.node.raft.id);
+        from.dedup();
+        let t = Instant::now();
+        let mut last = String::new();
+        while t.elapsed() < Duration::from_secs(60) {
+            for &id in &from {
+                let got = self
+                    .links
+                    .fetch_snapshot(id)
+                    .map_err(|e| Error::Io(format!("fetching member {id}'s state"), e))
+                    .and_then(|mut s| self.apply.install(&mut s));
+                match got {
+                    Ok(at) if at >= index => return Ok(at),
+                    // Installed, but older than the point: a later one
+                    // (from another member) must follow.
+                    Ok(at) => {
+                        last = format!("member {id}'s state stands at entry {at}, before {index}")
+                    }
+                    Err(e) => last = e.to_string(),
+                }
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Err(Error::Corrupt(format!(
+            "no member's state at entry {index} could be fetched: {last}"
+        )))
     }
 
     /// Applies committed entries and answers the proposals they settle.
