@@ -146,7 +146,8 @@ pub struct Status {
     /// The other members (the leader knows how far each is).
     pub peers: Vec<Peer>,
     /// A leader that may serve: an entry of its own term is committed (so
-    /// every earlier one is) and every committed entry is applied here.
+    /// every earlier one is), its whole log is committed and every
+    /// committed entry is applied here.
     pub current: bool,
 }
 
@@ -738,9 +739,14 @@ impl Run {
             s.commit = r.raft_log.committed;
             s.applied = r.raft_log.applied;
             s.peers = peers;
+            // Nothing in its log may still commit after it starts serving
+            // (a proposal failed when its lease lapsed stays in the log and
+            // may commit later: serving before it does would start the
+            // journal again behind it).
             s.current = role == Role::Leader
                 && r.raft_log.term(r.raft_log.committed).ok() == Some(r.term)
-                && r.raft_log.applied == r.raft_log.committed;
+                && r.raft_log.applied == r.raft_log.committed
+                && r.raft_log.last_index() == r.raft_log.committed;
         }
         if role != Role::Leader {
             self.heard.clear();

@@ -272,8 +272,16 @@ fn a_member_behind_the_compacted_log_catches_up_from_a_snapshot() {
         let got: Vec<Vec<u8>> = l.iter().map(|e| e.1.clone()).collect();
         assert_eq!(got, want);
     }
-    let st = set.members[&first].status();
-    assert!(st.peers.iter().all(|p| p.matched == st.last_index), "{st}");
+    // The leader learns the others' positions with their next answers.
+    let t = Instant::now();
+    let caught_up = || {
+        let st = set.members[&first].status();
+        st.peers.iter().all(|p| p.matched == st.last_index)
+    };
+    while !caught_up() && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(caught_up(), "{}", set.members[&first].status());
     assert!(
         INSTALLS.load(std::sync::atomic::Ordering::SeqCst) >= 1,
         "the member caught up without a snapshot"
