@@ -411,14 +411,13 @@ impl solofs_replica::Snapshots for FromImage {
 struct ToLog(Arc<Replica>);
 
 impl wal::Replicate for ToLog {
-    fn replicate(&self, start: u64, bytes: &[u8]) -> solofs_meta::Result<()> {
+    fn replicate(&self, start: u64, bytes: &[u8]) -> solofs_meta::Result<wal::Pending> {
         let mut data = Vec::with_capacity(8 + bytes.len());
         data.extend_from_slice(&start.to_le_bytes());
         data.extend_from_slice(bytes);
-        self.0
-            .propose(data)
-            .map(|_| ())
-            .map_err(|e| solofs_meta::Error::io("replica set".into(), std::io::Error::other(e)))
+        let err = |e| solofs_meta::Error::io("replica set".into(), std::io::Error::other(e));
+        let p = self.0.submit(data).map_err(err)?;
+        Ok(Box::new(move || p.wait().map(|_| ()).map_err(err)))
     }
 }
 

@@ -16,7 +16,7 @@ pub mod node;
 pub mod store;
 
 pub use link::query_status;
-pub use node::{Apply, Commit, Config, Peer, Replica, Role, Snapshots, Status};
+pub use node::{Apply, Commit, Config, Peer, Proposal, Replica, Role, Snapshots, Status};
 
 /// What can go wrong in a replica set's plumbing.
 #[derive(Debug, thiserror::Error)]

@@ -252,6 +252,17 @@ enum Input {
     Stop,
 }
 
+/// A submitted proposal ([`Replica::submit`]).
+pub struct Proposal(Receiver<Result<u64>>);
+
+impl Proposal {
+    /// Waits until the entry is committed and applied here, as
+    /// [`Replica::propose`] does; its index.
+    pub fn wait(self) -> Result<u64> {
+        self.0.recv().map_err(|_| Error::Stopped)?
+    }
+}
+
 /// A running member: its Raft thread and links.
 pub struct Replica {
     inbox: Sender<Input>,
@@ -367,11 +378,17 @@ impl Replica {
     /// the entry commits answers `NotLeader` (the entry may still commit
     /// under the next leader).
     pub fn propose(&self, data: Vec<u8>) -> Result<u64> {
+        self.submit(data)?.wait()
+    }
+
+    /// Proposes `data` without waiting: proposals are taken in the order
+    /// they are submitted, and several may be in flight at once.
+    pub fn submit(&self, data: Vec<u8>) -> Result<Proposal> {
         let (tx, rx) = channel();
         self.inbox
             .send(Input::Propose(data, tx))
             .map_err(|_| Error::Stopped)?;
-        rx.recv().map_err(|_| Error::Stopped)?
+        Ok(Proposal(rx))
     }
 
     /// The member's state now.

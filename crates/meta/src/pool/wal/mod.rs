@@ -88,11 +88,16 @@ pub fn unseen<R>(f: impl FnOnce() -> R) -> R {
 /// Where the journal of a replica set's leader goes instead of its own
 /// segment files (docs/replication.md): the replica set's log.
 pub trait Replicate: Send + Sync {
-    /// Makes `bytes` — whole frames, the journal from position `start` —
-    /// durable by the replica set's commit rule, or fails (this member no
-    /// longer leads: nothing after it may be acknowledged).
-    fn replicate(&self, start: u64, bytes: &[u8]) -> Result<()>;
+    /// Hands `bytes` — whole frames, the journal from position `start` —
+    /// to the replica set's log, after every earlier call's, and returns
+    /// what waits until they are durable by the replica set's commit rule
+    /// or fails (this member no longer leads: nothing after them may be
+    /// acknowledged). Several may be in flight at once.
+    fn replicate(&self, start: u64, bytes: &[u8]) -> Result<Pending>;
 }
+
+/// Waits for bytes handed to a [`Replicate`] to be durable.
+pub type Pending = Box<dyn FnOnce() -> Result<()> + Send>;
 
 /// The journal of one pool.
 pub struct Wal {
@@ -127,6 +132,9 @@ struct Log {
 
 struct Flush {
     busy: bool,
+    /// The end of what was handed to a replica set's log (its commits may
+    /// still be on their way).
+    sent: u64,
     out: Out,
     /// The buffer written last, kept for the next swap (its pages stay).
     spare: Vec<u8>,
@@ -234,6 +242,7 @@ impl Wal {
             }),
             flush: Mutex::new(Flush {
                 busy: false,
+                sent: head,
                 out: Out {
                     page: page_before(dir, head),
                     ..Out::default()
@@ -410,7 +419,9 @@ impl Wal {
             if self.durable.load(Ordering::Acquire) >= upto {
                 return Ok(());
             }
-            if f.busy {
+            if f.busy || f.sent >= upto {
+                // Another commit writes, or has handed to the replica
+                // set's log, what this one waits for.
                 self.flushed.wait(&mut f);
                 continue;
             }
@@ -431,12 +442,37 @@ impl Wal {
             if let Some(at) = open {
                 seal(&mut bytes, at, start + at as u64);
             }
-            let r = match &self.sink {
-                Some(s) if !bytes.is_empty() => s.replicate(start, &bytes),
-                Some(_) => Ok(()),
-                None => self.write_out(&mut out, start, &bytes),
-            };
             let end = start + bytes.len() as u64;
+            if let Some(s) = &self.sink {
+                // Handed over in order; the next commit may follow before
+                // this one's entry is committed.
+                let sent = if bytes.is_empty() {
+                    Ok(Box::new(|| Ok(())) as Pending)
+                } else {
+                    s.replicate(start, &bytes)
+                };
+                f = self.flush.lock();
+                f.spare = bytes;
+                f.out = out;
+                f.busy = false;
+                f.sent = end;
+                self.flushed.notify_all();
+                drop(f);
+                let r = sent.and_then(|wait| wait());
+                let g = self.flush.lock();
+                match r {
+                    // Entries commit in order: one committed holds every
+                    // earlier one, so the durable end only grows.
+                    Ok(()) if !self.failed.load(Ordering::Acquire) => {
+                        self.durable.fetch_max(end, Ordering::AcqRel);
+                    }
+                    _ => self.failed.store(true, Ordering::Release),
+                }
+                self.flushed.notify_all();
+                f = g;
+                continue;
+            }
+            let r = self.write_out(&mut out, start, &bytes);
             f = self.flush.lock();
             f.out = out;
             f.spare = bytes;
