@@ -8,6 +8,7 @@ mod dump;
 mod keys;
 mod member;
 mod mount;
+mod replicas;
 mod serve;
 
 const USAGE: &str = "\
@@ -102,7 +103,7 @@ fn run() -> Result<()> {
         Some("bench") => solofs_bench::bench::main(rest),
         Some("serve") => serve::serve(rest),
         Some("stats") => serve::stats(rest),
-        Some("replicas") => member::replicas(rest),
+        Some("replicas") => replicas::replicas(rest),
         Some("crash-test") => solofs_bench::crashtest::main(rest),
         Some("-V" | "--version" | "version") => {
             say!(

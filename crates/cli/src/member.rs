@@ -29,6 +29,8 @@ pub struct Member {
     pub id: u64,
     /// The commit rule.
     pub commit: Commit,
+    /// A new member from an empty directory (`--join`).
+    pub join: bool,
 }
 
 /// Parses `--peers 1=HOST:PORT,2=HOST:PORT,…`.
@@ -98,11 +100,20 @@ impl Image {
     /// Opens the image of the volume at `pool`; a volume that becomes a
     /// member has its pool copied to the image first (it must have been
     /// stopped cleanly: then the two are equal).
-    fn open(pool: &Path) -> Result<Image> {
+    fn open(pool: &Path, join: bool) -> Result<Image> {
         let path = checkpoint::image_path(pool);
         let state = pool.with_extension("pool.applied");
         let (index, pos) = match std::fs::read(&state) {
             Ok(b) => read_state(&b).with_context(|| format!("{} is damaged", state.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && join && !pool.exists() => {
+                // Nothing yet: the leader's state replaces this empty
+                // image before any entry is applied to it.
+                File::create(&path)
+                    .with_context(|| format!("creating {}", path.display()))?
+                    .sync_all()?;
+                write_state(&state, 0, 0)?;
+                (0, 0)
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let pos = checkpoint::clean_end(pool)
                     .with_context(|| format!("making {} a member", pool.display()))?;
@@ -431,7 +442,7 @@ pub fn run(
     stop: &crate::serve::Stop,
 ) -> Result<()> {
     let pool = crate::serve::pool_path(data);
-    let image = Arc::new(Mutex::new(Image::open(&pool)?));
+    let image = Arc::new(Mutex::new(Image::open(&pool, m.join)?));
     let feed = Arc::new(Feed::default());
     if let Ok(mut q) = feed.q.lock() {
         q.applied = image.lock().map(|i| i.index).unwrap_or(0);
@@ -452,6 +463,7 @@ pub fn run(
     let mut rc =
         solofs_replica::Config::new(m.id, m.peers.clone(), data.join("raft"), cfg.secret.clone());
     rc.commit = m.commit;
+    rc.join = m.join;
     // Entries kept behind the image's durable point (tests set few, to
     // make a member that was away catch up from a snapshot).
     if let Some(k) = std::env::var("SOLOFS_REPLICA_KEEP")
@@ -478,6 +490,10 @@ pub fn run(
     use std::io::Write;
     std::io::stdout().flush()?;
     while !stop.requested() {
+        if let Some(why) = replica.stopped() {
+            println!("member {}: {why}; stopping", m.id);
+            break;
+        }
         let st = replica.status();
         // Lead once every committed entry is in the image.
         if !(st.role == Role::Leader && replica.leads() && st.current && feed.drained()) {
@@ -546,55 +562,5 @@ pub fn run(
         let _ = img.sync();
     }
     println!("stopped");
-    Ok(())
-}
-
-/// `solofs replicas status --peers LIST (--data DIR | --secret-file F)`:
-/// what each member says of itself (role, term, log, commit, applied; the
-/// leader adds each other member's position and lag).
-pub fn replicas(args: Vec<std::ffi::OsString>) -> Result<()> {
-    use lexopt::prelude::*;
-    const HELP: &str = "solofs replicas status --peers ID=HOST:PORT,… (--data DIR | --secret-file FILE)\n  asks each member of a replica set (at its --peers address) for its role, term, log,\n  committed and applied entries; the leader adds each member's lag in entries and seconds";
-    let mut p = lexopt::Parser::from_args(args);
-    let (mut what, mut peers, mut secret): (Option<String>, Option<String>, Option<PathBuf>) =
-        (None, None, None);
-    while let Some(a) = p.next()? {
-        match a {
-            Long("peers") => peers = Some(p.value()?.parse()?),
-            Long("data") => secret = Some(crate::serve::secret_path(&PathBuf::from(p.value()?))),
-            Long("secret-file") => secret = Some(p.value()?.into()),
-            Long("help") | Short('h') => {
-                println!("{HELP}");
-                return Ok(());
-            }
-            Value(v) if what.is_none() => what = Some(v.string()?),
-            _ => return Err(a.unexpected().into()),
-        }
-    }
-    match what.as_deref() {
-        Some("status") => {}
-        Some(w) => bail!("solofs replicas {w}: unknown; `status` is what there is\n{HELP}"),
-        None => bail!("{HELP}"),
-    }
-    let peers = parse_peers(&peers.context("replicas status needs --peers (the members' list)")?)?;
-    let secret =
-        crate::serve::read_secret_file(&secret.context(
-            "replicas status needs --data DIR or --secret-file FILE (the volume secret)",
-        )?)?;
-    let mut ids: Vec<u64> = peers.keys().copied().collect();
-    ids.sort_unstable();
-    let mut reached = 0;
-    for id in ids {
-        match solofs_replica::query_status(peers[&id], id, &secret) {
-            Ok(text) => {
-                reached += 1;
-                println!("{text}");
-            }
-            Err(e) => println!("member {id} ({}): unreachable: {e}", peers[&id]),
-        }
-    }
-    if reached == 0 {
-        bail!("no member answered");
-    }
     Ok(())
 }

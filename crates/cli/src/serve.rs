@@ -165,6 +165,7 @@ pub struct FileConfig {
     peers: Option<String>,
     id: Option<u64>,
     commit: Option<String>,
+    join: Option<bool>,
 }
 
 /// Parses a config file.
@@ -210,6 +211,7 @@ impl FileConfig {
         put("peers", self.peers.clone());
         put("id", self.id.map(|x| x.to_string()));
         put("commit", self.commit.clone());
+        put("join", self.join.map(|x| x.to_string()));
         v
     }
 }
@@ -223,10 +225,12 @@ struct Settings {
     peers: Option<String>,
     id: Option<u64>,
     commit: solofs_replica::Commit,
+    /// A member that joins a running replica set from an empty directory.
+    join: bool,
     member: Option<crate::member::Member>,
 }
 
-const KEYS: [&str; 17] = [
+const KEYS: [&str; 18] = [
     "data",
     "listen",
     "workers",
@@ -244,6 +248,7 @@ const KEYS: [&str; 17] = [
     "peers",
     "id",
     "commit",
+    "join",
 ];
 
 fn apply(s: &mut Settings, key: &str, v: &str) -> Result<()> {
@@ -299,6 +304,7 @@ fn apply(s: &mut Settings, key: &str, v: &str) -> Result<()> {
         "peers" => s.peers = Some(v.into()),
         "id" => s.id = Some(v.parse().context("id is a member number")?),
         "commit" => s.commit = crate::member::parse_commit(v)?,
+        "join" => s.join = v == "true" || v == "1",
         _ => bail!("unknown setting {key:?} (known: {})", KEYS.join(", ")),
     }
     Ok(())
@@ -313,12 +319,13 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
         match a {
             Long("config") => config = Some(p.value()?.into()),
             Long("root-squash") => flags.push(("root_squash".into(), "true".into())),
+            Long("join") => flags.push(("join".into(), "true".into())),
             Long(k) if KEYS.contains(&k.replace('-', "_").as_str()) => {
                 let k = k.replace('-', "_");
                 flags.push((k, p.value()?.parse()?));
             }
             Long("help") | Short('h') => {
-                println!("solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--root-squash]\n             [--idle-timeout-secs S] [--max-connections N] [--config FILE]\n             [--max-unauthenticated N] [--auth-timeout-secs S] [--free-grace-ms MS]\n             [--watch-cap N] [--spin-us N] [--lock-grace-ms MS] [--capacity SIZE]\n  --watch-cap N  inodes watched per connection for its caches (default 262144; docs/data.md)\n  --spin-us N    most µs a worker polls without sleeping after activity, adaptive below (default 200; 0: never)\n  --lock-grace-ms MS  a lost client's file locks are kept this long; after a start only\n                 claims of earlier locks are granted this long (default 10000)\n  --capacity SIZE  data capacity df reports (e.g. 10T; default: the free space under a\n                 file:// store plus the data held; none known for s3://)\n  --peers ID=HOST:PORT,… --id N [--commit sync|fast]  a member of a replica set (docs/replication.md):\n                 the members' peer addresses, which one this is, the commit rule (default sync)\nEnvironment: SOLOFS_DATA, SOLOFS_LISTEN, SOLOFS_WORKERS, SOLOFS_METRICS, SOLOFS_ROOT_SQUASH, ...");
+                println!("solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--root-squash]\n             [--idle-timeout-secs S] [--max-connections N] [--config FILE]\n             [--max-unauthenticated N] [--auth-timeout-secs S] [--free-grace-ms MS]\n             [--watch-cap N] [--spin-us N] [--lock-grace-ms MS] [--capacity SIZE]\n  --watch-cap N  inodes watched per connection for its caches (default 262144; docs/data.md)\n  --spin-us N    most µs a worker polls without sleeping after activity, adaptive below (default 200; 0: never)\n  --lock-grace-ms MS  a lost client's file locks are kept this long; after a start only\n                 claims of earlier locks are granted this long (default 10000)\n  --capacity SIZE  data capacity df reports (e.g. 10T; default: the free space under a\n                 file:// store plus the data held; none known for s3://)\n  --peers ID=HOST:PORT,… --id N [--commit sync|fast]  a member of a replica set (docs/replication.md):\n                 the members' peer addresses, which one this is, the commit rule (default sync)\n  --join         (with --peers) a new member, from a directory holding only the volume's\n                 secret file: it waits to be added with `solofs replicas add`\nEnvironment: SOLOFS_DATA, SOLOFS_LISTEN, SOLOFS_WORKERS, SOLOFS_METRICS, SOLOFS_ROOT_SQUASH, ...");
                 return Ok(());
             }
             _ => return Err(a.unexpected().into()),
@@ -331,6 +338,7 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
         peers: None,
         id: None,
         commit: solofs_replica::Commit::Sync,
+        join: false,
         member: None,
     };
     if let Some(c) = &config {
@@ -360,13 +368,24 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
             peers: crate::member::parse_peers(p)?,
             id,
             commit: s.commit,
+            join: s.join,
         }),
         (Some(_), None) => bail!("--peers needs --id N: which of the members this one is"),
         (None, Some(_)) => bail!("--id needs --peers: the replica set's members"),
+        (None, None) if s.join => bail!("--join needs --peers and --id: the replica set to join"),
         (None, None) => None,
     };
     let mut cfg = s.cfg.clone();
-    require_volume(&data)?;
+    if s.join {
+        if !secret_path(&data).exists() {
+            bail!(
+                "a joining member needs the volume secret: copy the file `secret` of a member's data directory to {}",
+                secret_path(&data).display()
+            );
+        }
+    } else {
+        require_volume(&data)?;
+    }
     cfg.secret = read_secret(&data)?;
     raise_fd_limit();
     // The addresses first: a busy port must not cost the pool a clean stop.

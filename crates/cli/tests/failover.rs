@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::replicas::{check_members_agree, Set};
+use common::replicas::{check_agree, check_members_agree, Set};
 use common::{assert_writer_model, start_writers, Wrote, WRITER_KEEP};
 use solofs_client::{Client, Options};
 use std::path::PathBuf;
@@ -66,6 +66,11 @@ fn running(
 ) -> (Set, Arc<AtomicBool>, Vec<JoinHandle<Wrote>>, Vec<u64>) {
     let mut set = Set::new(name, commit);
     set.keep = keep;
+    writing(set)
+}
+
+/// Starts `set` and two writers on it.
+fn writing(mut set: Set) -> (Set, Arc<AtomicBool>, Vec<JoinHandle<Wrote>>, Vec<u64>) {
     set.start_all();
     let secret = set.secret();
     let stop = Arc::new(AtomicBool::new(false));
@@ -225,6 +230,59 @@ fn a_member_behind_the_compacted_log_catches_up_from_the_leaders_image() {
     std::thread::sleep(Duration::from_millis(1500));
     set.stop_all();
     check_members_agree(&set);
+}
+
+/// While two writers run, a fourth member started from a directory
+/// holding only the volume secret (`serve --join`) is added with `solofs
+/// replicas add` (a learner that fetches the leader's state, then a
+/// voter); the leader is removed with `solofs replicas remove` (it hands
+/// its office over, then stops by itself); then the new leader is killed,
+/// so the replica set of the two old members and the new one fails over
+/// once. No writer error; the three images agree.
+#[test]
+fn a_member_joins_from_an_empty_directory_and_the_leader_leaves() {
+    let (mut set, stop, writers, dirs) = writing(Set::with_spare("join", "sync"));
+    std::thread::sleep(Duration::from_millis(500));
+    set.start(3);
+    let out = set.replicas(&["add", &format!("4={}", set.own(3))]);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{out:?}");
+    assert!(said.contains("promote 4: done; voters 1,2,3,4"), "{said}");
+    let st = set.status();
+    assert!(st.contains("member 4: follower"), "{st}");
+    std::thread::sleep(Duration::from_millis(500));
+    let old = set.leader().expect("a leader");
+    let out = set.replicas(&["remove", &(old + 1).to_string()]);
+    assert!(out.status.success(), "{out:?}");
+    let t = Instant::now();
+    while set.exited(old).is_none() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the removed member still runs"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (now, _) = set.next_leader(old, t);
+    let left: Vec<usize> = (0..4).filter(|&i| i != old).collect();
+    let st = set.status();
+    let voters: String = left
+        .iter()
+        .map(|i| (i + 1).to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    assert!(st.contains(&format!("voters {voters}")), "{st}");
+    // One failover in the new configuration.
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    set.kill(now);
+    let (_, took) = set.next_leader(now, t);
+    set.start(now);
+    std::thread::sleep(Duration::from_millis(500));
+    let (steps, longest) = finish(&set, &stop, writers, &dirs);
+    eprintln!("join: {steps} steps, failover {took:?}, longest call {longest:?}");
+    std::thread::sleep(Duration::from_millis(1500));
+    set.stop_all();
+    check_agree(&set, &left);
 }
 
 /// Creates f{i} with its bytes, `fsync`s it, renames it to g{i} and

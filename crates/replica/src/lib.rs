@@ -11,12 +11,17 @@
 // The lint wall is the workspace's (Cargo.toml); tests may unwrap.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+mod catchup;
 pub mod link;
+pub mod members;
 pub mod node;
+pub mod status;
 pub mod store;
 
-pub use link::query_status;
-pub use node::{Apply, Commit, Config, Peer, Proposal, Replica, Role, Snapshots, Status};
+pub use link::{admin_request, query_status};
+pub use members::Change;
+pub use node::{Apply, Commit, Config, Proposal, Replica, Snapshots};
+pub use status::{Peer, Role, Status};
 
 /// What can go wrong in a replica set's plumbing.
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +41,10 @@ pub enum Error {
     /// This member does not lead the replica set (the leader's id, if known).
     #[error("this member is not the leader{}", .0.map(|l| format!(" (member {l} is)")).unwrap_or_default())]
     NotLeader(Option<u64>),
+    /// A learner not yet caught up with the leader's log (entries it
+    /// lacks): it cannot be made a voter yet.
+    #[error("the member is {0} entries behind the leader's log")]
+    Behind(u64),
     /// The member is stopping.
     #[error("the replica set member is stopping")]
     Stopped,

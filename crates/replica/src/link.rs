@@ -52,7 +52,17 @@ pub struct Links {
     snapshots: Mutex<Option<Arc<dyn crate::node::Snapshots>>>,
     /// The other members' peer addresses.
     addrs: Mutex<HashMap<u64, SocketAddr>>,
+    /// What answers an administrator's request (a membership change).
+    admin: Mutex<Option<Admin>>,
+    /// This member's own peer address.
+    me_addr: Option<SocketAddr>,
 }
+
+/// What answers an administrator's request: its text in, the answer out.
+pub type Admin = Arc<dyn Fn(&str) -> String + Send + Sync>;
+
+/// The id a dialer gives to make an administrator's request.
+const ADMIN: u64 = u64::MAX - 1;
 
 /// The id a dialer gives to fetch the member's state (a snapshot).
 const FETCH: u64 = u64::MAX;
@@ -97,6 +107,8 @@ impl Links {
             status: Mutex::new(None),
             snapshots: Mutex::new(None),
             addrs: Mutex::new(HashMap::new()),
+            admin: Mutex::new(None),
+            me_addr: peers.get(&me).copied(),
         });
         for (&id, &addr) in peers {
             if id != me {
@@ -131,9 +143,13 @@ impl Links {
         *self.snapshots.lock() = Some(s);
     }
 
-    /// Connects to member `id` to fetch its state: the stream its
+    /// Connects to member `id` to fetch its state: the peer addresses it
+    /// knows (its own included), and the stream its
     /// [`crate::node::Snapshots`] writes.
-    pub fn fetch_snapshot(&self, id: u64) -> std::io::Result<TcpStream> {
+    pub fn fetch_snapshot(
+        &self,
+        id: u64,
+    ) -> std::io::Result<(HashMap<u64, SocketAddr>, TcpStream)> {
         let addr = self
             .addrs
             .lock()
@@ -149,7 +165,11 @@ impl Links {
         hello.extend_from_slice(&id.to_le_bytes());
         hello.extend_from_slice(&mac(&self.secret, &nonce, FETCH, id));
         s.write_all(&hello)?;
-        Ok(s)
+        let book = read_text(&mut s)?
+            .lines()
+            .filter_map(|l| crate::members::parse_context(l.as_bytes()))
+            .collect();
+        Ok((book, s))
     }
 
     /// Answers status queries with `f`'s text.
@@ -160,6 +180,22 @@ impl Links {
     /// Stops sending to member `id`.
     pub fn remove_peer(&self, id: u64) {
         self.queues.lock().remove(&id);
+        self.addrs.lock().remove(&id);
+    }
+
+    /// Member `id`'s peer address, if it is linked.
+    pub fn addr(&self, id: u64) -> Option<SocketAddr> {
+        self.addrs.lock().get(&id).copied()
+    }
+
+    /// The members linked to.
+    pub fn peers(&self) -> Vec<u64> {
+        self.addrs.lock().keys().copied().collect()
+    }
+
+    /// Answers administrators' requests with `f`.
+    pub fn set_admin(&self, f: Admin) {
+        *self.admin.lock() = Some(f);
     }
 
     /// Queues `m` for its destination (dropped if the queue is full or the
@@ -228,6 +264,18 @@ impl Links {
             let _ = s.set_read_timeout(None);
             let _ = s.set_write_timeout(Some(Duration::from_secs(30)));
             let w = self.snapshots.lock().clone();
+            let mut book: Vec<String> = self
+                .addrs
+                .lock()
+                .iter()
+                .map(|(&id, &a)| format!("{id}={a}"))
+                .collect();
+            if let Some(a) = self.me_addr {
+                book.push(format!("{}={a}", self.me));
+            }
+            if write_text(&mut s, &book.join("\n")).is_err() {
+                return;
+            }
             if let Some(w) = w {
                 let mut out = std::io::BufWriter::with_capacity(1 << 20, &mut s);
                 if let Err(e) = w.write_snapshot(&mut out) {
@@ -239,9 +287,18 @@ impl Links {
         }
         if from == 0 {
             let text = self.status.lock().as_ref().map(|f| f()).unwrap_or_default();
-            let mut b = (text.len() as u32).to_le_bytes().to_vec();
-            b.extend_from_slice(text.as_bytes());
-            let _ = s.write_all(&b);
+            let _ = write_text(&mut s, &text);
+            return;
+        }
+        if from == ADMIN {
+            // One request, one answer (a change may wait for its commit).
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let Ok(req) = read_text(&mut s) else { return };
+            let f = self.admin.lock().clone();
+            let answer = f
+                .map(|f| f(&req))
+                .unwrap_or_else(|| "error not ready".into());
+            let _ = write_text(&mut s, &answer);
             return;
         }
         let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
@@ -325,21 +382,55 @@ impl Links {
 /// Asks member `id` at `addr` for its status (what `solofs replicas
 /// status` prints), authenticating with the volume secret.
 pub fn query_status(addr: SocketAddr, id: u64, secret: &[u8]) -> std::io::Result<String> {
+    let mut s = dial_as(addr, 0, id, secret)?;
+    read_text(&mut s)
+        .map_err(|_| std::io::Error::other("no answer: wrong volume secret or member id?"))
+}
+
+/// Sends member `id` at `addr` an administrator's request (a membership
+/// change, [`crate::Change::to_text`]); its answer: `ok …`, `not-leader
+/// ID` (0: none known), `behind N` or `error …`.
+pub fn admin_request(
+    addr: SocketAddr,
+    id: u64,
+    secret: &[u8],
+    req: &str,
+) -> std::io::Result<String> {
+    let mut s = dial_as(addr, ADMIN, id, secret)?;
+    // A change waits for its entry to commit (and a snapshot may be on
+    // its way to a new member meanwhile).
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write_text(&mut s, req)?;
+    read_text(&mut s)
+        .map_err(|_| std::io::Error::other("no answer: wrong volume secret or member id?"))
+}
+
+/// Connects to member `id` at `addr` and says it is `from`.
+fn dial_as(addr: SocketAddr, from: u64, id: u64, secret: &[u8]) -> std::io::Result<TcpStream> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut nonce = [0u8; NONCE_LEN];
     s.read_exact(&mut nonce)?;
     let mut hello = Vec::with_capacity(48);
-    hello.extend_from_slice(&0u64.to_le_bytes());
+    hello.extend_from_slice(&from.to_le_bytes());
     hello.extend_from_slice(&id.to_le_bytes());
-    hello.extend_from_slice(&mac(secret, &nonce, 0, id));
+    hello.extend_from_slice(&mac(secret, &nonce, from, id));
     s.write_all(&hello)?;
+    Ok(s)
+}
+
+fn write_text(s: &mut TcpStream, text: &str) -> std::io::Result<()> {
+    let mut b = (text.len() as u32).to_le_bytes().to_vec();
+    b.extend_from_slice(text.as_bytes());
+    s.write_all(&b)
+}
+
+fn read_text(s: &mut TcpStream) -> std::io::Result<String> {
     let mut n = [0u8; 4];
-    s.read_exact(&mut n)
-        .map_err(|_| std::io::Error::other("no answer: wrong volume secret or member id?"))?;
+    s.read_exact(&mut n)?;
     let n = u32::from_le_bytes(n) as usize;
     if n > 1 << 20 {
-        return Err(std::io::Error::other("status answer too long"));
+        return Err(std::io::Error::other("answer too long"));
     }
     let mut b = vec![0u8; n];
     s.read_exact(&mut b)?;

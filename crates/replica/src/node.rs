@@ -4,6 +4,8 @@
 //! committed entries, answer proposals (docs/replication.md, "A member").
 
 use crate::link::{Incoming, Links};
+use crate::members::{self, Change};
+use crate::status::{Peer, Role, Status};
 use crate::store::LogStore;
 use crate::{Error, Result};
 use parking_lot::Mutex;
@@ -31,6 +33,10 @@ pub enum Commit {
 /// How often a member on the fast rule makes its log durable.
 pub const FAST_SYNC: Duration = Duration::from_millis(20);
 
+/// Most entries a learner may lack of the committed log to be made a
+/// voter (it catches up the rest as a voter; the others commit meanwhile).
+pub const PROMOTE_LAG: u64 = 1000;
+
 /// A member's settings.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -54,6 +60,9 @@ pub struct Config {
     /// durable (a member that far behind catches up from the log; one
     /// further behind fetches a snapshot).
     pub keep: u64,
+    /// A member that joins a running replica set (`solofs replicas add`):
+    /// it starts outside the configuration and waits to be added.
+    pub join: bool,
 }
 
 impl Config {
@@ -70,6 +79,7 @@ impl Config {
             election_ticks: 10,
             heartbeat_ticks: 2,
             keep: 10_000,
+            join: false,
         }
     }
 
@@ -101,154 +111,10 @@ pub trait Snapshots: Send + Sync + 'static {
     fn write_snapshot(&self, out: &mut dyn std::io::Write) -> Result<()>;
 }
 
-/// A member's role, as [`Status`] shows it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// Serves clients.
-    Leader,
-    /// Follows a leader.
-    Follower,
-    /// Asks for votes.
-    Candidate,
-}
-
-/// Another member as the leader sees it.
-#[derive(Clone, Debug)]
-pub struct Peer {
-    /// Its id.
-    pub id: u64,
-    /// The last entry it is known to hold.
-    pub matched: u64,
-    /// Time since it last answered (leader only).
-    pub silent: Option<Duration>,
-    /// How long it has lacked the leader's last entry (leader only;
-    /// zero when it has it).
-    pub behind: Option<Duration>,
-}
-
-/// A member's state, for `solofs replicas status` and the metrics.
-#[derive(Clone, Debug)]
-pub struct Status {
-    /// This member.
-    pub id: u64,
-    /// Its role.
-    pub role: Role,
-    /// The current term.
-    pub term: u64,
-    /// The leader it knows of (0: none).
-    pub leader: u64,
-    /// The last entry in its log.
-    pub last_index: u64,
-    /// The last entry known committed.
-    pub commit: u64,
-    /// The last entry applied.
-    pub applied: u64,
-    /// The other members (the leader knows how far each is).
-    pub peers: Vec<Peer>,
-    /// A leader that may serve: an entry of its own term is committed (so
-    /// every earlier one is), its whole log is committed and every
-    /// committed entry is applied here.
-    pub current: bool,
-}
-
-impl Status {
-    /// The status as Prometheus metrics (the leader's metrics page).
-    pub fn prometheus(&self) -> String {
-        use std::fmt::Write;
-        let mut s = String::new();
-        let role = match self.role {
-            Role::Follower => 0,
-            Role::Leader => 1,
-            Role::Candidate => 2,
-        };
-        let id = self.id;
-        let _ = writeln!(s, "# HELP solofs_replica_role This member's role: 0 follower, 1 leader, 2 candidate.\n# TYPE solofs_replica_role gauge\nsolofs_replica_role{{member=\"{id}\"}} {role}");
-        let _ = writeln!(s, "# HELP solofs_replica_term The replica set's current term.\n# TYPE solofs_replica_term gauge\nsolofs_replica_term{{member=\"{id}\"}} {}", self.term);
-        for (n, h, v) in [
-            (
-                "solofs_replica_last_index",
-                "The last entry of this member's log.",
-                self.last_index,
-            ),
-            (
-                "solofs_replica_commit_index",
-                "The last entry known committed.",
-                self.commit,
-            ),
-            (
-                "solofs_replica_applied_index",
-                "The last entry applied here.",
-                self.applied,
-            ),
-        ] {
-            let _ = writeln!(
-                s,
-                "# HELP {n} {h}\n# TYPE {n} gauge\n{n}{{member=\"{id}\"}} {v}"
-            );
-        }
-        let _ = writeln!(s, "# HELP solofs_replica_lag_entries Entries a member lacks of the leader's log.\n# TYPE solofs_replica_lag_entries gauge");
-        for p in &self.peers {
-            let _ = writeln!(
-                s,
-                "solofs_replica_lag_entries{{member=\"{}\"}} {}",
-                p.id,
-                self.last_index.saturating_sub(p.matched)
-            );
-        }
-        let _ = writeln!(s, "# HELP solofs_replica_lag_seconds How long a member has lacked the leader's last entry.\n# TYPE solofs_replica_lag_seconds gauge");
-        for p in &self.peers {
-            let b = p.behind.unwrap_or_default().as_secs_f64();
-            let _ = writeln!(s, "solofs_replica_lag_seconds{{member=\"{}\"}} {b}", p.id);
-        }
-        s
-    }
-}
-
-impl std::fmt::Display for Status {
-    /// What `solofs replicas status` prints for a member.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let role = match self.role {
-            Role::Leader => "leader",
-            Role::Follower => "follower",
-            Role::Candidate => "candidate",
-        };
-        write!(
-            f,
-            "member {}: {role}, term {}, leader {}, log {}, committed {}, applied {}",
-            self.id,
-            self.term,
-            if self.leader == 0 {
-                "unknown".to_string()
-            } else {
-                self.leader.to_string()
-            },
-            self.last_index,
-            self.commit,
-            self.applied
-        )?;
-        for p in &self.peers {
-            write!(
-                f,
-                "\n  member {}: has {} (lag {} entries",
-                p.id,
-                p.matched,
-                self.last_index.saturating_sub(p.matched)
-            )?;
-            if let Some(b) = p.behind {
-                write!(f, ", {:.3} s", b.as_secs_f64())?;
-            }
-            match p.silent {
-                Some(s) => write!(f, "), answered {} ms ago", s.as_millis())?,
-                None => write!(f, "), not heard in this term")?,
-            }
-        }
-        Ok(())
-    }
-}
-
-enum Input {
+pub(crate) enum Input {
     Link(Incoming),
     Propose(Vec<u8>, Sender<Result<u64>>),
+    Change(Change, Sender<Result<u64>>),
     Stop,
 }
 
@@ -267,6 +133,8 @@ impl Proposal {
 pub struct Replica {
     inbox: Sender<Input>,
     status: Arc<Mutex<Status>>,
+    /// Why the Raft thread stopped, once it has.
+    stopped: Arc<Mutex<Option<String>>>,
     /// Milliseconds since `epoch` until which this member may act as the
     /// leader (0: not the leader).
     lease: Arc<AtomicU64>,
@@ -284,14 +152,29 @@ impl Replica {
         apply: Box<dyn Apply>,
         snapshots: Arc<dyn Snapshots>,
     ) -> Result<Replica> {
-        if cfg.id == 0 || !cfg.peers.contains_key(&cfg.id) {
+        std::fs::create_dir_all(&cfg.dir)
+            .map_err(|e| Error::Io(format!("create {}", cfg.dir.display()), e))?;
+        // The address book kept since the last membership change wins
+        // over the list the member was started with.
+        let book = match members::read_book(&cfg.dir)? {
+            Some(b) => b,
+            None => {
+                members::write_book(&cfg.dir, &cfg.peers)?;
+                cfg.peers.clone()
+            }
+        };
+        if cfg.id == 0 || !book.contains_key(&cfg.id) {
             return Err(Error::Config(format!(
                 "member id {} is not in the member list",
                 cfg.id
             )));
         }
-        let mut voters: Vec<u64> = cfg.peers.keys().copied().collect();
+        let mut voters: Vec<u64> = book.keys().copied().collect();
         voters.sort_unstable();
+        if cfg.join {
+            // Outside the configuration until the leader adds it.
+            voters.clear();
+        }
         let store = LogStore::open(&cfg.dir, &voters)?;
         // Raft hands over entries after `applied`, which must be known
         // committed; entries the server applied past the stored commit
@@ -318,7 +201,7 @@ impl Replica {
         let links = Links::start(
             cfg.id,
             listener,
-            &cfg.peers,
+            &book,
             cfg.secret.clone(),
             Arc::new(move |m| fwd.send(Input::Link(m)).is_ok()),
         )?;
@@ -331,6 +214,8 @@ impl Replica {
             commit: store.hardstate().commit,
             applied,
             peers: Vec::new(),
+            voters: Vec::new(),
+            learners: Vec::new(),
             current: false,
         }));
         let lease = Arc::new(AtomicU64::new(0));
@@ -338,6 +223,19 @@ impl Replica {
         let st = Arc::clone(&status);
         links.set_status(Arc::new(move || st.lock().to_string()));
         links.set_snapshots(snapshots);
+        {
+            let (inbox, st) = (tx.clone(), Arc::clone(&status));
+            links.set_admin(Arc::new(move |text: &str| {
+                let r = Change::parse(text).and_then(|c| members::change(&inbox, &st, c));
+                match r {
+                    Ok(s) => format!("ok {s}"),
+                    Err(Error::NotLeader(l)) => format!("not-leader {}", l.unwrap_or(0)),
+                    Err(Error::Behind(n)) => format!("behind {n}"),
+                    Err(e) => format!("error {e}"),
+                }
+            }));
+        }
+        let stopped = Arc::new(Mutex::new(None));
         let mut run = Run {
             node,
             store,
@@ -356,15 +254,22 @@ impl Replica {
             done,
             keep: cfg.keep,
             compacted_at: Instant::now(),
+            dir: cfg.dir.clone(),
+            book,
         };
         let tick = cfg.tick;
+        let why = Arc::clone(&stopped);
         let thread = std::thread::Builder::new()
             .name(format!("solofs-raft-{}", cfg.id))
-            .spawn(move || run.run(rx, tick))
+            .spawn(move || {
+                run.run(rx, tick);
+                *why.lock() = Some(run.failed.take().unwrap_or_else(|| "stopped".into()));
+            })
             .map_err(|e| Error::Io("start the Raft thread".into(), e))?;
         Ok(Replica {
             inbox: tx,
             status,
+            stopped,
             lease,
             epoch,
             links,
@@ -389,6 +294,18 @@ impl Replica {
             .send(Input::Propose(data, tx))
             .map_err(|_| Error::Stopped)?;
         Ok(Proposal(rx))
+    }
+
+    /// Changes the replica set's membership (this member must lead);
+    /// what the configuration is after it.
+    pub fn change(&self, c: Change) -> Result<String> {
+        members::change(&self.inbox, &self.status, c)
+    }
+
+    /// Why the member stopped taking part (it was removed from the replica
+    /// set, or its log could not be written), once it has.
+    pub fn stopped(&self) -> Option<String> {
+        self.stopped.lock().clone()
     }
 
     /// The member's state now.
@@ -425,31 +342,35 @@ impl Drop for Replica {
 }
 
 /// The Raft thread's state.
-struct Run {
-    node: RawNode<LogStore>,
-    store: LogStore,
-    apply: Box<dyn Apply>,
-    links: Arc<Links>,
-    status: Arc<Mutex<Status>>,
-    lease: Arc<AtomicU64>,
-    epoch: Instant,
+pub(crate) struct Run {
+    pub(crate) node: RawNode<LogStore>,
+    pub(crate) store: LogStore,
+    pub(crate) apply: Box<dyn Apply>,
+    pub(crate) links: Arc<Links>,
+    pub(crate) status: Arc<Mutex<Status>>,
+    pub(crate) lease: Arc<AtomicU64>,
+    pub(crate) epoch: Instant,
     /// Proposals waiting for their entry: (index, term, answer).
-    pending: VecDeque<(u64, u64, Sender<Result<u64>>)>,
+    pub(crate) pending: VecDeque<(u64, u64, Sender<Result<u64>>)>,
     /// When each member last answered this leader in its term.
-    heard: HashMap<u64, Instant>,
+    pub(crate) heard: HashMap<u64, Instant>,
     /// When each member last held the leader's last entry.
-    caught_up: HashMap<u64, Instant>,
-    last_sync: Instant,
-    commit: Commit,
-    election: Duration,
+    pub(crate) caught_up: HashMap<u64, Instant>,
+    pub(crate) last_sync: Instant,
+    pub(crate) commit: Commit,
+    pub(crate) election: Duration,
     /// A failure that stops the member (a log that cannot be written).
-    failed: Option<String>,
+    pub(crate) failed: Option<String>,
     /// The last entry the server had applied when the member started
     /// (or in the snapshot it installed): later ones only are applied.
-    done: u64,
+    pub(crate) done: u64,
     /// See [`Config::keep`].
-    keep: u64,
-    compacted_at: Instant,
+    pub(crate) keep: u64,
+    pub(crate) compacted_at: Instant,
+    /// Where the log and the address book live.
+    pub(crate) dir: PathBuf,
+    /// Every member's peer address.
+    pub(crate) book: HashMap<u64, SocketAddr>,
 }
 
 impl Run {
@@ -530,6 +451,15 @@ impl Run {
                 let _ = self.node.step(m);
             }
             Input::Link(Incoming::Unreachable(id)) => self.node.report_unreachable(id),
+            Input::Change(c, answer) => match self.propose_change(c) {
+                Ok(()) => {
+                    let idx = self.node.raft.raft_log.last_index();
+                    self.pending.push_back((idx, self.node.raft.term, answer));
+                }
+                Err(e) => {
+                    let _ = answer.send(Err(e));
+                }
+            },
             Input::Propose(data, answer) => {
                 // A leader without its lease may already have a successor:
                 // it takes nothing more.
@@ -554,12 +484,12 @@ impl Run {
         false
     }
 
-    fn lease_held(&self) -> bool {
+    pub(crate) fn lease_held(&self) -> bool {
         let until = self.lease.load(Ordering::Acquire);
         until != 0 && (self.epoch.elapsed().as_millis() as u64) < until
     }
 
-    fn leader(&self) -> Option<u64> {
+    pub(crate) fn leader(&self) -> Option<u64> {
         Some(self.node.raft.leader_id).filter(|&l| l != 0)
     }
 
@@ -603,41 +533,6 @@ impl Run {
         Ok(())
     }
 
-    /// Installs a state at entry `index` or later, fetched from the leader
-    /// or else another member; the entry it stands at. Tries for a minute
-    /// (the member takes no part meanwhile, as if it were down).
-    fn fetch_state(&mut self, index: u64) -> Result<u64> {
-        let leader = self.node.raft.leader_id;
-        let mut from: Vec<u64> = vec![leader];
-        from.extend(self.node.raft.prs().iter().map(|(&id, _)| id));
-        from.retain(|&id| id != 0 && id != self.node.raft.id);
-        from.dedup();
-        let t = Instant::now();
-        let mut last = String::new();
-        while t.elapsed() < Duration::from_secs(60) {
-            for &id in &from {
-                let got = self
-                    .links
-                    .fetch_snapshot(id)
-                    .map_err(|e| Error::Io(format!("fetching member {id}'s state"), e))
-                    .and_then(|mut s| self.apply.install(&mut s));
-                match got {
-                    Ok(at) if at >= index => return Ok(at),
-                    // Installed, but older than the point: a later one
-                    // (from another member) must follow.
-                    Ok(at) => {
-                        last = format!("member {id}'s state stands at entry {at}, before {index}")
-                    }
-                    Err(e) => last = e.to_string(),
-                }
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        Err(Error::Corrupt(format!(
-            "no member's state at entry {index} could be fetched: {last}"
-        )))
-    }
-
     /// Applies committed entries and answers the proposals they settle.
     fn committed(&mut self, entries: Vec<Entry>) -> Result<()> {
         for e in entries {
@@ -670,18 +565,6 @@ impl Run {
         Ok(())
     }
 
-    /// Applies the configuration change in entry `e`.
-    fn conf_change<C>(&mut self, e: &Entry) -> Result<()>
-    where
-        C: raft_proto::ConfChangeI + protobuf::Message + Default,
-    {
-        let mut cc = C::default();
-        cc.merge_from_bytes(&e.data)
-            .map_err(|x| Error::Corrupt(format!("conf change {}: {x}", e.index)))?;
-        let cs = self.node.apply_conf_change(&cc)?;
-        self.store.set_conf_state(cs)
-    }
-
     fn fail_pending(&mut self) {
         let leader = self.leader();
         for (_, _, answer) in self.pending.drain(..) {
@@ -701,9 +584,13 @@ impl Run {
         let now = Instant::now();
         let mut peers = Vec::new();
         let mut times = Vec::new();
+        let conf = r.prs().conf().to_conf_state();
         for (&id, pr) in r.prs().iter() {
+            let voter = conf.voters.contains(&id);
             if id == r.id {
-                times.push(now);
+                if voter {
+                    times.push(now);
+                }
                 continue;
             }
             let heard = if role == Role::Leader {
@@ -711,7 +598,7 @@ impl Run {
             } else {
                 None
             };
-            if let Some(h) = heard {
+            if let (Some(h), true) = (heard, voter) {
                 times.push(h);
             }
             let behind = (role == Role::Leader).then(|| {
@@ -756,6 +643,12 @@ impl Run {
             s.commit = r.raft_log.committed;
             s.applied = r.raft_log.applied;
             s.peers = peers;
+            let sorted = |mut v: Vec<u64>| {
+                v.sort_unstable();
+                v
+            };
+            s.voters = sorted(conf.voters.clone());
+            s.learners = sorted(conf.learners.clone());
             // Nothing in its log may still commit after it starts serving
             // (a proposal failed when its lease lapsed stays in the log and
             // may commit later: serving before it does would start the

@@ -33,6 +33,9 @@ use crate::{Error, Result};
 pub const SEGMENT: u64 = 64 << 20;
 /// Bytes of recent entries kept in memory.
 pub const CACHE: usize = 64 << 20;
+/// Where the log of a member of the first configuration starts: its
+/// entries begin at `INIT + 1`, in term `INIT` or later.
+pub const INIT: u64 = 5;
 const REC_MAGIC: u32 = 0x3147_4C52; // "RLG1"
 const REC_HEAD: usize = 40;
 const STATE_MAGIC: u64 = 0x3154_5341_5452_4C53; // "SLRTASTT1"-ish
@@ -428,7 +431,21 @@ impl LogStore {
                 voters: voters.to_vec(),
                 ..Default::default()
             };
-            (0, HardState::default(), cs, (0, 0))
+            if voters.is_empty() {
+                // A member joining a running replica set: it learns the
+                // configuration from the leader's snapshot.
+                return (0, HardState::default(), cs, (0, 0));
+            }
+            // A member of the first configuration starts as if the log up
+            // to entry INIT were compacted (as TiKV does): a member added
+            // later, whose log is empty, is always sent a snapshot, which
+            // carries the configuration, instead of entries from 1.
+            let hs = HardState {
+                term: INIT,
+                commit: INIT,
+                ..Default::default()
+            };
+            (0, hs, cs, (INIT, INIT))
         });
         let mut core = Core {
             dir: dir.to_path_buf(),

@@ -291,3 +291,129 @@ fn a_member_behind_the_compacted_log_catches_up_from_a_snapshot() {
     }
     std::fs::remove_dir_all(&set.dir).unwrap();
 }
+
+/// Waits until `f` holds, up to `limit`.
+fn until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    f()
+}
+
+/// Asks the leader for `c`, following "not the leader" and waiting out
+/// "behind" answers, as `solofs replicas add|remove` does.
+fn change(set: &Set, c: solofs_replica::Change) -> (u64, String) {
+    let t = Instant::now();
+    let mut to = set.leader(Duration::from_secs(10)).expect("a leader");
+    loop {
+        match set.members[&to].change(c) {
+            Ok(s) => return (to, s),
+            Err(solofs_replica::Error::NotLeader(l)) => {
+                std::thread::sleep(Duration::from_millis(100));
+                to = l
+                    .filter(|l| set.members.contains_key(l))
+                    .or_else(|| set.leader(Duration::from_secs(5)))
+                    .expect("a leader");
+            }
+            Err(solofs_replica::Error::Behind(_)) => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => panic!("{c:?}: {e}"),
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{c:?} never happened"
+        );
+    }
+}
+
+/// A fourth member starts outside the configuration from nothing, is
+/// added as a learner (it gets the leader's state, then the log), made a
+/// voter once it caught up; then a follower and the leader itself are
+/// removed (the leader hands its office over first), and the two members
+/// left commit with the new one.
+#[test]
+fn a_member_joins_from_nothing_and_members_leave() {
+    use solofs_replica::Change;
+    let (mut set, ls) = Set::new("members", Commit::Sync);
+    for (id, l) in ls {
+        set.start(id, l);
+    }
+    let first = set.leader(Duration::from_secs(10)).expect("a leader");
+    propose_many(&set.members[&first], 0, 100);
+    // Member 4, from an empty directory.
+    let l4 = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a4 = l4.local_addr().unwrap();
+    set.peers.insert(4, a4);
+    let mut cfg = Config::new(4, set.peers.clone(), set.dir.join("m4"), SECRET.to_vec());
+    cfg.join = true;
+    let seen4 = set.seen.entry(4).or_default().clone();
+    let r4 = Replica::start(
+        cfg,
+        l4,
+        Box::new(Record(seen4.clone())),
+        Arc::new(Record(seen4.clone())),
+    )
+    .unwrap();
+    // Outside the configuration, it never campaigns.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(r4.status().role, Role::Follower);
+    assert!(r4.status().voters.is_empty());
+    set.members.insert(4, r4);
+    let (_, conf) = change(&set, Change::AddLearner(4, a4));
+    assert!(conf.contains("learners 4"), "{conf}");
+    let (_, conf) = change(&set, Change::Promote(4));
+    assert!(conf.starts_with("voters 1,2,3,4"), "{conf}");
+    // A voter already: adding it again is refused.
+    let lead = set.leader(Duration::from_secs(5)).unwrap();
+    assert!(set.members[&lead]
+        .change(Change::AddLearner(4, a4))
+        .is_err());
+    propose_many(&set.members[&lead], 100, 50);
+    let lists = set.settle(150);
+    let want: Vec<Vec<u8>> = (0..150)
+        .map(|i| format!("entry {i}").into_bytes())
+        .collect();
+    for l in &lists {
+        let got: Vec<Vec<u8>> = l.iter().map(|e| e.1.clone()).collect();
+        assert_eq!(got, want);
+    }
+    // Member 4 knows every member's address, and they know its.
+    let book = std::fs::read_to_string(set.dir.join("m4/members")).unwrap();
+    assert_eq!(book.lines().count(), 4, "{book}");
+    assert!(
+        std::fs::read_to_string(set.dir.join(format!("m{lead}/members")))
+            .unwrap()
+            .contains(&format!("4={a4}"))
+    );
+    // A follower leaves; then the leader itself.
+    let follower = (1..=3).find(|&i| i != lead).unwrap();
+    let (by, _) = change(&set, Change::Remove(follower));
+    assert!(!set.members[&by].status().voters.contains(&follower));
+    set.members.remove(&follower).unwrap().stop();
+    let (by, _) = change(&set, Change::Remove(lead));
+    assert_ne!(by, lead, "the leader removed itself");
+    assert!(!set.members[&by].status().voters.contains(&lead));
+    assert!(until(Duration::from_secs(5), || set.members[&lead]
+        .stopped()
+        .is_some_and(|s| s.contains("removed"))));
+    set.members.remove(&lead).unwrap().stop();
+    // Two members left, one of them the one that joined: they commit.
+    let now = set
+        .leader(Duration::from_secs(10))
+        .expect("a leader of two");
+    assert_eq!(set.members[&now].status().voters.len(), 2);
+    propose_many(&set.members[&now], 150, 20);
+    let lists = set.settle(170);
+    assert_eq!(lists.len(), 2);
+    for l in &lists {
+        assert_eq!(l.len(), 170);
+        assert_eq!(l, &lists[0]);
+    }
+    for (_, r) in set.members.drain() {
+        r.stop();
+    }
+    std::fs::remove_dir_all(&set.dir).unwrap();
+}

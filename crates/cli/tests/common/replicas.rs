@@ -113,6 +113,19 @@ impl Set {
 
     /// [`Set::new`] with more `mkfs` flags (`--storage URL`).
     pub fn with_mkfs(name: &str, commit: &'static str, extra: &[&str]) -> Set {
+        Set::make(name, commit, extra, 3)
+    }
+
+    /// [`Set::new`] and a fourth member's place: its data directory holds
+    /// only the volume secret, and [`Set::start`] starts it with `--join`.
+    pub fn with_spare(name: &str, commit: &'static str) -> Set {
+        let set = Set::make(name, commit, &[], 4);
+        std::fs::create_dir_all(set.data(3)).unwrap();
+        std::fs::copy(set.data(0).join("secret"), set.data(3).join("secret")).unwrap();
+        set
+    }
+
+    fn make(name: &str, commit: &'static str, extra: &[&str], slots: usize) -> Set {
         let root =
             std::env::temp_dir().join(format!("solofs-failover-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
@@ -135,19 +148,20 @@ impl Set {
                 .unwrap();
             assert!(st.success());
         }
-        let own: Vec<SocketAddr> = (0..3)
+        let own: Vec<SocketAddr> = (0..slots)
             .map(|_| format!("127.0.0.1:{}", free_port()).parse().unwrap())
             .collect();
-        let pipes: Vec<Vec<Option<Pipe>>> = (0..3)
+        let pipes: Vec<Vec<Option<Pipe>>> = (0..slots)
             .map(|i| {
-                (0..3)
+                (0..slots)
                     .map(|j| (i != j).then(|| Pipe::new(own[j])))
                     .collect()
             })
             .collect();
-        let peers = (0..3)
+        // The first three form the replica set; a fourth knows them all.
+        let peers = (0..slots)
             .map(|i| {
-                (0..3)
+                (0..if i < 3 { 3 } else { slots })
                     .map(|j| {
                         let a = pipes[i][j].as_ref().map_or(own[j], |p| p.addr);
                         format!("{}={a}", j + 1)
@@ -156,10 +170,10 @@ impl Set {
                     .join(",")
             })
             .collect();
-        let clients = (1..=3)
+        let clients = (0..slots)
             .map(|_| format!("127.0.0.1:{}", free_port()))
             .collect();
-        let metrics = (1..=3)
+        let metrics = (0..slots)
             .map(|_| format!("127.0.0.1:{}", free_port()))
             .collect();
         Set {
@@ -169,7 +183,7 @@ impl Set {
             own,
             pipes,
             clients,
-            procs: vec![None, None, None],
+            procs: (0..slots).map(|_| None).collect(),
             commit,
             keep: None,
         }
@@ -189,11 +203,16 @@ impl Set {
 
     pub fn start(&mut self, i: usize) {
         let mut cmd = Command::new(BIN);
+        if i >= 3 {
+            cmd.arg("serve").arg("--join");
+        } else {
+            cmd.arg("serve");
+        }
         if let Some(k) = self.keep {
             cmd.env("SOLOFS_REPLICA_KEEP", k.to_string());
         }
         let (child, lines) = spawn_piped(
-            cmd.args(["serve", "--workers", "2", "--data"])
+            cmd.args(["--workers", "2", "--data"])
                 .arg(self.data(i))
                 .args(["--peers", &self.peers[i], "--id", &(i + 1).to_string()])
                 .args(["--listen", &self.clients[i], "--commit", self.commit])
@@ -230,13 +249,13 @@ impl Set {
 
     /// The member that accepts clients.
     pub fn leader(&self) -> Option<usize> {
-        (0..3).find(|&i| self.serves(i))
+        (0..self.procs.len()).find(|&i| self.serves(i))
     }
 
     /// Waits for a member other than `old` to serve; which, and when.
     pub fn next_leader(&self, old: usize, since: Instant) -> (usize, Duration) {
         loop {
-            if let Some(l) = (0..3).find(|&i| i != old && self.serves(i)) {
+            if let Some(l) = (0..self.procs.len()).find(|&i| i != old && self.serves(i)) {
                 return (l, since.elapsed());
             }
             assert!(since.elapsed() < Duration::from_secs(15), "no new leader");
@@ -253,7 +272,7 @@ impl Set {
 
     /// Cuts member `i` off from the others (both ways).
     pub fn partition(&self, i: usize) {
-        for j in 0..3 {
+        for j in 0..self.procs.len() {
             for (a, b) in [(i, j), (j, i)] {
                 if let Some(p) = &self.pipes[a][b] {
                     p.cut();
@@ -286,17 +305,38 @@ impl Set {
 
     /// What `solofs replicas status` prints for the set.
     pub fn status(&self) -> String {
-        let peers = (0..3)
+        let out = self.replicas(&["status"]);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs `solofs replicas ARGS --peers (every member) --data (member 1)`.
+    pub fn replicas(&self, args: &[&str]) -> std::process::Output {
+        let peers = (0..self.procs.len())
             .map(|i| format!("{}={}", i + 1, self.own[i]))
             .collect::<Vec<_>>()
             .join(",");
-        let out = Command::new(BIN)
-            .args(["replicas", "status", "--peers", &peers, "--data"])
+        Command::new(BIN)
+            .arg("replicas")
+            .args(args)
+            .args(["--peers", &peers, "--data"])
             .arg(self.data(0))
             .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+            .unwrap()
+    }
+
+    /// Member `i`'s own peer address.
+    pub fn own(&self, i: usize) -> SocketAddr {
+        self.own[i]
+    }
+
+    /// Has member `i`'s process ended by itself (its exit status)?
+    pub fn exited(&mut self, i: usize) -> Option<std::process::ExitStatus> {
+        let st = self.procs[i].as_mut()?.try_wait().unwrap();
+        if st.is_some() {
+            self.procs[i] = None;
+        }
+        st
     }
 
     /// The client address list (`A,B,C`).
@@ -343,8 +383,13 @@ pub fn names(e: &Engine) -> Vec<(String, u64)> {
 }
 
 pub fn check_members_agree(set: &Set) {
+    check_agree(set, &[0, 1, 2]);
+}
+
+/// Members `which`' images hold the same namespace and are fsck-clean.
+pub fn check_agree(set: &Set, which: &[usize]) {
     let mut seen: Option<Vec<(String, u64)>> = None;
-    for i in 0..3 {
+    for &i in which {
         let img = set.data(i).join("meta.pool.ckpt");
         let copy = set.root.join(format!("check-{i}.pool"));
         std::fs::copy(&img, &copy).unwrap();

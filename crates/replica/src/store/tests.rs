@@ -28,7 +28,13 @@ fn all(s: &LogStore) -> Vec<(u64, u64, Vec<u8>)> {
 #[test]
 fn entries_and_state_survive_a_reopen() {
     let d = scratch("reopen");
-    let s = LogStore::open(&d, &[1, 2, 3]).unwrap();
+    let s = LogStore::open(&d, &[]).unwrap();
+    // (a member that joined later: its log starts empty)
+    s.set_conf_state(ConfState {
+        voters: vec![1, 2, 3],
+        ..Default::default()
+    })
+    .unwrap();
     assert_eq!(s.conf_state().voters, vec![1, 2, 3]);
     let v: Vec<Entry> = (1..=100).map(|i| entry(i, 1, &i.to_le_bytes())).collect();
     s.append(&v).unwrap();
@@ -60,7 +66,7 @@ fn entries_and_state_survive_a_reopen() {
 #[test]
 fn a_conflicting_append_replaces_the_tail_on_disk_too() {
     let d = scratch("conflict");
-    let s = LogStore::open(&d, &[1]).unwrap();
+    let s = LogStore::open(&d, &[]).unwrap();
     s.append(&(1..=10).map(|i| entry(i, 1, b"old")).collect::<Vec<_>>())
         .unwrap();
     s.append(&(6..=8).map(|i| entry(i, 2, b"new")).collect::<Vec<_>>())
@@ -80,7 +86,7 @@ fn a_conflicting_append_replaces_the_tail_on_disk_too() {
 #[test]
 fn a_torn_record_ends_the_log_and_appends_go_on() {
     let d = scratch("torn");
-    let s = LogStore::open(&d, &[1]).unwrap();
+    let s = LogStore::open(&d, &[]).unwrap();
     s.append(&(1..=5).map(|i| entry(i, 1, b"kept")).collect::<Vec<_>>())
         .unwrap();
     s.sync().unwrap();
@@ -136,7 +142,7 @@ fn compaction_drops_whole_segments_and_keeps_the_base_term() {
 fn old_entries_are_read_back_from_disk_and_truncation_across_segments_holds() {
     let d = scratch("cold");
     // Segments of 4 KiB, 2 KiB of entries in memory.
-    let s = LogStore::open_sized(&d, &[1], 4096, 2048).unwrap();
+    let s = LogStore::open_sized(&d, &[], 4096, 2048).unwrap();
     for i in 1..=100u64 {
         s.append(&[entry(i, 1, &[i as u8; 200])]).unwrap();
     }
@@ -171,4 +177,29 @@ fn old_entries_are_read_back_from_disk_and_truncation_across_segments_holds() {
     assert_eq!(all(&s).len(), 21);
     assert_eq!(all(&s).last().unwrap().2, b"after".to_vec());
     std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn a_member_of_the_first_configuration_starts_past_a_compacted_point() {
+    let d = scratch("init");
+    let s = LogStore::open(&d, &[1, 2, 3]).unwrap();
+    assert_eq!(s.base(), (INIT, INIT));
+    assert_eq!(s.first_index().unwrap(), INIT + 1);
+    assert_eq!(s.last_index().unwrap(), INIT);
+    assert_eq!(s.hardstate().commit, INIT);
+    // A member whose log is empty is sent this point, with the members.
+    let snap = s.snapshot(0, 4).unwrap();
+    assert_eq!(snap.get_metadata().index, INIT);
+    assert_eq!(snap.get_metadata().get_conf_state().voters, vec![1, 2, 3]);
+    s.append(&[entry(INIT + 1, INIT, b"a")]).unwrap();
+    drop(s);
+    let s = LogStore::open(&d, &[1, 2, 3]).unwrap();
+    assert_eq!(all(&s), vec![(INIT + 1, INIT, b"a".to_vec())]);
+    // A joining member starts outside any configuration, from nothing.
+    let j = scratch("join");
+    let s = LogStore::open(&j, &[]).unwrap();
+    assert_eq!((s.base(), s.last_index().unwrap()), ((0, 0), 0));
+    assert!(s.conf_state().voters.is_empty());
+    std::fs::remove_dir_all(&d).unwrap();
+    std::fs::remove_dir_all(&j).unwrap();
 }
