@@ -8,6 +8,7 @@
 //! serving at once and follows again.
 
 use anyhow::{bail, Context, Result};
+use solofs_meta::pool::image::ImageFile;
 use solofs_meta::pool::{checkpoint, wal};
 use solofs_meta::Engine;
 use solofs_replica::{Apply, Commit, Replica, Role};
@@ -77,7 +78,7 @@ pub fn parse_commit(s: &str) -> Result<Commit> {
 /// entry applied and the journal position after it. `meta.pool.applied`
 /// holds both as of the image's last `fdatasync`.
 struct Image {
-    file: File,
+    img: ImageFile,
     path: PathBuf,
     /// The image of the server's reply record (`meta.replies.image`).
     aux: File,
@@ -125,10 +126,7 @@ impl Image {
             }
             Err(e) => return Err(e).context(format!("reading {}", state.display())),
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
+        let img = ImageFile::open(&path)
             .with_context(|| format!("opening the image {}", path.display()))?;
         let aux_path = pool.with_extension("replies.image");
         let aux = {
@@ -143,7 +141,7 @@ impl Image {
                 .with_context(|| format!("opening {}", aux_path.display()))?
         };
         Ok(Image {
-            file,
+            img,
             path,
             aux,
             aux_path,
@@ -172,13 +170,12 @@ impl Image {
                 self.pos
             );
         }
-        let (f, aux) = (&self.file, &self.aux);
-        let end = wal::scan_bytes(start, &data[8..], |r| {
-            match r {
-                wal::Rec::Aux(off, b) => aux.write_all_at(b, off),
-                r => checkpoint::apply(f, r),
-            }
-            .map_err(|e| solofs_meta::Error::io("apply to the image".into(), e))
+        let (img, aux) = (&mut self.img, &self.aux);
+        let end = wal::scan_bytes(start, &data[8..], |r| match r {
+            wal::Rec::Aux(off, b) => aux
+                .write_all_at(b, off)
+                .map_err(|e| solofs_meta::Error::io("apply to the reply record".into(), e)),
+            r => img.apply(r),
         })?;
         self.index = index;
         self.pos = end;
@@ -191,9 +188,7 @@ impl Image {
 
     fn sync(&mut self) -> Result<()> {
         if self.dirty > 0 {
-            self.file
-                .sync_data()
-                .with_context(|| format!("fdatasync {}", self.path.display()))?;
+            self.img.sync()?;
             self.aux
                 .sync_data()
                 .with_context(|| format!("fdatasync {}", self.aux_path.display()))?;
@@ -213,11 +208,14 @@ impl Image {
     /// Writes the image as applied so far: a header `{magic, entry index,
     /// journal position, image bytes, reply-record bytes}` and both files.
     fn write_snapshot(&self, out: &mut dyn std::io::Write) -> Result<()> {
-        let (il, al) = (self.file.metadata()?.len(), self.aux.metadata()?.len());
+        let (il, al) = (
+            self.img.file().metadata()?.len(),
+            self.aux.metadata()?.len(),
+        );
         for w in [SNAP_MAGIC, self.index, self.pos, il, al] {
             out.write_all(&w.to_le_bytes())?;
         }
-        for (f, len) in [(&self.file, il), (&self.aux, al)] {
+        for (f, len) in [(self.img.file(), il), (&self.aux, al)] {
             let mut b = vec![0u8; 1 << 20];
             let mut at = 0;
             while at < len {
@@ -251,7 +249,7 @@ impl Image {
             std::fs::rename(&tmp, path)?;
         }
         let open = |p: &Path| OpenOptions::new().read(true).write(true).open(p);
-        self.file = open(&self.path)?;
+        self.img = ImageFile::open(&self.path)?;
         self.aux = open(&self.aux_path)?;
         write_state(&self.state, index, pos)?;
         (self.index, self.pos, self.durable, self.dirty) = (index, pos, (index, pos), 0);
@@ -314,11 +312,17 @@ impl Feed {
                         Ok((q, _)) => q,
                         Err(_) => return,
                     };
-                    if q.entries.is_empty() {
-                        // Quiet: make what was applied durable.
+                    if q.entries.is_empty() && !q.stop {
+                        // Quiet: make what was applied durable (without
+                        // the queue, which the Raft thread feeds).
+                        drop(q);
                         if let Ok(mut img) = image.lock() {
                             let _ = img.sync();
                         }
+                        q = match self.q.lock() {
+                            Ok(q) => q,
+                            Err(_) => return,
+                        };
                     }
                 }
                 if q.stop && q.entries.is_empty() {

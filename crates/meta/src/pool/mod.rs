@@ -19,6 +19,7 @@ mod disk;
 mod durability;
 mod file;
 pub mod gate;
+pub mod image;
 pub mod wal;
 pub use file::free_space;
 use file::*;

@@ -1,0 +1,176 @@
+//! The image of a pool that a replica set's member keeps
+//! (docs/replication.md, "What is replicated"): journal records applied by
+//! copying into a shared mapping of the file, not one `pwrite` each (a
+//! create is some ten records; a member applies every entry of the log).
+//! The kernel may write the pages back at any time, which is harmless:
+//! the member records how far the image is applied only after
+//! [`ImageFile::sync`].
+
+use super::wal::Rec;
+use crate::error::{Error, Result};
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+fn io(what: &str, p: &Path, e: std::io::Error) -> Error {
+    Error::io(format!("{what} {}", p.display()), e)
+}
+
+/// A pool image open for applying journal records.
+pub struct ImageFile {
+    file: File,
+    path: PathBuf,
+    base: *mut u8,
+    /// Bytes mapped (the file's length; 0: nothing mapped).
+    len: usize,
+}
+
+// SAFETY: the mapping is owned by this value alone (no other reference to
+// it escapes), so it may move to another thread with it.
+unsafe impl Send for ImageFile {}
+
+impl ImageFile {
+    /// Opens the image at `path` (it must exist).
+    pub fn open(path: &Path) -> Result<ImageFile> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| io("open", path, e))?;
+        let mut img = ImageFile {
+            file,
+            path: path.to_path_buf(),
+            base: std::ptr::null_mut(),
+            len: 0,
+        };
+        img.remap()?;
+        Ok(img)
+    }
+
+    /// The file (to read it whole, for a copy).
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Maps the file as long as it is now.
+    fn remap(&mut self) -> Result<()> {
+        self.unmap();
+        let len = self
+            .file
+            .metadata()
+            .map_err(|e| io("stat", &self.path, e))?
+            .len() as usize;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: a fresh shared mapping of `len` bytes of our own open
+        // file (that long); unmapped in `unmap`.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                self.file.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io("map", &self.path, std::io::Error::last_os_error()));
+        }
+        self.base = base as *mut u8;
+        self.len = len;
+        Ok(())
+    }
+
+    fn unmap(&mut self) {
+        if self.len > 0 {
+            // SAFETY: unmaps exactly what `remap` mapped.
+            unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+        }
+        self.len = 0;
+        self.base = std::ptr::null_mut();
+    }
+
+    fn range(&self, off: u64, n: u64) -> Result<usize> {
+        match off.checked_add(n) {
+            Some(end) if end <= self.len as u64 => Ok(off as usize),
+            _ => Err(Error::Corrupt(format!(
+                "journal record at pool offset {off:#x} ({n} bytes) lies beyond the image ({} bytes)",
+                self.len
+            ))),
+        }
+    }
+
+    /// Applies one journal record (the reply record's are not the pool's:
+    /// the caller keeps them).
+    pub fn apply(&mut self, r: Rec) -> Result<()> {
+        match r {
+            Rec::Bytes(off, b) => {
+                let o = self.range(off, b.len() as u64)?;
+                // SAFETY: `o..o+len` is inside the mapping (checked).
+                unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.base.add(o), b.len()) };
+            }
+            Rec::Zero(off, n) => {
+                let o = self.range(off, n)?;
+                // SAFETY: as above.
+                unsafe { std::ptr::write_bytes(self.base.add(o), 0, n as usize) };
+            }
+            Rec::Grow(len) => {
+                if len > self.len as u64 {
+                    self.file
+                        .set_len(len)
+                        .map_err(|e| io("grow", &self.path, e))?;
+                    self.remap()?;
+                }
+            }
+            Rec::Aux(..) => {}
+        }
+        Ok(())
+    }
+
+    /// Makes what was applied durable.
+    pub fn sync(&self) -> Result<()> {
+        self.file
+            .sync_data()
+            .map_err(|e| io("fdatasync", &self.path, e))
+    }
+}
+
+impl Drop for ImageFile {
+    fn drop(&mut self) {
+        self.unmap();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_land_in_the_file_and_growth_remaps() {
+        let d = std::env::temp_dir().join(format!("solofs-image-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let p = d.join("img");
+        std::fs::write(&p, vec![7u8; 4096]).unwrap();
+        let mut img = ImageFile::open(&p).unwrap();
+        img.apply(Rec::Bytes(10, b"hello")).unwrap();
+        img.apply(Rec::Zero(100, 50)).unwrap();
+        assert!(img.apply(Rec::Bytes(4094, b"abc")).is_err());
+        img.apply(Rec::Grow(8192)).unwrap();
+        img.apply(Rec::Bytes(8000, b"later")).unwrap();
+        img.sync().unwrap();
+        drop(img);
+        let b = std::fs::read(&p).unwrap();
+        assert_eq!(b.len(), 8192);
+        assert_eq!(&b[10..15], b"hello");
+        assert!(b[100..150].iter().all(|&x| x == 0));
+        assert_eq!(b[150], 7);
+        assert_eq!(&b[8000..8005], b"later");
+        // An empty image (a joining member's, before its first state).
+        std::fs::write(&p, b"").unwrap();
+        let mut img = ImageFile::open(&p).unwrap();
+        assert!(img.apply(Rec::Bytes(0, b"x")).is_err());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
