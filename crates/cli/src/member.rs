@@ -493,6 +493,7 @@ pub fn run(
     );
     use std::io::Write;
     std::io::stdout().flush()?;
+    let mut follower_page: Option<FollowerMetrics> = None;
     while !stop.requested() {
         if let Some(why) = replica.stopped() {
             println!("member {}: {why}; stopping", m.id);
@@ -501,8 +502,16 @@ pub fn run(
         let st = replica.status();
         // Lead once every committed entry is in the image.
         if !(st.role == Role::Leader && replica.leads() && st.current && feed.drained()) {
+            if follower_page.is_none() {
+                if let Some(a) = &cfg.metrics_listen {
+                    follower_page = FollowerMetrics::start(a, replica.clone());
+                }
+            }
             std::thread::sleep(Duration::from_millis(5));
             continue;
+        }
+        if let Some(p) = follower_page.take() {
+            p.stop();
         }
         let t = Instant::now();
         // Lead: the pool is the image as applied so far.
@@ -557,6 +566,9 @@ pub fn run(
             Err(e) => eprintln!("solofs: member {} stopped leading: {e:#}", m.id),
         }
     }
+    if let Some(p) = follower_page.take() {
+        p.stop();
+    }
     if let Ok(r) = Arc::try_unwrap(replica) {
         r.stop();
     }
@@ -567,4 +579,51 @@ pub fn run(
     }
     println!("stopped");
     Ok(())
+}
+
+/// A follower's metrics page (`--metrics ADDR` while it does not lead):
+/// the replica set's metrics as this member sees them. The leader's server
+/// serves its own page, with these in it, on the same address.
+struct FollowerMetrics {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl FollowerMetrics {
+    /// Serves `replica`'s metrics on `addr` until [`FollowerMetrics::stop`].
+    fn start(addr: &str, replica: Arc<Replica>) -> Option<FollowerMetrics> {
+        let l = std::net::TcpListener::bind(addr).ok()?;
+        l.set_nonblocking(true).ok()?;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("solofs-metrics".into())
+            .spawn(move || {
+                while !s.load(std::sync::atomic::Ordering::Acquire) {
+                    let Ok((mut c, _)) = l.accept() else {
+                        std::thread::sleep(Duration::from_millis(10));
+                        continue;
+                    };
+                    use std::io::{Read, Write};
+                    let _ = c.set_nonblocking(false);
+                    let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
+                    let mut req = [0u8; 2048];
+                    let _ = c.read(&mut req);
+                    let body = replica.status().prometheus();
+                    let _ = write!(
+                        c,
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                }
+            })
+            .ok()?;
+        Some(FollowerMetrics { stop, thread })
+    }
+
+    /// Stops serving and frees the address (for the leader's server).
+    fn stop(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        let _ = self.thread.join();
+    }
 }

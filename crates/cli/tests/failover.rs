@@ -102,6 +102,14 @@ fn kills(name: &str, commit: &'static str, kills: usize) {
         2,
         "{page}"
     );
+    // A follower serves a page of its own: its role and positions.
+    let f = (0..3).find(|&i| i != l).unwrap();
+    let page = common::metrics_page(&set.metrics[f]);
+    assert!(
+        page.contains(&format!("solofs_replica_role{{member=\"{}\"}} 0", f + 1)),
+        "{page}"
+    );
+    assert!(page.contains("solofs_replica_applied_index"), "{page}");
     let mut failovers = Vec::new();
     for k in 0..kills {
         std::thread::sleep(Duration::from_millis(400 + 97 * k as u64 % 300));

@@ -12,6 +12,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 mod catchup;
+mod drive;
 pub mod link;
 pub mod members;
 pub mod node;

@@ -19,15 +19,14 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Largest message accepted (entries are sent at most 1 MiB at a time;
 /// a snapshot's metadata is small).
 pub const MAX_MESSAGE: usize = 64 << 20;
-/// Messages queued for one peer before new ones are dropped.
-const QUEUE: usize = 4096;
+/// Bytes waiting for one peer before new messages are dropped.
+const BACKLOG: usize = 64 << 20;
 const CONTEXT: &[u8] = b"solofs-member";
 
 /// What the links hand to the member's Raft thread.
@@ -38,9 +37,28 @@ pub enum Incoming {
     Unreachable(u64),
 }
 
-/// The member's links: a listener and one outgoing queue per peer.
+/// What is sent to one peer: frames go straight to its socket from the
+/// sender's thread when nothing is waiting before them; the rest (and
+/// what a full socket buffer leaves) is the peer's writer thread's.
+struct Out {
+    conn: Option<TcpStream>,
+    /// Bytes waiting, in order (whole frames, but for the first, which
+    /// may be the rest of one partly written).
+    backlog: Vec<u8>,
+    /// The writer thread has taken the backlog and writes it.
+    flushing: bool,
+    /// The peer was removed: the writer thread ends.
+    gone: bool,
+}
+
+struct PeerOut {
+    out: Mutex<Out>,
+    wake: parking_lot::Condvar,
+}
+
+/// The member's links: a listener and one outgoing stream per peer.
 pub struct Links {
-    queues: Mutex<HashMap<u64, SyncSender<Message>>>,
+    queues: Mutex<HashMap<u64, Arc<PeerOut>>>,
     stop: Arc<AtomicBool>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     me: u64,
@@ -127,12 +145,23 @@ impl Links {
     /// Starts sending to member `id` at `addr`.
     pub fn add_peer(self: &Arc<Self>, id: u64, addr: SocketAddr) {
         self.addrs.lock().insert(id, addr);
-        let (tx, rx) = sync_channel(QUEUE);
-        self.queues.lock().insert(id, tx);
+        let po = Arc::new(PeerOut {
+            out: Mutex::new(Out {
+                conn: None,
+                backlog: Vec::new(),
+                flushing: false,
+                gone: false,
+            }),
+            wake: parking_lot::Condvar::new(),
+        });
+        if let Some(old) = self.queues.lock().insert(id, Arc::clone(&po)) {
+            old.out.lock().gone = true;
+            old.wake.notify_all();
+        }
         let l = Arc::clone(self);
         if let Ok(t) = std::thread::Builder::new()
             .name(format!("solofs-to-{id}"))
-            .spawn(move || l.dial(id, addr, rx))
+            .spawn(move || l.dial(id, addr, po))
         {
             self.threads.lock().push(t);
         }
@@ -179,7 +208,10 @@ impl Links {
 
     /// Stops sending to member `id`.
     pub fn remove_peer(&self, id: u64) {
-        self.queues.lock().remove(&id);
+        if let Some(po) = self.queues.lock().remove(&id) {
+            po.out.lock().gone = true;
+            po.wake.notify_all();
+        }
         self.addrs.lock().remove(&id);
     }
 
@@ -198,15 +230,60 @@ impl Links {
         *self.admin.lock() = Some(f);
     }
 
-    /// Queues `m` for its destination (dropped if the queue is full or the
-    /// destination unknown).
+    /// Sends `m` to its destination: written to its socket at once if
+    /// nothing waits before it, else queued for the peer's writer thread
+    /// (dropped if too much waits, or the peer is unknown or unreachable:
+    /// Raft sends again).
     pub fn send(&self, m: Message) {
-        let q = self.queues.lock().get(&m.to).cloned();
-        if let Some(q) = q {
-            match q.try_send(m) {
-                Ok(()) | Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {}
+        let Some(po) = self.queues.lock().get(&m.to).cloned() else {
+            return;
+        };
+        let mut frame = vec![0u8; 4];
+        if m.write_to_vec(&mut frame).is_err() {
+            return;
+        }
+        let n = (frame.len() - 4) as u32;
+        frame[..4].copy_from_slice(&n.to_le_bytes());
+        let mut o = po.out.lock();
+        let idle = !o.flushing && o.backlog.is_empty();
+        let mut lost = false;
+        let mut rest: &[u8] = &frame;
+        if let (true, Some(c)) = (idle, o.conn.as_mut()) {
+            // The socket does not block: a full buffer leaves the rest
+            // to the writer thread.
+            while !rest.is_empty() {
+                match c.write(rest) {
+                    Ok(0) => {
+                        lost = true;
+                        break;
+                    }
+                    Ok(k) => rest = &rest[k..],
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        lost = true;
+                        break;
+                    }
+                }
+            }
+            if rest.is_empty() {
+                return;
             }
         }
+        if lost {
+            // Part of a frame may have gone: the next connection starts
+            // afresh, with nothing of this one's.
+            o.conn = None;
+            o.backlog.clear();
+            drop(o);
+            let _ = (self.to_node)(Incoming::Unreachable(m.to));
+            return;
+        }
+        if o.backlog.len() + rest.len() <= BACKLOG || rest.len() < frame.len() {
+            o.backlog.extend_from_slice(rest);
+        }
+        drop(o);
+        po.wake.notify_one();
     }
 
     /// Stops every link thread and waits for them.
@@ -319,45 +396,49 @@ impl Links {
         }
     }
 
-    /// Sends the queued messages of peer `id`, connecting (again) as
-    /// needed, until its queue goes.
-    fn dial(self: Arc<Self>, id: u64, addr: SocketAddr, rx: Receiver<Message>) {
-        let mut conn: Option<TcpStream> = None;
-        let mut buf = Vec::new();
+    /// Peer `id`'s writer: connects (again) when there is something to
+    /// send, and writes what [`Links::send`] left waiting, until the peer
+    /// is removed or the member stops.
+    fn dial(self: Arc<Self>, id: u64, addr: SocketAddr, po: Arc<PeerOut>) {
         loop {
-            let m = match rx.recv_timeout(Duration::from_millis(200)) {
-                Ok(m) => m,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    if self.stopping() {
-                        return;
-                    }
-                    continue;
-                }
-                Err(_) => return,
-            };
-            if self.stopping() {
+            let mut o = po.out.lock();
+            while o.backlog.is_empty() && !o.gone && !self.stopping() {
+                po.wake.wait_for(&mut o, Duration::from_millis(200));
+            }
+            if o.gone || self.stopping() {
                 return;
             }
-            if conn.is_none() {
-                conn = self.connect(id, addr).ok();
-                if conn.is_none() {
-                    let _ = (self.to_node)(Incoming::Unreachable(id));
-                    // Whatever queued meanwhile is stale: Raft resends.
-                    while rx.try_recv().is_ok() {}
-                    std::thread::sleep(Duration::from_millis(50));
-                    continue;
+            if o.conn.is_none() {
+                drop(o);
+                let c = self.connect(id, addr).and_then(|c| {
+                    c.set_nonblocking(true)?;
+                    Ok(c)
+                });
+                let mut o = po.out.lock();
+                match c {
+                    Ok(c) => o.conn = Some(c),
+                    Err(_) => {
+                        // What waited is stale by the time it could go:
+                        // Raft sends again.
+                        o.backlog.clear();
+                        drop(o);
+                        let _ = (self.to_node)(Incoming::Unreachable(id));
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
                 }
-            }
-            buf.clear();
-            buf.extend_from_slice(&[0u8; 4]);
-            if m.write_to_vec(&mut buf).is_err() {
                 continue;
             }
-            let n = (buf.len() - 4) as u32;
-            buf[..4].copy_from_slice(&n.to_le_bytes());
-            let sent = conn.as_mut().map(|c| c.write_all(&buf));
-            if !matches!(sent, Some(Ok(()))) {
-                conn = None;
+            let bytes = std::mem::take(&mut o.backlog);
+            let conn = o.conn.as_ref().and_then(|c| c.try_clone().ok());
+            o.flushing = true;
+            drop(o);
+            let ok = conn.is_some_and(|c| write_waiting(&c, &bytes).is_ok());
+            let mut o = po.out.lock();
+            o.flushing = false;
+            if !ok {
+                o.conn = None;
+                o.backlog.clear();
+                drop(o);
                 let _ = (self.to_node)(Incoming::Unreachable(id));
             }
         }
@@ -435,6 +516,16 @@ fn read_text(s: &mut TcpStream) -> std::io::Result<String> {
     let mut b = vec![0u8; n];
     s.read_exact(&mut b)?;
     Ok(String::from_utf8_lossy(&b).into_owned())
+}
+
+/// Writes all of `b` to the socket of a peer being flushed (while
+/// [`Out::flushing`] no other thread writes to it): blocking, within the
+/// connection's write timeout, then non-blocking again for
+/// [`Links::send`].
+fn write_waiting(mut s: &TcpStream, b: &[u8]) -> std::io::Result<()> {
+    s.set_nonblocking(false)?;
+    s.write_all(b)?;
+    s.set_nonblocking(true)
 }
 
 /// Reads `u32 length ‖ bytes` frames from a socket with a read timeout,

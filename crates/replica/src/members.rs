@@ -9,6 +9,7 @@
 //! in preference to its `--peers` list: the list an operator gave once
 //! may be out of date after changes.
 
+use crate::drive::Driver;
 use crate::node::{Input, Run, PROMOTE_LAG};
 use crate::status::Status;
 use crate::{Error, Result};
@@ -19,7 +20,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::mpsc::{channel, Sender};
+use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
 /// A change of the replica set's membership.
@@ -121,11 +122,9 @@ pub(crate) fn write_book(dir: &Path, book: &HashMap<u64, SocketAddr>) -> Result<
 
 /// Asks the Raft thread for membership change `c` and waits until its
 /// entry is committed and the configuration shows it; the configuration.
-pub(crate) fn change(inbox: &Sender<Input>, status: &Mutex<Status>, c: Change) -> Result<String> {
+pub(crate) fn change(driver: &Driver, status: &Mutex<Status>, c: Change) -> Result<String> {
     let (tx, rx) = channel();
-    inbox
-        .send(Input::Change(c, tx))
-        .map_err(|_| Error::Stopped)?;
+    driver.deliver(Input::Change(c, tx));
     let index = rx.recv().map_err(|_| Error::Stopped)??;
     // The status is published right after the entry is applied; Raft
     // turns a change proposed while another is pending into an empty

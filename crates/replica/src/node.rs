@@ -3,6 +3,7 @@
 //! `Ready` — persist entries and hard state, send messages, apply
 //! committed entries, answer proposals (docs/replication.md, "A member").
 
+use crate::drive::{deliver_to, Driver};
 use crate::link::{Incoming, Links};
 use crate::members::{self, Change};
 use crate::status::{Peer, Role, Status};
@@ -15,7 +16,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -113,34 +114,36 @@ pub trait Snapshots: Send + Sync + 'static {
 
 pub(crate) enum Input {
     Link(Incoming),
+    /// One Raft tick.
+    Tick,
     Propose(Vec<u8>, Sender<Result<u64>>),
     Change(Change, Sender<Result<u64>>),
     Stop,
 }
 
 /// A submitted proposal ([`Replica::submit`]).
-pub struct Proposal(Receiver<Result<u64>>);
+pub struct Proposal(Receiver<Result<u64>>, Arc<Driver>);
 
 impl Proposal {
     /// Waits until the entry is committed and applied here, as
     /// [`Replica::propose`] does; its index.
     pub fn wait(self) -> Result<u64> {
+        self.1.combine();
         self.0.recv().map_err(|_| Error::Stopped)?
     }
 }
 
 /// A running member: its Raft thread and links.
 pub struct Replica {
-    inbox: Sender<Input>,
+    driver: Arc<Driver>,
     status: Arc<Mutex<Status>>,
-    /// Why the Raft thread stopped, once it has.
-    stopped: Arc<Mutex<Option<String>>>,
     /// Milliseconds since `epoch` until which this member may act as the
     /// leader (0: not the leader).
     lease: Arc<AtomicU64>,
     epoch: Instant,
     links: Arc<Links>,
-    thread: Option<JoinHandle<()>>,
+    /// Ticks the node.
+    ticker: Option<JoinHandle<()>>,
 }
 
 impl Replica {
@@ -195,15 +198,16 @@ impl Replica {
         rc.validate()?;
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         let node = RawNode::new(&rc, store.clone(), &logger)?;
-        let (tx, rx) = channel();
-        // The links hand what they receive straight to the Raft thread.
-        let fwd = tx.clone();
+        let driver = Arc::new(Driver::new());
+        // The links hand what they receive straight to the node (the
+        // thread that read a message steps it, if the node is free).
+        let fwd = Arc::downgrade(&driver);
         let links = Links::start(
             cfg.id,
             listener,
             &book,
             cfg.secret.clone(),
-            Arc::new(move |m| fwd.send(Input::Link(m)).is_ok()),
+            Arc::new(move |m| deliver_to(&fwd, Input::Link(m))),
         )?;
         let status = Arc::new(Mutex::new(Status {
             id: cfg.id,
@@ -224,9 +228,12 @@ impl Replica {
         links.set_status(Arc::new(move || st.lock().to_string()));
         links.set_snapshots(snapshots);
         {
-            let (inbox, st) = (tx.clone(), Arc::clone(&status));
+            let (d, st) = (Arc::downgrade(&driver), Arc::clone(&status));
             links.set_admin(Arc::new(move |text: &str| {
-                let r = Change::parse(text).and_then(|c| members::change(&inbox, &st, c));
+                let r = Change::parse(text).and_then(|c| match d.upgrade() {
+                    Some(d) => members::change(&d, &st, c),
+                    None => Err(Error::Stopped),
+                });
                 match r {
                     Ok(s) => format!("ok {s}"),
                     Err(Error::NotLeader(l)) => format!("not-leader {}", l.unwrap_or(0)),
@@ -235,8 +242,7 @@ impl Replica {
                 }
             }));
         }
-        let stopped = Arc::new(Mutex::new(None));
-        let mut run = Run {
+        let run = Run {
             node,
             store,
             apply,
@@ -257,23 +263,36 @@ impl Replica {
             dir: cfg.dir.clone(),
             book,
         };
+        driver.install(run);
         let tick = cfg.tick;
-        let why = Arc::clone(&stopped);
-        let thread = std::thread::Builder::new()
-            .name(format!("solofs-raft-{}", cfg.id))
+        let d = Arc::downgrade(&driver);
+        let ticker = std::thread::Builder::new()
+            .name(format!("solofs-tick-{}", cfg.id))
             .spawn(move || {
-                run.run(rx, tick);
-                *why.lock() = Some(run.failed.take().unwrap_or_else(|| "stopped".into()));
+                let mut next = Instant::now() + tick;
+                loop {
+                    std::thread::sleep(next.saturating_duration_since(Instant::now()));
+                    next += tick;
+                    if next < Instant::now() {
+                        next = Instant::now() + tick;
+                    }
+                    let Some(d) = d.upgrade() else { return };
+                    if !d.running() {
+                        return;
+                    }
+                    if !d.tick_queued.swap(true, Ordering::AcqRel) {
+                        d.deliver(Input::Tick);
+                    }
+                }
             })
-            .map_err(|e| Error::Io("start the Raft thread".into(), e))?;
+            .map_err(|e| Error::Io("start the Raft ticker".into(), e))?;
         Ok(Replica {
-            inbox: tx,
+            driver,
             status,
-            stopped,
             lease,
             epoch,
             links,
-            thread: Some(thread),
+            ticker: Some(ticker),
         })
     }
 
@@ -290,22 +309,20 @@ impl Replica {
     /// they are submitted, and several may be in flight at once.
     pub fn submit(&self, data: Vec<u8>) -> Result<Proposal> {
         let (tx, rx) = channel();
-        self.inbox
-            .send(Input::Propose(data, tx))
-            .map_err(|_| Error::Stopped)?;
-        Ok(Proposal(rx))
+        self.driver.enqueue(Input::Propose(data, tx));
+        Ok(Proposal(rx, Arc::clone(&self.driver)))
     }
 
     /// Changes the replica set's membership (this member must lead);
     /// what the configuration is after it.
     pub fn change(&self, c: Change) -> Result<String> {
-        members::change(&self.inbox, &self.status, c)
+        members::change(&self.driver, &self.status, c)
     }
 
     /// Why the member stopped taking part (it was removed from the replica
     /// set, or its log could not be written), once it has.
     pub fn stopped(&self) -> Option<String> {
-        self.stopped.lock().clone()
+        self.driver.stopped.lock().clone()
     }
 
     /// The member's state now.
@@ -327,8 +344,13 @@ impl Replica {
     }
 
     fn halt(&mut self) {
-        let _ = self.inbox.send(Input::Stop);
-        if let Some(t) = self.thread.take() {
+        self.driver.deliver(Input::Stop);
+        // A thread that holds the node (fetching a state, say) handles
+        // the stop when it is done: the log is closed only then.
+        while self.driver.running() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if let Some(t) = self.ticker.take() {
             let _ = t.join();
         }
         self.links.stop();
@@ -374,69 +396,46 @@ pub(crate) struct Run {
 }
 
 impl Run {
-    fn run(&mut self, rx: Receiver<Input>, tick: Duration) {
-        let mut next_tick = Instant::now() + tick;
-        loop {
-            let wait = next_tick.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(wait) {
-                Ok(Input::Stop) | Err(RecvTimeoutError::Disconnected) => break,
-                Ok(i) => {
-                    if self.input(i) {
-                        break;
-                    }
-                    // Take everything already queued before the Ready.
-                    while let Ok(i) = rx.try_recv() {
-                        if matches!(i, Input::Stop) || self.input(i) {
-                            self.fail_pending();
-                            return;
-                        }
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-            }
-            if Instant::now() >= next_tick {
-                self.node.tick();
-                next_tick += tick;
-                if next_tick < Instant::now() {
-                    next_tick = Instant::now() + tick;
-                }
-            }
-            if let Err(e) = self.ready() {
+    /// What follows a batch of inputs: the `Ready`, the log's compaction
+    /// (once a second), the fast rule's sync, the status and the lease.
+    pub(crate) fn after_inputs(&mut self) {
+        if let Err(e) = self.ready() {
+            self.failed = Some(e.to_string());
+        }
+        if self.compacted_at.elapsed() >= Duration::from_secs(1) {
+            self.compacted_at = Instant::now();
+            // What the server made durable need not stay in the log.
+            let upto = self.apply.applied().saturating_sub(self.keep);
+            if let Err(e) = self.store.compact(upto) {
                 self.failed = Some(e.to_string());
             }
-            if self.compacted_at.elapsed() >= Duration::from_secs(1) {
-                self.compacted_at = Instant::now();
-                // What the server made durable need not stay in the log.
-                let upto = self.apply.applied().saturating_sub(self.keep);
-                if let Err(e) = self.store.compact(upto) {
-                    self.failed = Some(e.to_string());
-                }
-            }
-            if self.commit == Commit::Fast && self.last_sync.elapsed() >= FAST_SYNC {
-                if let Err(e) = self.store.sync() {
-                    self.failed = Some(e.to_string());
-                }
-                self.last_sync = Instant::now();
-            }
-            self.publish();
-            if let Some(why) = &self.failed {
-                // A member whose log cannot be written takes no further
-                // part: it must not vote or acknowledge.
-                eprintln!(
-                    "solofs: replica set member {} stops taking part: {why}",
-                    self.node.raft.id
-                );
-                break;
-            }
         }
+        if self.commit == Commit::Fast && self.last_sync.elapsed() >= FAST_SYNC {
+            if let Err(e) = self.store.sync() {
+                self.failed = Some(e.to_string());
+            }
+            self.last_sync = Instant::now();
+        }
+        self.publish();
+    }
+
+    /// The node stops: proposals it will not settle fail, the log is
+    /// made durable, the lease ends.
+    pub(crate) fn finish(&mut self) {
         self.fail_pending();
         let _ = self.store.sync();
+        self.lease.store(0, Ordering::Release);
+        let mut s = self.status.lock();
+        s.current = false;
     }
 
     /// Handles one input; true to stop.
-    fn input(&mut self, i: Input) -> bool {
+    pub(crate) fn input(&mut self, i: Input) -> bool {
         match i {
             Input::Stop => return true,
+            Input::Tick => {
+                self.node.tick();
+            }
             Input::Link(Incoming::Message(m)) => {
                 let m = *m;
                 if self.node.raft.state == StateRole::Leader

@@ -238,7 +238,9 @@ impl Committer {
         let mut w = self.want.lock();
         if *w < lsn {
             *w = lsn;
-            self.asked.notify_one();
+            // A replica set's leader has several commit threads; one that
+            // is idle takes it (the others wait for their entries).
+            self.asked.notify_all();
         }
     }
 

@@ -395,13 +395,23 @@ impl Server {
             );
         }
         if self.shared.engine.durability() == solofs_meta::Durability::Sync {
-            let shared = self.shared.clone();
             let wakers: Vec<_> = slots.iter().map(|s| s.waker.clone()).collect();
-            threads.push(
-                std::thread::Builder::new()
-                    .name("solofs-commit".into())
-                    .spawn(move || shared.committer.run(&shared, &wakers))?,
-            );
+            // A replica set's leader keeps several commits in flight (each
+            // waits for its log entry to be committed by the others): one
+            // thread each.
+            let committers = if self.shared.engine.is_replica() {
+                4
+            } else {
+                1
+            };
+            for _ in 0..committers {
+                let (shared, wakers) = (self.shared.clone(), wakers.clone());
+                threads.push(
+                    std::thread::Builder::new()
+                        .name("solofs-commit".into())
+                        .spawn(move || shared.committer.run(&shared, &wakers))?,
+                );
+            }
             let shared = self.shared.clone();
             threads.push(
                 std::thread::Builder::new()
