@@ -301,11 +301,30 @@ fn fsck(args: Vec<std::ffi::OsString>) -> Result<()> {
             _ => return Err(a.unexpected().into()),
         }
     }
-    let path = path.context("fsck needs a pool file path")?;
+    let mut path = path.context("fsck needs a pool file path")?;
+    let mut copy = None;
     let e = match (path.file_name(), path.parent()) {
+        (Some(n), Some(d)) if n == "meta.pool" && member::is_member(d) => {
+            // A replica set's member: its state is its image, not the
+            // pool it last led with (docs/replication.md).
+            if repair {
+                bail!("{} is a replica set member's: its image is the replica set's journal applied, not to be repaired in place; replace the member (`solofs replicas remove`, then `add` a new one)", d.display());
+            }
+            let (img, c, at) = member::image_copy(d)?;
+            say!(
+                "{} is a replica set member: checking its image {} as of entry {at} (stop the member first, or the copy may be torn)",
+                d.display(),
+                img.display()
+            );
+            let e = Engine::open_copy(&c).with_context(|| format!("opening {}", c.display()))?;
+            path = img;
+            copy = Some(c);
+            e
+        }
         (Some(n), Some(d)) if n == "meta.pool" => serve::open_volume(d, "fsck")?,
         _ => Engine::open(&path).with_context(|| format!("opening {}", path.display()))?,
     };
+    let _remove = copy.map(RemoveOnDrop);
     let mut r = e.fsck(repair)?;
     if repair {
         let sized = repair_sizes(&e, &r.problems)?;
@@ -331,8 +350,13 @@ fn fsck(args: Vec<std::ffi::OsString>) -> Result<()> {
     );
     if !r.pending_repair.is_empty() {
         say!(
-            "  {} directories modified before a crash wait for lazy repair on first use (fsck --repair does them now)",
-            r.pending_repair.len()
+            "  {} directories modified before a crash wait for lazy repair on first use ({})",
+            r.pending_repair.len(),
+            if _remove.is_some() {
+                "a member that leads repairs them"
+            } else {
+                "fsck --repair does them now"
+            }
         );
     }
     if let Some((stored, found)) = r.data_count {
@@ -345,8 +369,18 @@ fn fsck(args: Vec<std::ffi::OsString>) -> Result<()> {
     }
     let (orphans, missing) = check_blocks(&e, repair)?;
     e.close()?;
+    drop(_remove);
     if !r.is_clean() || (orphans > 0 && !repair) || missing > 0 {
         std::process::exit(2);
     }
     Ok(())
+}
+
+/// Removes a scratch file when dropped.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }

@@ -201,6 +201,26 @@ impl Image {
     }
 }
 
+/// Is the volume in `data` a replica set's member (it keeps an image)?
+pub fn is_member(data: &Path) -> bool {
+    crate::serve::pool_path(data)
+        .with_extension("pool.applied")
+        .exists()
+}
+
+/// A copy of member `data`'s image to check (`solofs fsck`): the image's
+/// path, the copy's, and the entry the image was last made durable at.
+pub fn image_copy(data: &Path) -> Result<(PathBuf, PathBuf, u64)> {
+    let pool = crate::serve::pool_path(data);
+    let state = pool.with_extension("pool.applied");
+    let (index, _) = read_state(&std::fs::read(&state)?)
+        .with_context(|| format!("{} is damaged", state.display()))?;
+    let img = checkpoint::image_path(&pool);
+    let copy = pool.with_extension("pool.fsck-copy");
+    std::fs::copy(&img, &copy).with_context(|| format!("copying {}", img.display()))?;
+    Ok((img, copy, index))
+}
+
 /// First word of a member's state as sent to another (a snapshot).
 const SNAP_MAGIC: u64 = 0x3150_414e_5346_4c4f; // "OLFSNAP1"
 

@@ -291,6 +291,14 @@ fn a_member_joins_from_an_empty_directory_and_the_leader_leaves() {
     std::thread::sleep(Duration::from_millis(1500));
     set.stop_all();
     check_agree(&set, &left);
+    // A member's image is not repaired in place.
+    let out = std::process::Command::new(common::BIN)
+        .args(["fsck", "--repair", "--data"])
+        .arg(set.data(3))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("replace the member"));
 }
 
 /// Creates f{i} with its bytes, `fsync`s it, renames it to g{i} and

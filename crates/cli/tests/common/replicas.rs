@@ -405,6 +405,16 @@ pub fn check_agree(set: &Set, which: &[usize]) {
             report.pending_repair
         );
         drop(e);
+        // `solofs fsck` of the member checks its image too.
+        let out = Command::new(BIN)
+            .args(["fsck", "--data"])
+            .arg(set.data(i))
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "fsck of member {}: {out:?}", i + 1);
+        assert!(said.contains("is a replica set member"), "{said}");
+        assert!(said.contains("; 0 problems"), "{said}");
         match &seen {
             Some(s) => assert_eq!(&n, s, "member {} differs", i + 1),
             None => seen = Some(n),
