@@ -271,6 +271,16 @@ impl Wal {
     /// frame, or a new one, and never across a segment's end (the frame
     /// before is then closed and the segment's rest padded).
     fn room(log: &mut Log, size: u64) {
+        if log.head % SEGMENT == 0 {
+            // The open frame filled its segment to the last byte: it ends
+            // there (a frame never crosses a segment's end; one that did
+            // would end the journal at its start when it is read).
+            if let Some(at) = log.open.take() {
+                let lsn = log.start + at as u64;
+                seal(&mut log.buf, at, lsn);
+                log.last = None;
+            }
+        }
         let rest = SEGMENT - log.head % SEGMENT;
         let need = if log.open.is_some() {
             size
