@@ -91,6 +91,9 @@ struct Image {
     synced_at: Instant,
     /// (index, position) as of the last `fdatasync`.
     durable: (u64, u64),
+    /// `durable.0`, for readers that must not wait for the image lock
+    /// (it is held while the image streams to another member).
+    durable_index: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// How often the image is made durable (then fewer entries of the log
@@ -151,6 +154,7 @@ impl Image {
             dirty: 0,
             synced_at: Instant::now(),
             durable: (index, pos),
+            durable_index: Arc::new(std::sync::atomic::AtomicU64::new(index)),
         })
     }
 
@@ -194,6 +198,8 @@ impl Image {
                 .with_context(|| format!("fdatasync {}", self.aux_path.display()))?;
             write_state(&self.state, self.index, self.pos)?;
             self.durable = (self.index, self.pos);
+            self.durable_index
+                .store(self.index, std::sync::atomic::Ordering::Release);
             self.dirty = 0;
         }
         self.synced_at = Instant::now();
@@ -273,6 +279,8 @@ impl Image {
         self.aux = open(&self.aux_path)?;
         write_state(&self.state, index, pos)?;
         (self.index, self.pos, self.durable, self.dirty) = (index, pos, (index, pos), 0);
+        self.durable_index
+            .store(index, std::sync::atomic::Ordering::Release);
         Ok(index)
     }
 }
@@ -392,11 +400,17 @@ impl Feed {
 
 /// The member's [`Apply`]: committed entries go to the image (through
 /// the feed).
-struct ToImage(Arc<Mutex<Image>>, Arc<Feed>);
+struct ToImage(
+    Arc<Mutex<Image>>,
+    Arc<Feed>,
+    Arc<std::sync::atomic::AtomicU64>,
+);
 
 impl Apply for ToImage {
     fn applied(&self) -> u64 {
-        self.0.lock().map(|i| i.durable.0).unwrap_or(0)
+        // Not through the image's lock: another member may be copying the
+        // image under it for seconds, and the node asks this once a second.
+        self.2.load(std::sync::atomic::Ordering::Acquire)
     }
     fn apply(&mut self, index: u64, data: &[u8]) -> solofs_replica::Result<()> {
         let mut q = self
@@ -466,7 +480,9 @@ pub fn run(
     stop: &crate::serve::Stop,
 ) -> Result<()> {
     let pool = crate::serve::pool_path(data);
-    let image = Arc::new(Mutex::new(Image::open(&pool, m.join)?));
+    let image = Image::open(&pool, m.join)?;
+    let durable_index = image.durable_index.clone();
+    let image = Arc::new(Mutex::new(image));
     let feed = Arc::new(Feed::default());
     if let Ok(mut q) = feed.q.lock() {
         q.applied = image.lock().map(|i| i.index).unwrap_or(0);
@@ -500,7 +516,7 @@ pub fn run(
         Replica::start(
             rc,
             listener,
-            Box::new(ToImage(image.clone(), feed.clone())),
+            Box::new(ToImage(image.clone(), feed.clone(), durable_index)),
             Arc::new(FromImage(image.clone())),
         )
         .context("starting the replica set member")?,

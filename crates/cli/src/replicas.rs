@@ -98,6 +98,9 @@ fn change_members(
     Ok(())
 }
 
+/// How long a learner may make no progress before `replicas add` gives up.
+const STUCK: Duration = Duration::from_secs(120);
+
 /// Sends `c` to the leader, following "not the leader" answers for up to a
 /// minute and waiting while a learner catches up (printing its lag).
 fn ask_leader(
@@ -112,6 +115,8 @@ fn ask_leader(
     let mut since = Instant::now();
     let mut said = Instant::now() - Duration::from_secs(10);
     let mut last = String::new();
+    // The learner's lag: the least seen, and when it last shrank.
+    let (mut least, mut moved) = (u64::MAX, Instant::now());
     loop {
         if since.elapsed() > Duration::from_secs(60) {
             bail!(
@@ -126,9 +131,18 @@ fn ask_leader(
             "ok" => return Ok(rest.to_string()),
             "error" => bail!("{}: member {to} says: {rest}", c.to_text()),
             "behind" => {
-                // A learner catching up: not a failure, however long.
+                // A learner catching up: not a failure, however long, as
+                // long as it moves (it copies the leader's state first).
+                let lag: u64 = rest.parse().unwrap_or(u64::MAX);
+                if lag < least {
+                    least = lag;
+                    moved = Instant::now();
+                }
+                if moved.elapsed() > STUCK {
+                    bail!("{}: the new member has been {lag} entries behind for {} s: is it running (`solofs serve --join`), and can the members reach its address?", c.to_text(), STUCK.as_secs());
+                }
                 since = Instant::now();
-                if said.elapsed() >= Duration::from_secs(1) {
+                if said.elapsed() >= Duration::from_secs(5) {
                     println!("waiting for the new member to catch up: {rest} entries behind");
                     said = Instant::now();
                 }
