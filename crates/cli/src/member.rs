@@ -530,9 +530,15 @@ pub fn run(
     use std::io::Write;
     std::io::stdout().flush()?;
     let mut follower_page: Option<FollowerMetrics> = None;
+    let mut failed = None;
     while !stop.requested() {
         if let Some(why) = replica.stopped() {
             println!("member {}: {why}; stopping", m.id);
+            if !why.contains("removed from the replica set") {
+                // A failure (its log could not be written): the exit
+                // status says so, for whatever restarts it.
+                failed = Some(why);
+            }
             break;
         }
         let st = replica.status();
@@ -578,7 +584,8 @@ pub fn run(
             Ok(e) => Arc::new(e),
             Err(e) => {
                 eprintln!("solofs: member {}: cannot open the pool to lead: {e}", m.id);
-                std::thread::sleep(Duration::from_millis(100));
+                replica.step_down();
+                std::thread::sleep(Duration::from_millis(500));
                 continue;
             }
         };
@@ -599,7 +606,15 @@ pub fn run(
         match crate::serve::serve_engine(engine, c, stop, Some(lost)) {
             Ok(()) if stop.requested() => break,
             Ok(()) => println!("member {} no longer leads; following", m.id),
-            Err(e) => eprintln!("solofs: member {} stopped leading: {e:#}", m.id),
+            Err(e) => {
+                eprintln!("solofs: member {} stopped leading: {e:#}", m.id);
+                if t.elapsed() < Duration::from_secs(2) {
+                    // It could not start serving (a full disk, say) and
+                    // may not next time: another member leads meanwhile.
+                    replica.step_down();
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+            }
         }
     }
     if let Some(p) = follower_page.take() {
@@ -614,7 +629,10 @@ pub fn run(
         let _ = img.sync();
     }
     println!("stopped");
-    Ok(())
+    match failed {
+        Some(why) => bail!("member {} stopped taking part: {why}", m.id),
+        None => Ok(()),
+    }
 }
 
 /// A follower's metrics page (`--metrics ADDR` while it does not lead):

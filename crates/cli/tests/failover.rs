@@ -467,3 +467,82 @@ fn random_kills_partitions_and_restarts() {
     set.stop_all();
     check_members_agree(&set);
 }
+
+/// Bytes used on the file system holding `p`.
+fn used_bytes(p: &std::path::Path) -> u64 {
+    let out = std::process::Command::new("df")
+        .args(["-B1", "--output=used"])
+        .arg(p)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .nth(1)
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap()
+}
+
+/// A follower whose disk fills (its data directory on a tmpfs with 4 MiB
+/// to spare) stops taking part when its log or image cannot grow: its
+/// `serve` ends and says why, the two others go on committing, the
+/// writers see no error. Given space again and started, it catches up;
+/// the three images agree.
+#[test]
+fn a_member_whose_disk_fills_stops_and_the_others_go_on() {
+    let Some(fs) = common::SmallFs::mount("member-disk", "256m") else {
+        return;
+    };
+    let set = Set::new("diskfull", "sync");
+    let d = set.data(2);
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", d.display()))
+        .arg(&fs.path)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::fs::remove_dir_all(&d).unwrap();
+    std::os::unix::fs::symlink(&fs.path, &d).unwrap();
+    let size = used_bytes(&fs.path) + (4 << 20);
+    let remount = |size: u64| {
+        let st = std::process::Command::new("mount")
+            .args(["-o", &format!("remount,size={size}"), "tmpfs"])
+            .arg(&fs.path)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    remount(size);
+    let (mut set, stop, writers, dirs) = writing(set);
+    let t = Instant::now();
+    let why = loop {
+        if let Some(st) = set.exited(2) {
+            break st;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "member 3 still runs on a full disk"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!(
+        "member 3 stopped after {:?} on a full disk ({why})",
+        t.elapsed()
+    );
+    assert!(!why.success(), "a member that failed exits with success");
+    // The two others commit on: the writers go on without error.
+    std::thread::sleep(Duration::from_millis(1500));
+    let st = set.status();
+    assert_eq!(st.matches(": leader, term").count(), 1, "{st}");
+    // Space again: it comes back and catches up.
+    remount(256 << 20);
+    set.start(2);
+    std::thread::sleep(Duration::from_millis(2000));
+    let (steps, _) = finish(&set, &stop, writers, &dirs);
+    eprintln!("disk full: {steps} steps");
+    std::thread::sleep(Duration::from_millis(1500));
+    set.stop_all();
+    check_members_agree(&set);
+    drop(set);
+    drop(fs);
+}

@@ -141,7 +141,7 @@ fn refuse(i: Input) {
         Input::Propose(_, answer) | Input::Change(_, answer) => {
             let _ = answer.send(Err(Error::Stopped));
         }
-        Input::Link(_) | Input::Tick | Input::Stop => {}
+        Input::Link(_) | Input::Tick | Input::StepDown | Input::Stop => {}
     }
 }
 

@@ -156,6 +156,23 @@ pub(crate) fn change(driver: &Driver, status: &Mutex<Status>, c: Change) -> Resu
 }
 
 impl Run {
+    /// Hands the office to the voter furthest along (a leader that leaves
+    /// or cannot serve); which.
+    pub(crate) fn hand_over(&mut self) -> Option<u64> {
+        let me = self.node.raft.id;
+        let conf = self.node.raft.prs().conf().to_conf_state();
+        let next = conf
+            .voters
+            .iter()
+            .filter(|&&v| v != me)
+            .max_by_key(|&&v| self.node.raft.prs().get(v).map(|p| p.matched))
+            .copied();
+        if let Some(n) = next {
+            self.node.transfer_leader(n);
+        }
+        next
+    }
+
     /// Applies the configuration change in entry `e`.
     pub(crate) fn conf_change<C>(&mut self, e: &Entry) -> Result<()>
     where
@@ -240,18 +257,9 @@ impl Run {
                     return Err(Error::Config(format!("member {id} is the last voter")));
                 }
                 if id == self.node.raft.id {
-                    // Hand the office to the voter furthest along first;
-                    // the request is made again to it.
-                    let next = conf
-                        .voters
-                        .iter()
-                        .filter(|&&v| v != id)
-                        .max_by_key(|&&v| self.node.raft.prs().get(v).map(|p| p.matched))
-                        .copied();
-                    if let Some(n) = next {
-                        self.node.transfer_leader(n);
-                    }
-                    return Err(Error::NotLeader(next));
+                    // Hand the office over first; the request is made
+                    // again to the next leader.
+                    return Err(Error::NotLeader(self.hand_over()));
                 }
                 (T::RemoveNode, id, None)
             }

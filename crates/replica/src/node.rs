@@ -116,6 +116,8 @@ pub(crate) enum Input {
     Link(Incoming),
     /// One Raft tick.
     Tick,
+    /// A leader that cannot serve hands its office over.
+    StepDown,
     Propose(Vec<u8>, Sender<Result<u64>>),
     Change(Change, Sender<Result<u64>>),
     Stop,
@@ -319,6 +321,12 @@ impl Replica {
         members::change(&self.driver, &self.status, c)
     }
 
+    /// Hands the office to another member, if this one leads (its server
+    /// could not start: another member may).
+    pub fn step_down(&self) {
+        self.driver.deliver(Input::StepDown);
+    }
+
     /// Why the member stopped taking part (it was removed from the replica
     /// set, or its log could not be written), once it has.
     pub fn stopped(&self) -> Option<String> {
@@ -435,6 +443,11 @@ impl Run {
             Input::Stop => return true,
             Input::Tick => {
                 self.node.tick();
+            }
+            Input::StepDown => {
+                if self.node.raft.state == StateRole::Leader {
+                    self.hand_over();
+                }
             }
             Input::Link(Incoming::Message(m)) => {
                 let m = *m;

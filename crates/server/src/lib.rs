@@ -288,6 +288,13 @@ impl Server {
                 }
                 Some(r)
             }
+            Err(e) if engine.is_replica() => {
+                // A replica set's leader without the record would apply a
+                // retried change twice: it does not lead (another may).
+                return Err(io::Error::other(format!(
+                    "no reply record, so no exactly-once retries: {e}"
+                )));
+            }
             Err(e) => {
                 eprintln!("solofs: no reply record, retried changes may apply twice: {e}");
                 None

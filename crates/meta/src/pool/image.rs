@@ -118,9 +118,9 @@ impl ImageFile {
             }
             Rec::Grow(len) => {
                 if len > self.len as u64 {
-                    self.file
-                        .set_len(len)
-                        .map_err(|e| io("grow", &self.path, e))?;
+                    // Space reserved now: a full disk is an error here,
+                    // not a SIGBUS when a mapped page is first written.
+                    super::file::reserve_file_space(&self.file, self.len as u64, len)?;
                     self.remap()?;
                 }
             }
