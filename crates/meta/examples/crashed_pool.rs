@@ -2,6 +2,12 @@
 //! N files in directories of 100 000 (`d0`, `d1`, …), then drops the engine
 //! without closing it, as a crash would leave it. Used to measure restart
 //! time: `solofs crash-test --restart-time DIR`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout
+)]
 use solofs_meta::*;
 fn main() {
     let mut a = std::env::args().skip(1);

@@ -1,4 +1,10 @@
 //! Prints where pool space goes for N files in one directory.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout
+)]
 use solofs_meta::*;
 fn main() {
     let n: u64 = std::env::args()

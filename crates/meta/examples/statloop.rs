@@ -1,5 +1,11 @@
 //! Profiling helper: create N files, then stat them in random order
 //! (`CREATE_ONLY=1`: stop after the creates; `ROUNDS=R`: R stat passes).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout
+)]
 use solofs_meta::*;
 fn name(i: u64) -> [u8; 16] {
     let mut n = [b'0'; 16];

@@ -1,6 +1,7 @@
 //! Pool files that are not what they should be are refused with a clear
 //! error, never a crash: corrupt, truncated, another format version, or in
 //! use by another opener.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

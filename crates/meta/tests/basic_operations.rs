@@ -1,4 +1,5 @@
 //! Every operation once, with its main error cases, on a real pool file.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

@@ -3,6 +3,7 @@
 //! the name's lock stripe); these tests check that it never answers with
 //! anything a locked lookup could not have answered: the file the name had
 //! at some instant, or "no such file" only when the name really had none.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

@@ -3,6 +3,7 @@
 //! model of POSIX semantics; every result is compared, and the whole tree is
 //! compared after the pool is closed (or dropped as a crash would leave it)
 //! and reopened at random points.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

@@ -6,6 +6,7 @@
 //! next: read back, the journal ended at that frame — for a replica set,
 //! every member stopped; for a single `sync` server, a replay after a power
 //! cut would have stopped there.)
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 

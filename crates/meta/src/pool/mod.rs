@@ -10,7 +10,7 @@
 //!
 //! Persistence model (docs/design.md §3.1): a store to a `MAP_SHARED` page is in the
 //! page cache once it executes, so a killed process leaves every store it made,
-//! in program order. [`Pool::persist`] names each ordering point; its strength
+//! in program order. `Pool::persist` names each ordering point; its strength
 //! depends on the [`Durability`] mode.
 #![allow(unsafe_code)] // the one room where unsafe lives (CONVENTIONS)
 

@@ -54,7 +54,7 @@ const K_GROW: u64 = 3;
 /// Bytes of the server's reply record (a replica set's leader only).
 const K_AUX: u64 = 4;
 
-/// One decoded record, as [`scan`] hands it on.
+/// One decoded record, as `scan` and [`scan_bytes`] hand it on.
 pub enum Rec<'a> {
     /// These bytes at this offset.
     Bytes(u64, &'a [u8]),
