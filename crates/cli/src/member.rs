@@ -89,10 +89,9 @@ struct Image {
     /// Entries applied since the image was last made durable.
     dirty: u64,
     synced_at: Instant,
-    /// (index, position) as of the last `fdatasync`.
-    durable: (u64, u64),
-    /// `durable.0`, for readers that must not wait for the image lock
-    /// (it is held while the image streams to another member).
+    /// The entry the image was last made durable at, for readers that
+    /// must not wait for the image lock (it is held while the image
+    /// streams to another member).
     durable_index: Arc<std::sync::atomic::AtomicU64>,
 }
 
@@ -153,7 +152,6 @@ impl Image {
             pos,
             dirty: 0,
             synced_at: Instant::now(),
-            durable: (index, pos),
             durable_index: Arc::new(std::sync::atomic::AtomicU64::new(index)),
         })
     }
@@ -197,7 +195,6 @@ impl Image {
                 .sync_data()
                 .with_context(|| format!("fdatasync {}", self.aux_path.display()))?;
             write_state(&self.state, self.index, self.pos)?;
-            self.durable = (self.index, self.pos);
             self.durable_index
                 .store(self.index, std::sync::atomic::Ordering::Release);
             self.dirty = 0;
@@ -278,7 +275,7 @@ impl Image {
         self.img = ImageFile::open(&self.path)?;
         self.aux = open(&self.aux_path)?;
         write_state(&self.state, index, pos)?;
-        (self.index, self.pos, self.durable, self.dirty) = (index, pos, (index, pos), 0);
+        (self.index, self.pos, self.dirty) = (index, pos, 0);
         self.durable_index
             .store(index, std::sync::atomic::Ordering::Release);
         Ok(index)

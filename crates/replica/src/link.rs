@@ -185,15 +185,8 @@ impl Links {
             .get(&id)
             .copied()
             .ok_or_else(|| std::io::Error::other(format!("member {id} is unknown")))?;
-        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+        let mut s = dial_as(addr, FETCH, id, &self.secret, Duration::from_secs(2))?;
         s.set_read_timeout(Some(Duration::from_secs(30)))?;
-        let mut nonce = [0u8; NONCE_LEN];
-        s.read_exact(&mut nonce)?;
-        let mut hello = Vec::with_capacity(48);
-        hello.extend_from_slice(&FETCH.to_le_bytes());
-        hello.extend_from_slice(&id.to_le_bytes());
-        hello.extend_from_slice(&mac(&self.secret, &nonce, FETCH, id));
-        s.write_all(&hello)?;
         let book = read_text(&mut s)?
             .lines()
             .filter_map(|l| crate::members::parse_context(l.as_bytes()))
@@ -445,17 +438,10 @@ impl Links {
     }
 
     fn connect(&self, id: u64, addr: SocketAddr) -> std::io::Result<TcpStream> {
-        let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
+        let s = dial_as(addr, self.me, id, &self.secret, Duration::from_millis(500))?;
         s.set_nodelay(true)?;
         s.set_read_timeout(Some(Duration::from_secs(2)))?;
         s.set_write_timeout(Some(Duration::from_secs(2)))?;
-        let mut nonce = [0u8; NONCE_LEN];
-        s.read_exact(&mut nonce)?;
-        let mut hello = Vec::with_capacity(48);
-        hello.extend_from_slice(&self.me.to_le_bytes());
-        hello.extend_from_slice(&id.to_le_bytes());
-        hello.extend_from_slice(&mac(&self.secret, &nonce, self.me, id));
-        s.write_all(&hello)?;
         Ok(s)
     }
 }
@@ -463,7 +449,7 @@ impl Links {
 /// Asks member `id` at `addr` for its status (what `solofs replicas
 /// status` prints), authenticating with the volume secret.
 pub fn query_status(addr: SocketAddr, id: u64, secret: &[u8]) -> std::io::Result<String> {
-    let mut s = dial_as(addr, 0, id, secret)?;
+    let mut s = dial_as(addr, 0, id, secret, Duration::from_secs(2))?;
     read_text(&mut s)
         .map_err(|_| std::io::Error::other("no answer: wrong volume secret or member id?"))
 }
@@ -477,7 +463,7 @@ pub fn admin_request(
     secret: &[u8],
     req: &str,
 ) -> std::io::Result<String> {
-    let mut s = dial_as(addr, ADMIN, id, secret)?;
+    let mut s = dial_as(addr, ADMIN, id, secret, Duration::from_secs(2))?;
     // A change waits for its entry to commit (and a snapshot may be on
     // its way to a new member meanwhile).
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
@@ -486,9 +472,16 @@ pub fn admin_request(
         .map_err(|_| std::io::Error::other("no answer: wrong volume secret or member id?"))
 }
 
-/// Connects to member `id` at `addr` and says it is `from`.
-fn dial_as(addr: SocketAddr, from: u64, id: u64, secret: &[u8]) -> std::io::Result<TcpStream> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+/// Connects to member `id` at `addr` (waiting up to `connect`) and says
+/// it is `from`, answering the member's challenge with the secret.
+fn dial_as(
+    addr: SocketAddr,
+    from: u64,
+    id: u64,
+    secret: &[u8],
+    connect: Duration,
+) -> std::io::Result<TcpStream> {
+    let mut s = TcpStream::connect_timeout(&addr, connect)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut nonce = [0u8; NONCE_LEN];
     s.read_exact(&mut nonce)?;
