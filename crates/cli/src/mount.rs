@@ -46,17 +46,17 @@ fn mount_flag(a: &Arg, p: &mut lexopt::Parser, o: &mut MountOptions) -> Result<b
         Ok(Duration::from_secs_f64(v))
     };
     match a.as_str() {
-        "attr-timeout" => o.attr_timeout = secs(p)?,
-        "entry-timeout" => o.entry_timeout = secs(p)?,
-        "negative-timeout" => o.negative_timeout = secs(p)?,
+        "attr-timeout" => o.vfs.attr_timeout = secs(p)?,
+        "entry-timeout" => o.vfs.entry_timeout = secs(p)?,
+        "negative-timeout" => o.vfs.negative_timeout = secs(p)?,
         "threads" => o.threads = p.value()?.parse()?,
-        "read-ahead" => o.read_ahead = p.value()?.parse()?,
+        "read-ahead" => o.vfs.read_ahead = p.value()?.parse()?,
         "allow-other" => o.allow_other = true,
         "no-io-uring" => o.io_uring = false,
-        "sync-unlink" => o.early_unlink = false,
-        "cache-dir" => o.cache_dir = Some(p.value()?.into()),
-        "cache-size" => o.cache_size = Some(parse_size(&p.value()?.string()?)?),
-        "small-cache" => o.small_cache = parse_size(&p.value()?.string()?)?,
+        "sync-unlink" => o.vfs.early_unlink = false,
+        "cache-dir" => o.vfs.cache_dir = Some(p.value()?.into()),
+        "cache-size" => o.vfs.cache_size = Some(parse_size(&p.value()?.string()?)?),
+        "small-cache" => o.vfs.small_cache = parse_size(&p.value()?.string()?)?,
         _ => return Ok(false),
     }
     Ok(true)

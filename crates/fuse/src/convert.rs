@@ -1,40 +1,13 @@
-//! Conversions between SoloFS values and the kernel's (fuser's): errors,
-//! times, file types, attributes.
+//! Conversions between the Vfs's values and the kernel's (fuser's):
+//! errors, times, file types, attributes, open flags.
 
-use fuser::{Errno, FileAttr, FileType as FType, INodeNo};
-use solofs_client::ClientError;
-use solofs_types::{Attr, FileType};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use fuser::{Errno, FileAttr, FileType as FType, FopenFlags, INodeNo, TimeOrNow};
+use solofs_types::{Attr, FileType, TimeSet};
+use solofs_vfs::{ns_of, time_of, Error, Opened};
 
-pub(crate) fn errno(e: ClientError) -> Errno {
+/// The errno the kernel is answered with.
+pub(crate) fn errno(e: Error) -> Errno {
     Errno::from_i32(e.errno())
-}
-
-pub(crate) fn data_errno(e: solofs_data::Error) -> Errno {
-    eprintln!("solofs: data path: {e}");
-    Errno::from_i32(e.errno())
-}
-
-pub(crate) fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
-}
-
-pub(crate) fn time_of(ns: i64) -> SystemTime {
-    if ns >= 0 {
-        UNIX_EPOCH + Duration::from_nanos(ns as u64)
-    } else {
-        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
-    }
-}
-
-pub(crate) fn ns_of(t: SystemTime) -> i64 {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => d.as_nanos() as i64,
-        Err(e) => -(e.duration().as_nanos() as i64),
-    }
 }
 
 pub(crate) fn kind_of(k: FileType) -> FType {
@@ -69,4 +42,24 @@ pub(crate) fn to_fuse(a: &Attr) -> FileAttr {
         blksize: 128 << 10,
         flags: 0,
     }
+}
+
+pub(crate) fn time_set(t: Option<TimeOrNow>) -> TimeSet {
+    match t {
+        None => TimeSet::Omit,
+        Some(TimeOrNow::Now) => TimeSet::Now,
+        Some(TimeOrNow::SpecificTime(t)) => TimeSet::At(ns_of(t)),
+    }
+}
+
+/// How the kernel should treat an open file.
+pub(crate) fn fopen_flags(o: &Opened) -> FopenFlags {
+    let mut f = FopenFlags::empty();
+    if o.direct_io {
+        f |= FopenFlags::FOPEN_DIRECT_IO;
+    }
+    if o.keep_cache {
+        f |= FopenFlags::FOPEN_KEEP_CACHE;
+    }
+    f
 }

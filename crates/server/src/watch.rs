@@ -450,13 +450,20 @@ fn held(op: &Op, rep: &Reply, add: &mut impl FnMut(u64)) {
     if named {
         op.named_dirs(&mut *add);
     }
-    match &rep.result {
-        Ok(Body::Attr(a)) => add(a.ino),
-        Ok(Body::Created(a, p)) => {
+    let Ok(body) = &rep.result else {
+        return;
+    };
+    // Every kind of answer is named: a new one must say what it lets the
+    // client cache.
+    match body {
+        // (An open of a small file brings its attributes with its bytes:
+        // the client keeps both.)
+        Body::Attr(a) | Body::Inline(a, _) => add(a.ino),
+        Body::Created(a, p) => {
             add(a.ino);
             add(p.ino);
         }
-        Ok(Body::EntriesPlus(list, _)) => {
+        Body::EntriesPlus(list, _) => {
             if let Op::ReaddirPlus {
                 dir: Target::Ino(d),
                 ..
@@ -468,6 +475,15 @@ fn held(op: &Op, rep: &Reply, add: &mut impl FnMut(u64)) {
                 add(a.ino);
             }
         }
-        _ => {}
+        // The client keeps nothing of these under the watch (a data
+        // map's attributes answer `lseek` only).
+        Body::Empty
+        | Body::Bytes(_)
+        | Body::Names(_)
+        | Body::Entries(..)
+        | Body::StatFs(_)
+        | Body::LockHeld { .. }
+        | Body::Queued
+        | Body::Map(..) => {}
     }
 }

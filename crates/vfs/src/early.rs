@@ -22,8 +22,8 @@
 use crate::cache::AttrCache;
 use crate::coherence::Coherence;
 use crate::convert::{errno, now_ns};
-use crate::fs::{Res, SoloFs};
 use crate::smalls::Smalls;
+use crate::{Res, Vfs};
 use parking_lot::Mutex;
 use solofs_client::{at, ClientError, Notice, Removed};
 use solofs_types::{Cred, FileType};
@@ -34,7 +34,7 @@ use std::sync::Arc;
 /// of that directory reports them.
 pub(crate) type Failed = Arc<Mutex<HashMap<u64, i32>>>;
 
-impl SoloFs {
+impl Vfs {
     /// Answers the unlink of `name` in `parent` before the server has, if
     /// it may (see the module's text); `None`: the caller must wait.
     pub(crate) fn unlink_early(&self, cred: &Cred, parent: u64, name: &[u8]) -> Option<Res<()>> {

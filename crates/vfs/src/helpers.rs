@@ -1,5 +1,5 @@
-//! What the request handlers share: building the file system, the
-//! caller's credentials, replies, opening files and handles, truncating.
+//! What the operations share: building the file system, the caller's
+//! credentials, answers, opening files and handles, truncating.
 
 use crate::cache::{AttrCache, NewDirs};
 use crate::coherence::{Coherence, Ttl};
@@ -7,25 +7,20 @@ use crate::convert::*;
 use crate::file::OpenFile;
 use crate::locking::Locking;
 use crate::releases::Releases;
-use crate::{creds::Creds, MountOptions};
-use fuser::{
-    FileHandle, FopenFlags, Generation, INodeNo, ReplyAttr, ReplyCreate, ReplyEmpty, ReplyEntry,
-    Request, TimeOrNow,
-};
+use crate::{creds::Creds, Cached, Ctx, Invalidate, Opened, Options};
 use parking_lot::Mutex;
 use solofs_client::Target;
 use solofs_client::{at, Client, Closed, LockKind, LockReq, ReleaseFlags};
 use solofs_data::BlockStore;
-use solofs_types::{Access, Attr, Cred, SetAttr, TimeSet};
+use solofs_types::{Access, Attr, Cred, SetAttr};
 use std::collections::HashMap;
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::fs::{Res, SoloFs};
+use crate::{Res, Vfs};
 
-/// How the kernel should treat an open file. A write-only handle bypasses
+/// Should the front end bypass its page cache for a handle opened with
+/// `flags` (FUSE's `FOPEN_DIRECT_IO`)? A write-only handle bypasses
 /// the kernel's page cache: the kernel hands the writer's own pages to the
 /// daemon (one copy fewer per byte) instead of first copying them into
 /// cached pages it sends synchronously anyway (this mount has no kernel
@@ -33,14 +28,10 @@ use crate::fs::{Res, SoloFs};
 /// lost; readers' cached pages that such a write covers are dropped by the
 /// kernel (this kernel does so with or without `FUSE_DIRECT_IO_ALLOW_MMAP`,
 /// which `init` asks for; the mount test checks the behaviour).
-pub(crate) fn fopen_flags(flags: i32) -> FopenFlags {
+pub(crate) fn direct_io(flags: i32) -> bool {
     // An appending handle's writes land where the server says, not where
     // the kernel would put them in its page cache (append.rs).
-    if flags & libc::O_ACCMODE == libc::O_WRONLY || flags & libc::O_APPEND != 0 {
-        FopenFlags::FOPEN_DIRECT_IO
-    } else {
-        FopenFlags::empty()
-    }
+    flags & libc::O_ACCMODE == libc::O_WRONLY || flags & libc::O_APPEND != 0
 }
 
 /// The namespaces of extended attributes the server keeps.
@@ -73,9 +64,9 @@ pub(crate) fn foreign_xattr(n: &[u8]) -> bool {
 /// each); past it, it starts over (the next opens then drop pages).
 const PAGE_VERSIONS: usize = 1 << 20;
 
-impl SoloFs {
+impl Vfs {
     /// A file system over a connected client and the volume's block store.
-    pub fn new(client: Client, store: BlockStore, opts: MountOptions) -> SoloFs {
+    pub fn new(client: Client, store: BlockStore, opts: Options) -> Vfs {
         let blocks = crate::read_cache(&client, &store, &opts);
         let attrs: Arc<AttrCache> = Arc::default();
         let new_dirs: Arc<NewDirs> = Arc::default();
@@ -87,7 +78,7 @@ impl SoloFs {
         let coh = Coherence::start(&client, long, attrs.clone(), new_dirs.clone());
         let files: crate::locking::Files = Arc::default();
         let locking = Locking::start(client.clone(), files.clone(), coh.clone(), blocks.clone());
-        SoloFs {
+        Vfs {
             coh,
             locking,
             client: client.clone(),
@@ -136,65 +127,66 @@ impl SoloFs {
         pages.insert(a.ino, v) == Some(v)
     }
 
-    /// The caller's credentials. Every request handler begins with this,
-    /// which also notes where the request began for the caches
-    /// ([`Coherence::begin`]).
-    pub(crate) fn cred(&self, req: &Request) -> Cred {
+    /// The caller of an operation: user `uid`, group `gid`, thread `pid`
+    /// (its supplementary groups are read from /proc). Every operation
+    /// begins with this on the thread that runs it, which also notes
+    /// where it began for the caches (coherence.rs).
+    pub fn ctx(&self, uid: u32, gid: u32, pid: u32) -> Ctx {
         self.coh.begin();
-        self.creds.of(req.uid(), req.gid(), req.pid())
+        Ctx {
+            cred: self.creds.of(uid, gid, pid),
+            pid,
+        }
     }
 
-    /// What keeps the caches true to other mounts' changes (it needs the
-    /// session's notifier once mounted).
-    pub(crate) fn coherence(&self) -> Arc<Coherence> {
-        self.coh.clone()
+    /// Tells the front end's own cache what to drop from now on.
+    pub fn set_invalidator(&self, i: Box<dyn Invalidate>) {
+        self.coh.set_notifier(i);
+    }
+
+    /// The client this Vfs talks to the server with.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The volume's block store.
+    pub fn store(&self) -> &BlockStore {
+        &self.store
     }
 
     pub(crate) fn file(&self, ino: u64) -> Option<Arc<Mutex<OpenFile>>> {
         self.files.lock().get(&ino).cloned()
     }
 
-    /// Answers a lookup of `name` in `parent` that found nothing: the
-    /// kernel caches the miss like a hit (inode 0), and the mount
-    /// remembers that the name held nothing.
-    pub(crate) fn entry_missing(&self, reply: ReplyEntry, (parent, name): (u64, &[u8])) {
-        let none = to_fuse(&Attr {
-            mode: solofs_types::S_IFREG,
-            ..Attr::default()
-        });
-        // The kernel keeps the absence no longer than the negative
-        // timeout (default 0): a name another mount made is then looked up
-        // again here, at the server.
-        self.coh.gated(|t| {
-            let ttl = t.entry.min(self.opts.negative_timeout);
-            self.attrs.name(parent, name, 0, ttl);
-            reply.entry(&ttl, &none, Generation(0))
-        })
+    /// The answer to a lookup of `name` in `parent` that found nothing:
+    /// the front end may cache the miss (the kernel: like a hit, inode 0),
+    /// and this client remembers that the name held nothing.
+    pub(crate) fn entry_missing(&self, (parent, name): (u64, &[u8])) -> Cached<'_, Option<Attr>> {
+        // The absence is kept no longer than the negative timeout
+        // (default 0): a name another mount made is then looked up again
+        // here, at the server.
+        let mut c = self.coh.cached(None);
+        c.ttl.entry = c.ttl.entry.min(self.opts.negative_timeout);
+        c.ttl.attr = c.ttl.entry;
+        self.attrs.name(parent, name, 0, c.ttl.entry);
+        c
     }
 
-    /// Answers a request for the entry `name` in `parent`.
-    pub(crate) fn entry(&self, reply: ReplyEntry, (parent, name): (u64, &[u8]), r: Res<Attr>) {
-        match r {
-            Ok(a) => {
-                let ino = a.ino;
-                let fa = to_fuse(&self.local(a));
-                self.coh.gated(|t| {
-                    self.attrs.name(parent, name, ino, t.entry);
-                    reply.entry_with_ttls(&t.attr, &t.entry, &fa, Generation(0))
-                })
-            }
-            Err(e) => reply.error(e),
-        }
+    /// The answer to a request for the entry `name` in `parent`.
+    pub(crate) fn entry(
+        &self,
+        (parent, name): (u64, &[u8]),
+        r: Res<Attr>,
+    ) -> Res<Cached<'_, Attr>> {
+        let a = self.local(r?);
+        let c = self.coh.cached(a);
+        self.attrs.name(parent, name, c.value.ino, c.ttl.entry);
+        Ok(c)
     }
 
-    pub(crate) fn attr(&self, reply: ReplyAttr, r: Res<Attr>) {
-        match r {
-            Ok(a) => {
-                let fa = to_fuse(&self.local(a));
-                self.coh.gated(|t| reply.attr(&t.attr, &fa))
-            }
-            Err(e) => reply.error(e),
-        }
+    /// The answer to a request for attributes.
+    pub(crate) fn attr(&self, r: Res<Attr>) -> Res<Cached<'_, Attr>> {
+        Ok(self.coh.cached(self.local(r?)))
     }
 
     pub(crate) fn open_file(&self, cred: &Cred, ino: u64, flags: i32) -> Res<(u64, Attr)> {
@@ -276,13 +268,12 @@ impl SoloFs {
     /// background), unless the mount answered the open itself.
     pub(crate) fn close_handle(
         &self,
-        req: &Request,
+        cred: &Cred,
         ino: u64,
         fh: u64,
         lock_owner: Option<u64>,
     ) -> Res<()> {
-        let cred = self.cred(req);
-        self.locking.released(&cred, fh, ino, lock_owner);
+        self.locking.released(cred, fh, ino, lock_owner);
         let h = self.handles.lock().remove(&fh);
         let mode = h.map(|h| h.1);
         let mut r = Ok(());
@@ -291,12 +282,12 @@ impl SoloFs {
             if mode.is_some_and(|m| m.writes()) {
                 g.writers = g.writers.saturating_sub(1);
             }
-            r = self.flush_file(&cred, &mut g);
+            r = self.flush_file(cred, &mut g);
             if r.is_err() && g.handles <= 1 {
                 // The last close and blocks still unstored: they are given
                 // up, and only what was stored is committed.
                 if let Some((size, mtime)) = g.abandon() {
-                    if let Err(e) = self.commit(&cred, &mut g, size, mtime) {
+                    if let Err(e) = self.commit(cred, &mut g, size, mtime) {
                         eprintln!("solofs: commit of ino {} after a lost write: {e:?}", ino);
                     }
                 }
@@ -323,35 +314,26 @@ impl SoloFs {
 
     /// Flush and fsync: stores what this mount buffered for `ino` and
     /// commits its size.
-    pub(crate) fn flush_ino(&self, req: &Request, ino: u64) -> Res<()> {
+    pub(crate) fn flush_ino(&self, cred: &Cred, ino: u64) -> Res<()> {
         match self.file(ino) {
-            Some(f) => self.flush_file(&self.cred(req), &mut f.lock()),
+            Some(f) => self.flush_file(cred, &mut f.lock()),
             None => Ok(()),
         }
     }
 
-    /// Answers a create (or tmpfile) with the new file and its handle.
-    pub(crate) fn reply_created(
-        &self,
-        reply: ReplyCreate,
-        fa: &fuser::FileAttr,
-        fh: u64,
-        flags: i32,
-    ) {
-        self.coh.gated(|t| {
-            reply.created(
-                &t.both(),
-                fa,
-                Generation(0),
-                FileHandle(fh),
-                fopen_flags(flags),
-            )
+    /// The answer to a create (or tmpfile): the new file and its handle.
+    pub(crate) fn created(&self, attr: Attr, fh: u64, flags: i32) -> Cached<'_, Opened> {
+        self.coh.cached(Opened {
+            fh,
+            attr,
+            direct_io: direct_io(flags),
+            keep_cache: false,
         })
     }
 
     /// Is `fh` a handle of this mount opened for writing?
-    pub(crate) fn writes_through(&self, fh: Option<FileHandle>) -> bool {
-        fh.is_some_and(|h| self.handles.lock().get(&h.0).is_some_and(|x| x.1.writes()))
+    pub(crate) fn writes_through(&self, fh: Option<u64>) -> bool {
+        fh.is_some_and(|h| self.handles.lock().get(&h).is_some_and(|x| x.1.writes()))
     }
 
     pub(crate) fn truncate(&self, cred: &Cred, ino: u64, size: u64, sa: SetAttr) -> Res<Attr> {
@@ -379,22 +361,16 @@ impl SoloFs {
     }
 }
 
-impl Drop for SoloFs {
+impl Drop for Vfs {
     fn drop(&mut self) {
         self.client.settle_behind();
         self.coh.stop();
     }
 }
 
-/// A lock request of the kernel's, or `None` for an unknown type.
-pub(crate) fn lock_req(
-    ino: u64,
-    owner: u64,
-    start: u64,
-    end: u64,
-    typ: i32,
-    pid: u32,
-) -> Option<LockReq> {
+/// A lock request (`typ`: `F_RDLCK`, `F_WRLCK` or `F_UNLCK`), or `None`
+/// for an unknown type.
+pub fn lock_req(ino: u64, owner: u64, start: u64, end: u64, typ: i32, pid: u32) -> Option<LockReq> {
     let kind = match typ {
         libc::F_RDLCK => LockKind::Read,
         libc::F_WRLCK => LockKind::Write,
@@ -411,38 +387,21 @@ pub(crate) fn lock_req(
     })
 }
 
-pub(crate) fn reply_empty(reply: ReplyEmpty, r: Res<()>) {
-    match r {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(e),
-    }
-}
-
-pub(crate) fn time_set(t: Option<TimeOrNow>) -> TimeSet {
-    match t {
-        None => TimeSet::Omit,
-        Some(TimeOrNow::Now) => TimeSet::Now,
-        Some(TimeOrNow::SpecificTime(t)) => TimeSet::At(ns_of(t)),
-    }
-}
-
-impl SoloFs {
+impl Vfs {
     /// `open(O_TMPFILE)` in `parent` (`mode` after the umask).
-    pub(crate) fn make_tmpfile(
+    pub fn tmpfile(
         &self,
-        req: &Request,
-        parent: INodeNo,
+        ctx: &Ctx,
+        parent: u64,
         mode: u32,
         flags: i32,
-        reply: ReplyCreate,
-    ) {
-        let cred = self.cred(req);
+    ) -> Res<Cached<'_, Opened>> {
         let acc = Access::from_open_flags(flags);
-        let a = match self.client.tmpfile(&cred, parent.0, mode, acc) {
-            Ok(a) => a,
-            Err(e) => return reply.error(errno(e)),
-        };
-        self.attrs.forget(parent.0);
+        let a = self
+            .client
+            .tmpfile(&ctx.cred, parent, mode, acc)
+            .map_err(errno)?;
+        self.attrs.forget(parent);
         let fh = self.opened(a.ino, acc, &a, None, false);
         if let Some(f) = self.file(a.ino) {
             let mut g = f.lock();
@@ -451,32 +410,31 @@ impl SoloFs {
         }
         // No link: the kernel allows `linkat` of it only if it was not
         // opened with O_EXCL.
-        let mut fa = to_fuse(&a);
-        fa.nlink = 0;
-        self.reply_created(reply, &fa, fh, flags)
+        let mut a = a;
+        a.nlink = 0;
+        Ok(self.created(a, fh, flags))
     }
 
-    /// `open(O_CREAT)` of `n` in `parent` (`mode` after the umask).
-    pub(crate) fn make_file(
+    /// `open(O_CREAT)` of `name` in `parent` (`mode` after the umask).
+    pub fn create(
         &self,
-        req: &Request,
-        parent: INodeNo,
-        n: &OsStr,
+        ctx: &Ctx,
+        parent: u64,
+        name: &[u8],
         mode: u32,
         flags: i32,
-        reply: ReplyCreate,
-    ) {
-        let cred = self.cred(req);
-        let loc = at(parent.0, n.as_bytes());
+    ) -> Res<Cached<'_, Opened>> {
+        let cred = &ctx.cred;
+        let loc = at(parent, name);
         let acc = Access::from_open_flags(flags);
-        let created = self.client.create_open_made(&cred, loc.clone(), mode, acc);
-        self.new_dirs.added(parent.0, n.as_bytes());
-        let opened = match created {
+        let created = self.client.create_open_made(cred, loc.clone(), mode, acc);
+        self.new_dirs.added(parent, name);
+        let (fh, a) = match created {
             // The creating open: the access asked for, whatever the mode.
             Ok(m) => {
-                self.note_made(parent.0, &m);
+                self.note_made(parent, &m);
                 self.coh
-                    .gated(|t| self.attrs.name(parent.0, n.as_bytes(), m.attr.ino, t.entry));
+                    .gated(|t| self.attrs.name(parent, name, m.attr.ino, t.entry));
                 let a = m.attr;
                 let fh = self.opened(a.ino, acc, &a, None, false);
                 if let Some(f) = self.file(a.ino) {
@@ -485,20 +443,15 @@ impl SoloFs {
                     let mut g = f.lock();
                     g.no_xattrs = g.handles == 1;
                 }
-                Ok((fh, a))
+                (fh, a)
             }
             // Lost a race with another creator: open what is there.
             Err(e) if e.errno() == libc::EEXIST && flags & libc::O_EXCL == 0 => {
-                match self.client.lookup(&cred, loc) {
-                    Ok(a) => self.open_file(&cred, a.ino, flags),
-                    Err(e) => return reply.error(errno(e)),
-                }
+                let a = self.client.lookup(cred, loc).map_err(errno)?;
+                self.open_file(cred, a.ino, flags)?
             }
-            Err(e) => return reply.error(errno(e)),
+            Err(e) => return Err(errno(e)),
         };
-        match opened {
-            Ok((fh, a)) => self.reply_created(reply, &to_fuse(&a), fh, flags),
-            Err(e) => reply.error(e),
-        }
+        Ok(self.created(a, fh, flags))
     }
 }

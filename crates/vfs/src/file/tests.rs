@@ -89,7 +89,7 @@ fn open_file_matches_a_byte_model() {
     let url = format!("file://{}", dir.display());
     let store = BlockStore::open(&url, "vol", BS, None).unwrap();
     for seed in 1..=12u64 {
-        let mut rng = Rng(seed * 0x9E37_79B9_7F4A_7C15);
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let ino = seed;
         let mut model: Vec<u8> = Vec::new();
         let mut f = OpenFile::new(BS, attr(ino, 0));

@@ -3,26 +3,26 @@
 //!
 //! The server tells this mount when another connection changes a name or
 //! an inode it may hold ([`Notice`]); the mount drops what it kept and
-//! has the kernel drop what it cached (`notify_inval_entry` /
-//! `notify_inval_inode`, from a thread of its own: the kernel may hold a
-//! directory's lock while a request in it waits for the server).
+//! has the front end drop what it cached ([`Invalidate`]; for FUSE the
+//! kernel's `notify_inval_entry` / `notify_inval_inode`, from a thread of
+//! its own: the kernel may hold a directory's lock while a request in it
+//! waits for the server).
 //!
 //! A reply computed before such a change may reach the kernel after the
 //! notice: every notice bumps a sequence number under a write gate, and
 //! every answer that lets something be cached is given under the read
-//! gate, with the long timeouts only if the sequence is what it was when
-//! the request began (else with none). Either the answer is in the kernel
-//! before the invalidation, or it is not cached. While the server watches
+//! gate ([`Cached`] holds it until the front end has answered), with the
+//! long timeouts only if the sequence is what it was when the request
+//! began (else with none). Either the answer is in the kernel before the
+//! invalidation, or it is not cached. While the server watches
 //! nothing for this mount (it said `Full`, or the connection was lost)
 //! answers get short timeouts; once everything cached before has expired
 //! the mount asks the server to watch again.
 
 use crate::cache::{AttrCache, NewDirs};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use solofs_client::{Client, Notice};
 use std::cell::Cell;
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, OnceLock};
@@ -37,14 +37,16 @@ thread_local! {
     static START: Cell<u64> = const { Cell::new(0) };
 }
 
-/// How long the kernel (and this mount) may keep an answer.
+/// How long the front end (and this client) may keep an answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Ttl {
+pub struct Ttl {
+    /// How long a name (or its absence) may be kept.
     pub entry: Duration,
+    /// How long attributes may be kept.
     pub attr: Duration,
     /// The watch the answer is kept under (0: none): the server tells of
     /// changes to it until the connection is lost or the watch starts
-    /// over ([`Coherence::watch`]).
+    /// over (a new watch after a lost connection).
     pub watch: u64,
 }
 
@@ -52,6 +54,43 @@ impl Ttl {
     /// The shorter of the two (one timeout for both).
     pub fn both(&self) -> Duration {
         self.entry.min(self.attr)
+    }
+}
+
+/// What a front end with caches of its own (the kernel) is told to drop:
+/// another client changed it. Called from a thread of the Vfs's own,
+/// never inside an operation.
+pub trait Invalidate: Send + Sync {
+    /// Drop the name `name` in directory `parent`.
+    fn entry(&self, parent: u64, name: &[u8]);
+    /// Drop the attributes of `ino`, and its cached pages if `pages`.
+    fn inode(&self, ino: u64, pages: bool);
+}
+
+/// An answer the front end may cache for `ttl`. While it is held, no
+/// notice of another client's change can overtake it: the front end
+/// hands it to its cache (replies to the kernel) and then drops it.
+pub struct Cached<'a, T> {
+    /// The answer.
+    pub value: T,
+    /// How long it may be kept.
+    pub ttl: Ttl,
+    _gate: RwLockReadGuard<'a, ()>,
+}
+
+impl<'a, T> Cached<'a, T> {
+    /// The answer, letting go of the gate (for front ends without a cache).
+    pub fn into_value(self) -> T {
+        self.value
+    }
+
+    /// The same answer in another form, still under the gate.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Cached<'a, U> {
+        Cached {
+            value: f(self.value),
+            ttl: self.ttl,
+            _gate: self._gate,
+        }
     }
 }
 
@@ -71,7 +110,7 @@ pub(crate) struct Coherence {
     long: Ttl,
     attrs: Arc<AttrCache>,
     new_dirs: Arc<NewDirs>,
-    notifier: OnceLock<fuser::Notifier>,
+    notifier: OnceLock<Box<dyn Invalidate>>,
     jobs: Sender<Job>,
     worker: Mutex<Option<JoinHandle<()>>>,
     rewatching: AtomicBool,
@@ -111,8 +150,8 @@ impl Coherence {
         c
     }
 
-    /// The kernel channel's notifier (once the session runs).
-    pub fn set_notifier(&self, n: fuser::Notifier) {
+    /// The front end's cache (once it runs).
+    pub fn set_notifier(&self, n: Box<dyn Invalidate>) {
         let _ = self.notifier.set(n);
     }
 
@@ -144,7 +183,14 @@ impl Coherence {
     /// Runs `f` with the timeouts this thread's request may give, under
     /// the gate (an answer to the kernel is written inside `f`).
     pub fn gated<R>(&self, f: impl FnOnce(Ttl) -> R) -> R {
-        let _g = self.gate.read_recursive();
+        let c = self.cached(());
+        f(c.ttl)
+    }
+
+    /// `value` with the timeouts this thread's request may give, holding
+    /// the gate until it is dropped.
+    pub fn cached<T>(&self, value: T) -> Cached<'_, T> {
+        let g = self.gate.read_recursive();
         let fresh = START.with(|s| s.get()) == self.seq.load(Ordering::Acquire);
         let t = if !fresh {
             Ttl {
@@ -164,7 +210,11 @@ impl Coherence {
                 watch: 0,
             }
         };
-        f(t)
+        Cached {
+            value,
+            ttl: t,
+            _gate: g,
+        }
     }
 
     /// The watch answers kept now are under, 0 while the server watches
@@ -237,7 +287,7 @@ impl Coherence {
     /// (a lock was granted: the caller must not read the old ones).
     pub fn drop_pages(&self, ino: u64) {
         if let Some(n) = self.notifier.get() {
-            let _ = n.inval_inode(fuser::INodeNo(ino), 0, 0);
+            n.inode(ino, true);
         }
     }
 
@@ -245,7 +295,7 @@ impl Coherence {
     /// pages (safe inside a request on `ino`: nothing is waited for).
     pub fn drop_attrs(&self, ino: u64) {
         if let Some(n) = self.notifier.get() {
-            let _ = n.inval_inode(fuser::INodeNo(ino), -1, 0);
+            n.inode(ino, false);
         }
     }
 
@@ -260,14 +310,11 @@ impl Coherence {
             return; // not mounted yet: the kernel holds nothing
         };
         for x in list {
-            // ENOENT (nothing cached) is not an error for these.
-            let _ = match x {
-                Notice::Entry { parent, name } => {
-                    n.inval_entry(fuser::INodeNo(*parent), OsStr::from_bytes(name))
-                }
-                Notice::Inode { ino } => n.inval_inode(fuser::INodeNo(*ino), 0, 0),
-                _ => Ok(()),
-            };
+            match x {
+                Notice::Entry { parent, name } => n.entry(*parent, name),
+                Notice::Inode { ino } => n.inode(*ino, true),
+                _ => {}
+            }
         }
     }
 }

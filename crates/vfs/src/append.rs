@@ -14,7 +14,7 @@
 
 use crate::convert::{data_errno, now_ns};
 use crate::file::OpenFile;
-use crate::fs::{Res, SoloFs};
+use crate::{Res, Vfs};
 use parking_lot::Mutex;
 use solofs_client::{LockKind, LockReq};
 use solofs_types::Cred;
@@ -30,7 +30,7 @@ const APPEND_OWNER: u64 = u64::MAX;
 
 static APPENDS: AtomicU64 = AtomicU64::new(0);
 
-impl SoloFs {
+impl Vfs {
     /// Appends `data` to file `ino` (open here as `f`).
     pub(crate) fn append(&self, cred: &Cred, f: &Arc<Mutex<OpenFile>>, data: &[u8]) -> Res<()> {
         let ino = f.lock().ino;

@@ -8,15 +8,12 @@
 //! kernel looks the path up again and opens what the name holds now. The
 //! batch answers that first call, so a listing costs no more requests than
 //! before. While the server cannot be reached, the open is answered by the
-//! mount as it was before (see [`SoloFs::open_dir`]).
+//! mount as it was before (see [`Vfs::opendir`]).
 
 use crate::convert::*;
-use crate::fs::SoloFs;
-use fuser::{FileType as FType, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus, Request};
+use crate::{Ctx, Res, Ttl, Vfs};
 use solofs_client::{ClientError, Target};
-use solofs_types::{Attr, Cred, DirEntry};
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
+use solofs_types::{Attr, Cred, DirEntry, FileType};
 use std::sync::atomic::Ordering;
 
 /// Entries a `readdirplus` asks the server for.
@@ -48,7 +45,7 @@ struct FirstBatch {
     end: bool,
 }
 
-impl SoloFs {
+impl Vfs {
     /// Opens directory `ino`: its handle, with the listing's first batch
     /// read; `ESTALE` if the server no longer has the directory, and the
     /// server's error if it refuses the listing. While the server cannot
@@ -56,7 +53,8 @@ impl SoloFs {
     /// would after waiting out the client's retries (the listing then
     /// waits and fails by itself, once; and `fsync` of the directory still
     /// reports an unlink answered early that the server never ran).
-    pub(crate) fn open_dir(&self, cred: &Cred, ino: u64) -> Result<u64, fuser::Errno> {
+    pub fn opendir(&self, ctx: &Ctx, ino: u64) -> Res<u64> {
+        let cred = &ctx.cred;
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         if !self.client.reachable() {
             return Ok(fh);
@@ -86,7 +84,7 @@ impl SoloFs {
     }
 
     /// Open directory `fh` is closed.
-    pub(crate) fn close_dir(&self, fh: u64) {
+    pub fn releasedir(&self, fh: u64) {
         self.dirs.lock().remove(&fh);
     }
 
@@ -131,24 +129,25 @@ impl SoloFs {
         self.dirs.lock().entry(fh).or_default().end = Some(offset);
     }
 
-    /// `readdir` of `ino` (open as `fh`) from `offset`.
-    pub(crate) fn list(
+    /// `readdir` of `ino` (open as `fh`) from `offset`: `add` is given
+    /// each entry (inode, the offset after it, type, name) until it says
+    /// it is full. Offsets 1 and 2 are "." and "..".
+    pub fn readdir(
         &self,
-        req: &Request,
-        ino: INodeNo,
+        ctx: &Ctx,
+        ino: u64,
         fh: u64,
         offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
-        let cred = self.cred(req);
+        mut add: impl FnMut(u64, u64, FileType, &[u8]) -> bool,
+    ) -> Res<()> {
         if self.ended(fh, offset) {
-            return reply.ok();
+            return Ok(());
         }
-        if offset == 0 && reply.add(ino, 1, FType::Directory, ".") {
-            return reply.ok();
+        if offset == 0 && add(ino, 1, FileType::Directory, b".") {
+            return Ok(());
         }
-        if offset <= 1 && reply.add(ino, 2, FType::Directory, "..") {
-            return reply.ok();
+        if offset <= 1 && add(ino, 2, FileType::Directory, b"..") {
+            return Ok(());
         }
         // The batch read at opendir is for a `readdirplus` (the kernel's
         // call at offset 0); after a listing without it, it would be out of
@@ -158,96 +157,80 @@ impl SoloFs {
         }
         let mut cookie = offset.saturating_sub(2);
         loop {
-            let (list, end) = match self
+            let (list, end) = self
                 .client
-                .readdir_page(&cred, Target::Ino(ino.0), cookie, 512)
-            {
-                Ok(l) => l,
-                Err(e) => return reply.error(errno(e)),
-            };
+                .readdir_page(&ctx.cred, Target::Ino(ino), cookie, 512)
+                .map_err(errno)?;
             if list.is_empty() {
-                return reply.ok();
+                return Ok(());
             }
             for d in list {
-                if reply.add(
-                    INodeNo(d.ino),
-                    d.cookie + 2,
-                    kind_of(d.kind),
-                    OsStr::from_bytes(&d.name),
-                ) {
-                    return reply.ok();
+                if add(d.ino, d.cookie + 2, d.kind, &d.name) {
+                    return Ok(());
                 }
                 cookie = d.cookie;
             }
             if end {
                 self.ends(fh, cookie + 2);
-                return reply.ok();
+                return Ok(());
             }
         }
     }
 
-    /// `readdirplus` of `ino` from `offset`: entries with attributes.
-    pub(crate) fn list_plus(
+    /// `readdirplus` of `ino` from `offset`: entries with attributes, one
+    /// batch of the server's. `add` is given each (inode, offset after
+    /// it, name, attributes, how long they may be kept) until it says it
+    /// is full, under the gate ([`crate::Cached`]): what it keeps is in
+    /// its cache before any notice of a later change is handled.
+    pub fn readdir_plus(
         &self,
-        req: &Request,
-        ino: INodeNo,
+        ctx: &Ctx,
+        ino: u64,
         fh: u64,
         offset: u64,
-        mut reply: ReplyDirectoryPlus,
-    ) {
-        let cred = self.cred(req);
+        mut add: impl FnMut(u64, u64, &[u8], &Attr, Ttl) -> bool,
+    ) -> Res<()> {
+        let cred = &ctx.cred;
         if self.ended(fh, offset) {
-            return reply.ok();
+            return Ok(());
         }
         // "." and "..": the kernel ignores their attributes.
         let dot = match offset < 2 {
-            true => match self.getattr_of(&cred, ino.0) {
-                Ok(a) => Some(to_fuse(&a)),
-                Err(e) => return reply.error(e),
-            },
+            true => Some(self.getattr_of(cred, ino)?),
             false => None,
         };
         // One batch per kernel request (a reply that is not full is not
         // the end; an empty one is): the entries reach the kernel under
         // the gate with the timeouts they may have.
         let cookie = offset.saturating_sub(2);
-        let (list, end) = match self.batch(&cred, ino.0, fh, cookie, PLUS_BATCH) {
-            Ok(l) => l,
-            Err(e) => return reply.error(errno(e)),
-        };
+        let (list, end) = self
+            .batch(cred, ino, fh, cookie, PLUS_BATCH)
+            .map_err(errno)?;
         let last = list.last().map_or(offset.max(2), |(d, _)| d.cookie + 2);
         let list: Vec<_> = list
             .into_iter()
-            .map(|(d, a)| (d, to_fuse(&self.local(a.clone())), a))
+            .map(|(d, a)| (d, self.local(a.clone()), a))
             .collect();
-        self.coh.gated(|t| {
-            let ttl = t.both();
-            if let Some(dot) = dot {
-                if offset == 0 && reply.add(ino, 1, ".", &ttl, &dot, Generation(0)) {
-                    return reply.ok();
-                }
-                if reply.add(ino, 2, "..", &ttl, &dot, Generation(0)) {
-                    return reply.ok();
-                }
+        let c = self.coh.cached(());
+        let t = c.ttl;
+        if let Some(dot) = dot {
+            if offset == 0 && add(ino, 1, b".", &dot, t) {
+                return Ok(());
             }
-            for (d, fa, a) in &list {
-                self.put_attr(a, &t);
-                self.attrs.name(ino.0, &d.name, d.ino, t.entry);
-                if reply.add(
-                    INodeNo(d.ino),
-                    d.cookie + 2,
-                    OsStr::from_bytes(&d.name),
-                    &ttl,
-                    fa,
-                    Generation(0),
-                ) {
-                    return reply.ok();
-                }
+            if add(ino, 2, b"..", &dot, t) {
+                return Ok(());
             }
-            if end {
-                self.ends(fh, last);
+        }
+        for (d, shown, a) in &list {
+            self.put_attr(a, &t);
+            self.attrs.name(ino, &d.name, d.ino, t.entry);
+            if add(d.ino, d.cookie + 2, &d.name, shown, t) {
+                return Ok(());
             }
-            reply.ok()
-        })
+        }
+        if end {
+            self.ends(fh, last);
+        }
+        Ok(())
     }
 }

@@ -5,64 +5,49 @@
 //! server takes the range out of the map.
 
 use crate::convert::*;
-use crate::fs::{Res, SoloFs};
-use fuser::Errno;
-use solofs_types::Cred;
+use crate::ops::StatFs;
+use crate::{Ctx, Error, Res, Vfs};
 
 const KEEP_SIZE: i32 = libc::FALLOC_FL_KEEP_SIZE;
 const PUNCH_HOLE: i32 = libc::FALLOC_FL_PUNCH_HOLE;
 const ZERO_RANGE: i32 = libc::FALLOC_FL_ZERO_RANGE;
 
-impl SoloFs {
+impl Vfs {
     /// `statfs`: the data the volume holds of its capacity, and its inodes.
-    pub(crate) fn space(&self, reply: fuser::ReplyStatfs) {
-        match self.client.statfs() {
-            Ok(s) => {
-                // Data: what the volume holds, of its capacity (the free
-                // space under a file:// store, or the configured one; a
-                // store of unknown size says 256 TiB). Inodes: those in
-                // use plus what the pool holds.
-                let bsize = 4096;
-                let cap = match s.data_capacity {
-                    0 => 1u64 << 48,
-                    c => c,
-                };
-                let blocks = cap.max(s.data_bytes) / bsize;
-                let free = cap.saturating_sub(s.data_bytes) / bsize;
-                let free_inodes = s.pool_capacity.saturating_sub(s.used_bytes) / 160;
-                reply.statfs(
-                    blocks,
-                    free,
-                    free,
-                    s.inodes + free_inodes,
-                    free_inodes,
-                    4096,
-                    s.name_max,
-                    4096,
-                );
-            }
-            Err(e) => reply.error(errno(e)),
-        }
+    pub fn statfs(&self) -> Res<StatFs> {
+        let s = self.client.statfs().map_err(errno)?;
+        // Data: what the volume holds, of its capacity (the free space
+        // under a file:// store, or the configured one; a store of unknown
+        // size says 256 TiB). Inodes: those in use plus what the pool
+        // holds.
+        let bsize = 4096;
+        let cap = match s.data_capacity {
+            0 => 1u64 << 48,
+            c => c,
+        };
+        let free_inodes = s.pool_capacity.saturating_sub(s.used_bytes) / 160;
+        Ok(StatFs {
+            blocks: cap.max(s.data_bytes) / bsize,
+            free_blocks: cap.saturating_sub(s.data_bytes) / bsize,
+            files: s.inodes + free_inodes,
+            free_files: free_inodes,
+            block_size: bsize as u32,
+            name_max: s.name_max,
+        })
     }
 
     /// `fallocate(2)` of `len` bytes at `off` of open file `ino`.
-    pub(crate) fn fallocate_file(
-        &self,
-        cred: &Cred,
-        ino: u64,
-        off: u64,
-        len: u64,
-        mode: i32,
-    ) -> Res<()> {
+    pub fn fallocate(&self, ctx: &Ctx, ino: u64, off: u64, len: u64, mode: i32) -> Res<()> {
+        let cred = &ctx.cred;
         if mode & !(KEEP_SIZE | PUNCH_HOLE | ZERO_RANGE) != 0 {
-            return Err(Errno::EOPNOTSUPP);
+            return Err(Error::NotSupported);
         }
-        let end = off.checked_add(len).ok_or(Errno::EFBIG)?;
+        let end = off.checked_add(len).ok_or(Error::FileTooBig)?;
         if end > solofs_types::MAX_FILE_SIZE {
-            return Err(Errno::EFBIG);
+            return Err(Error::FileTooBig);
         }
         let Some(f) = self.file(ino) else {
-            return Err(Errno::EBADF);
+            return Err(Error::BadHandle);
         };
         let mut g = f.lock();
         self.flush_file(cred, &mut g)?;
@@ -100,20 +85,21 @@ impl SoloFs {
     }
 
     /// `lseek(2)` with `SEEK_DATA` or `SEEK_HOLE` from `off` in `ino`.
-    pub(crate) fn seek_data(&self, cred: &Cred, ino: u64, off: i64, whence: i32) -> Res<i64> {
+    pub fn lseek(&self, ctx: &Ctx, ino: u64, off: i64, whence: i32) -> Res<i64> {
+        let cred = &ctx.cred;
         if let Some(f) = self.file(ino) {
             // What this mount wrote counts: the server learns it now.
             self.flush_file(cred, &mut f.lock())?;
         }
         let (a, map) = self.client.data_map(ino).map_err(errno)?;
-        let off = u64::try_from(off).map_err(|_| Errno::EINVAL)?;
+        let off = u64::try_from(off).map_err(|_| Error::Invalid)?;
         if off >= a.size {
-            return Err(Errno::ENXIO);
+            return Err(Error::NoSuchOffset);
         }
         let at = match whence {
-            libc::SEEK_DATA => map.next_data(off).ok_or(Errno::ENXIO)?,
+            libc::SEEK_DATA => map.next_data(off).ok_or(Error::NoSuchOffset)?,
             libc::SEEK_HOLE => map.next_hole(off).min(a.size),
-            _ => return Err(Errno::EINVAL),
+            _ => return Err(Error::Invalid),
         };
         Ok(at as i64)
     }

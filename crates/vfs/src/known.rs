@@ -6,11 +6,11 @@
 
 use crate::convert::{data_errno, errno, now_ns};
 use crate::file::{version, OpenFile};
-use crate::fs::{Res, SoloFs};
+use crate::{Res, Vfs};
 use solofs_client::{ClientError, Made, Removed, Target};
 use solofs_types::{Attr, Cred, SetAttr, TimeSet, Xattrs};
 
-impl SoloFs {
+impl Vfs {
     /// Server attributes overlaid with what this mount has not flushed.
     pub(crate) fn local(&self, a: Attr) -> Attr {
         match self.file(a.ino) {
@@ -141,10 +141,10 @@ impl SoloFs {
     /// the kernel looks the path up again at the server and retries once
     /// (as for NFS), so the program finds what the name holds now instead
     /// of `ENOENT`. What this mount kept of the inode is forgotten.
-    pub(crate) fn stale(&self, ino: u64, e: ClientError) -> fuser::Errno {
+    pub(crate) fn stale(&self, ino: u64, e: ClientError) -> crate::Error {
         if e.errno() == libc::ENOENT {
             self.attrs.forget(ino);
-            return fuser::Errno::ESTALE;
+            return crate::Error::Stale;
         }
         errno(e)
     }

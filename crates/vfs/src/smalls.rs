@@ -19,7 +19,7 @@ use crate::blockcache::Version;
 use crate::cache::AttrCache;
 use crate::coherence::Ttl;
 use crate::file::version;
-use crate::fs::SoloFs;
+use crate::Vfs;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use solofs_types::{Access, Attr};
@@ -100,7 +100,7 @@ impl Smalls {
         self.inner.lock().map.contains_key(&ino)
     }
 
-    /// [`SoloFs::put_attr`], for those that hold the cache but no mount
+    /// [`Vfs::put_attr`], for those that hold the cache but no mount
     /// (the reply to an unlink answered early, early.rs).
     pub(crate) fn put_attr(&self, attrs: &AttrCache, a: &Attr, t: &Ttl) {
         // (Most replies are of files with no bytes kept here: asked first.)
@@ -121,7 +121,7 @@ impl Smalls {
     }
 }
 
-impl SoloFs {
+impl Vfs {
     /// Answers a read-only open of `ino` here if the server's answer is
     /// known (module doc): the handle and the attributes.
     pub(crate) fn open_here(&self, ino: u64, flags: i32) -> Option<(u64, Attr)> {

@@ -3,10 +3,11 @@
 //! (`FUSE_POSIX_LOCKS`, `FUSE_FLOCK_LOCKS`), and the server decides for all
 //! mounts of the volume.
 //!
-//! A request that must wait does not hold a FUSE thread: its reply is
-//! kept here, and the server's grant (a notice) or its cancellation
-//! answers it from this module's thread. That thread also stands in for
-//! the kernel's interrupt (which this FUSE library does not pass on): a
+//! A request that must wait does not hold a front end's thread: its
+//! answer ([`LockDone`]) is kept here, and the server's grant (a notice)
+//! or its cancellation calls it from this module's thread. That thread
+//! also stands in for the kernel's interrupt (which FUSE does not pass on
+//! to us): a
 //! waiting process with a signal pending that it neither blocks nor
 //! ignores gets `EINTR`, as a local wait would give it, and a killed one
 //! is not left waiting.
@@ -20,7 +21,7 @@ use crate::blockcache::BlockCache;
 use crate::coherence::Coherence;
 use crate::convert::errno;
 use crate::file::OpenFile;
-use fuser::{Errno, ReplyEmpty};
+use crate::{Error, Res};
 use parking_lot::Mutex;
 use solofs_client::{Client, ClientError, LockKind, LockReq, Locked, Target};
 use solofs_types::{Access, Attr, Cred};
@@ -30,14 +31,18 @@ use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-/// The open files of a mount (shared with `SoloFs`).
+/// The open files of a mount (shared with `Vfs`).
 pub(crate) type Files = Arc<Mutex<HashMap<u64, Arc<Mutex<OpenFile>>>>>;
 
 /// How often waiting processes are checked for signals.
 const SIGNALS: Duration = Duration::from_millis(50);
 
+/// Where the answer to a lock request goes (called once, maybe from
+/// another thread, maybe before [`crate::Vfs::setlk`] returns).
+pub type LockDone = Box<dyn FnOnce(Res<()>) + Send>;
+
 struct Pending {
-    reply: ReplyEmpty,
+    done: LockDone,
     ino: u64,
     /// The waiting thread.
     pid: u32,
@@ -88,7 +93,7 @@ impl Locking {
 
     /// `F_GETLK`: the conflicting lock of another owner, if any, as
     /// (start, end, type, pid).
-    pub fn get(&self, cred: &Cred, req: LockReq) -> Result<Option<(u64, u64, i32, u32)>, Errno> {
+    pub fn get(&self, cred: &Cred, req: LockReq) -> Res<Option<(u64, u64, i32, u32)>> {
         let h = self.client.get_lock(cred, req).map_err(errno)?;
         Ok(h.map(|h| {
             let typ = if h.write {
@@ -110,34 +115,36 @@ impl Locking {
         tid: u32,
         req: LockReq,
         sleep: bool,
-        reply: ReplyEmpty,
-        flush: impl FnOnce() -> Result<(), Errno>,
+        done: LockDone,
+        flush: impl FnOnce() -> Res<()>,
     ) {
         if req.kind == LockKind::Unlock {
             if let Err(e) = flush() {
-                return reply.error(e);
+                return done(Err(e));
             }
-            return match self.client.set_lock(cred, req, None) {
-                Ok(_) => reply.ok(),
-                Err(e) => reply.error(errno(e)),
-            };
+            return done(
+                self.client
+                    .set_lock(cred, req, None)
+                    .map(|_| ())
+                    .map_err(errno),
+            );
         }
         self.owners.lock().entry(fh).or_default().insert(req.owner);
         if !sleep {
-            return match self.client.set_lock(cred, req, None) {
+            return done(match self.client.set_lock(cred, req, None) {
                 Ok(Locked::Now(a)) => {
                     self.revalidate(cred, req.ino, a);
-                    reply.ok()
+                    Ok(())
                 }
-                Ok(Locked::Queued(_)) => reply.error(Errno::EIO), // never without wait
-                Err(e) => reply.error(errno(e)),
-            };
+                Ok(Locked::Queued(_)) => Err(Error::Io), // never without wait
+                Err(e) => Err(errno(e)),
+            });
         }
         let key = self.next.fetch_add(1, Ordering::Relaxed);
         self.pending.lock().insert(
             key,
             Pending {
-                reply,
+                done,
                 ino: req.ino,
                 pid: tid,
                 cred: cred.clone(),
@@ -162,7 +169,7 @@ impl Locking {
     /// Takes lock `req`, waiting on this thread as long as it takes (for
     /// the mount's own short critical sections); returns the file's
     /// attributes at the grant if they came with it.
-    pub fn hold(&self, cred: &Cred, req: LockReq) -> Result<Option<Attr>, Errno> {
+    pub fn hold(&self, cred: &Cred, req: LockReq) -> Res<Option<Attr>> {
         let (tx, rx) = channel();
         let granted: solofs_client::Granted = Box::new(move |r| {
             let _ = tx.send(r);
@@ -175,7 +182,7 @@ impl Locking {
             Locked::Now(a) => Ok(a),
             Locked::Queued(_) => match rx.recv() {
                 Ok(r) => r.map(|()| None).map_err(errno),
-                Err(_) => Err(Errno::EIO), // the client went away
+                Err(_) => Err(Error::Io), // the client went away
             },
         }
     }
@@ -241,9 +248,9 @@ impl Locking {
         match r {
             Ok(()) => {
                 self.revalidate(&p.cred, p.ino, a);
-                p.reply.ok();
+                (p.done)(Ok(()));
             }
-            Err(e) => p.reply.error(errno(e)),
+            Err(e) => (p.done)(Err(errno(e))),
         }
     }
 
