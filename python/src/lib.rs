@@ -119,8 +119,10 @@ fn open_vfs(client: Client) -> PyResult<Vfs> {
         .map_err(|e| PyOSError::new_err(format!("the volume's block store: {e}")))?;
     // Without a kernel in front, nothing checked permissions before an
     // unlink: each one waits for the server's answer.
+    // Nor does a kernel keep attributes and names: the Vfs keeps more.
     let opts = solofs_vfs::Options {
         early_unlink: false,
+        cache_entries: 1 << 20,
         ..Default::default()
     };
     Ok(Vfs::new(client, store, opts))

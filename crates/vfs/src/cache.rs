@@ -14,11 +14,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Entries beyond which stale ones are swept out.
-const SWEEP_AT: usize = 1 << 16;
+/// Entries beyond which stale ones are swept out, unless told otherwise
+/// ([`crate::Options::cache_entries`]).
+pub(crate) const SWEEP_AT: usize = 1 << 16;
 
-#[derive(Default)]
 pub(crate) struct AttrCache {
+    /// Entries (attributes; names) beyond which stale ones are swept out,
+    /// and all of them if none is stale.
+    limit: usize,
     kept: Mutex<Kept>,
     /// Which inode a name held (0: none), as this mount last saw it
     /// (lookups, creates, listings), for as long as the kernel keeps the
@@ -59,7 +62,22 @@ fn kind(a: &Attr) -> usize {
     (a.mode & solofs_types::S_IFMT == solofs_types::S_IFDIR) as usize
 }
 
+impl Default for AttrCache {
+    fn default() -> AttrCache {
+        AttrCache::new(SWEEP_AT)
+    }
+}
+
 impl AttrCache {
+    /// A cache of at most about `limit` attributes and `limit` names.
+    pub fn new(limit: usize) -> AttrCache {
+        AttrCache {
+            limit: limit.max(1),
+            kept: Mutex::default(),
+            names: Mutex::default(),
+        }
+    }
+
     /// Notes attributes the server just sent, to be used for `ttl`, kept
     /// under `watch` (0: unwatched).
     pub fn put(&self, a: &Attr, ttl: Duration, watch: u64) {
@@ -68,11 +86,11 @@ impl AttrCache {
             return;
         }
         let mut k = self.kept.lock();
-        if k.map.len() >= SWEEP_AT {
+        if k.map.len() >= self.limit {
             let now = Instant::now();
             let gen = k.gen;
             k.map.retain(|_, e| live(e, gen, now));
-            if k.map.len() >= SWEEP_AT {
+            if k.map.len() >= self.limit {
                 k.map.clear();
             }
         }
@@ -131,7 +149,7 @@ impl AttrCache {
             m.remove(&k);
             return;
         }
-        make_room(&mut m, SWEEP_AT, |(_, t)| *t);
+        make_room(&mut m, self.limit, |(_, t)| *t);
         m.insert(k, (ino, Instant::now() + ttl));
     }
 

@@ -68,7 +68,7 @@ impl Vfs {
     /// A file system over a connected client and the volume's block store.
     pub fn new(client: Client, store: BlockStore, opts: Options) -> Vfs {
         let blocks = crate::read_cache(&client, &store, &opts);
-        let attrs: Arc<AttrCache> = Arc::default();
+        let attrs = Arc::new(AttrCache::new(opts.cache_entries));
         let new_dirs: Arc<NewDirs> = Arc::default();
         let long = Ttl {
             entry: opts.entry_timeout,
@@ -98,6 +98,7 @@ impl Vfs {
             dirs: Mutex::default(),
             failed: Default::default(),
             gone_dirs: Default::default(),
+            misses: Default::default(),
         }
     }
 

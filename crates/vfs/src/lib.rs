@@ -88,7 +88,15 @@ pub struct Options {
     /// name's file and the server runs requests as sent (early.rs);
     /// false: every unlink waits for the server (`--sync-unlink`).
     pub early_unlink: bool,
+    /// Most attributes (and most names) kept ([`DEFAULT_CACHE_ENTRIES`]);
+    /// a front end without a cache of its own (the Python package) keeps
+    /// more.
+    pub cache_entries: usize,
 }
+
+/// [`Options::cache_entries`] unless told otherwise (about 150 bytes
+/// each).
+pub const DEFAULT_CACHE_ENTRIES: usize = cache::SWEEP_AT;
 
 /// How long attributes and names may be cached unless told otherwise: the
 /// server tells the client of other clients' changes, so this only bounds
@@ -112,6 +120,7 @@ impl Default for Options {
             cache_size: None,
             small_cache: DEFAULT_SMALL_CACHE,
             early_unlink: true,
+            cache_entries: DEFAULT_CACHE_ENTRIES,
         }
     }
 }
@@ -156,6 +165,8 @@ pub struct Vfs {
     pub(crate) failed: early::Failed,
     /// Directories this client removed (known.rs).
     pub(crate) gone_dirs: known::GoneDirs,
+    /// Lookups by path that missed, per directory (paths.rs).
+    pub(crate) misses: paths::Misses,
 }
 
 /// Opens the read cache `opts` asks for, for the volume `client` is

@@ -4,10 +4,43 @@
 //! dentry cache answers a mount's path walks) or else by a lookup at the
 //! server, which this client then keeps. Symbolic links are followed
 //! (40 at most, as Linux), `..` goes back the way the walk came.
+//!
+//! A program that looks up many names of one directory (a `stat` of each
+//! file, a loader opening a dataset's files) would cost a request each:
+//! after [`WARM_AFTER`] misses in a directory, the directory is listed
+//! with attributes instead (a few hundred entries per request; the
+//! kernel does the like with `READDIRPLUS_AUTO`), and its names answer
+//! from then on, kept and dropped as any other (the server watches each
+//! listed inode for this client and tells of changes).
 
+use crate::file::version;
 use crate::{Ctx, Error, Res, Vfs};
+use parking_lot::Mutex;
+use solofs_client::Target;
 use solofs_types::{Attr, Cred, FileType, ROOT_INO};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+
+/// Misses in a directory after which it is listed (module text).
+pub const WARM_AFTER: u32 = 8;
+
+/// Entries one listing request asks for while warming a directory.
+const WARM_BATCH: u32 = 1024;
+
+/// Directories whose misses are counted at most (more: counting starts
+/// over).
+const MISSES_KEPT: usize = 4096;
+
+/// Symbolic links' targets kept at most.
+const LINKS_KEPT: usize = 4096;
+
+/// Per directory: lookups that missed, and the watch it was last listed
+/// under; and the targets of symbolic links walked through (a link's
+/// target never changes, and inode numbers are not reused).
+#[derive(Default)]
+pub(crate) struct Misses(
+    Mutex<HashMap<u64, (u32, u64)>>,
+    Mutex<HashMap<u64, Vec<u8>>>,
+);
 
 /// Most symbolic links one resolution follows (`ELOOP` past it).
 const MAX_LINKS: u32 = 40;
@@ -38,17 +71,125 @@ impl Vfs {
     /// under the current watch, the directory searchable by the caller),
     /// else the server's answer. `None`: no such name.
     pub fn lookup_kept(&self, ctx: &Ctx, dir: u64, name: &[u8]) -> Res<Option<Attr>> {
-        if let Some(ino) = self.attrs.peek_name(dir, name).filter(|&i| i != 0) {
-            let searchable = self
-                .settled_attrs(dir, |d| may_search(&ctx.cred, d))
-                .is_some();
-            if searchable {
-                if let Some(a) = self.settled_attrs(ino, |_| true) {
-                    return Ok(Some(self.local(a)));
-                }
+        if let Some(a) = self.kept(ctx, dir, name)? {
+            return Ok(Some(a));
+        }
+        if self.missed(dir) {
+            self.warm(ctx, dir);
+            if let Some(a) = self.kept(ctx, dir, name)? {
+                return Ok(Some(a));
             }
         }
         Ok(self.lookup(ctx, dir, name)?.into_value())
+    }
+
+    /// `name` in `dir` as kept here, if this client may answer for the
+    /// server (the directory's own attributes are asked for once if they
+    /// are not kept: the search permission is checked with them).
+    fn kept(&self, ctx: &Ctx, dir: u64, name: &[u8]) -> Res<Option<Attr>> {
+        let Some(ino) = self.attrs.peek_name(dir, name).filter(|&i| i != 0) else {
+            return Ok(None);
+        };
+        let watch = self.coh.watch();
+        if watch == 0 {
+            return Ok(None);
+        }
+        let Some(a) = self.attrs.watched(ino, watch) else {
+            return Ok(None);
+        };
+        let d = match self.attrs.watched(dir, watch) {
+            Some(d) => d,
+            None => {
+                self.getattr(ctx, dir)?;
+                match self.attrs.watched(dir, watch) {
+                    Some(d) => d,
+                    None => return Ok(None),
+                }
+            }
+        };
+        // Still so once every notice that reached this host is handled
+        // (one may have dropped them): asked once for both.
+        let same = |i: u64, x: &Attr| {
+            self.attrs.watched(i, watch).map(|b| version(&b)) == Some(version(x))
+        };
+        let settled = self.client.notices_settled()
+            && self.coh.watch() == watch
+            && same(ino, &a)
+            && same(dir, &d)
+            && self.attrs.peek_name(dir, name) == Some(ino);
+        if !settled {
+            return Ok(None);
+        }
+        if !may_search(&ctx.cred, &d) {
+            return Err(Error::Access);
+        }
+        Ok(Some(self.local(a)))
+    }
+
+    /// The target of symbolic link `ino`, kept.
+    fn link_target(&self, ctx: &Ctx, ino: u64) -> Res<Vec<u8>> {
+        if let Some(t) = self.misses.1.lock().get(&ino) {
+            return Ok(t.clone());
+        }
+        let t = self.readlink(ctx, ino)?;
+        let mut m = self.misses.1.lock();
+        if m.len() >= LINKS_KEPT {
+            m.clear();
+        }
+        m.insert(ino, t.clone());
+        Ok(t)
+    }
+
+    /// Counts a miss in `dir`: true when it is time to list it.
+    fn missed(&self, dir: u64) -> bool {
+        let watch = self.coh.watch();
+        if watch == 0 {
+            return false; // nothing listed would be kept
+        }
+        let mut m = self.misses.0.lock();
+        if m.len() >= MISSES_KEPT {
+            m.clear();
+        }
+        let e = m.entry(dir).or_insert((0, 0));
+        if e.1 == watch {
+            return false; // listed under this watch already
+        }
+        e.0 += 1;
+        if e.0 < WARM_AFTER {
+            return false;
+        }
+        *e = (0, watch);
+        true
+    }
+
+    /// Lists `dir` with attributes and keeps what the listing says, if
+    /// it fits in the cache (half of it at most).
+    fn warm(&self, ctx: &Ctx, dir: u64) {
+        let fits = self
+            .settled_attrs(dir, |d| d.size <= self.opts.cache_entries as u64 / 2)
+            .is_some();
+        if !fits {
+            return;
+        }
+        let mut cookie = 0;
+        loop {
+            let page =
+                self.client
+                    .readdir_plus_page(&ctx.cred, Target::Ino(dir), cookie, WARM_BATCH);
+            let Ok((list, end)) = page else {
+                return;
+            };
+            self.coh.gated(|t| {
+                for (d, a) in &list {
+                    self.put_attr(a, &t);
+                    self.attrs.name(dir, &d.name, d.ino, t.entry);
+                }
+            });
+            match list.last() {
+                Some((d, _)) if !end => cookie = d.cookie,
+                _ => return,
+            }
+        }
     }
 
     /// The attributes of what `path` names (from the root; relative
@@ -79,7 +220,7 @@ impl Vfs {
                     if links > MAX_LINKS {
                         return Err(Error::Os(libc::ELOOP));
                     }
-                    let target = self.readlink(ctx, a.ino)?;
+                    let target = self.link_target(ctx, a.ino)?;
                     if target.first() == Some(&b'/') {
                         dirs.truncate(1);
                     }

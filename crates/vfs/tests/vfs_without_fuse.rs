@@ -494,3 +494,61 @@ fn listings_page_through_a_large_directory() {
     assert_eq!(list(&b, d, 1000), want);
     assert_eq!(a.rmdir(&ctx, ROOT_INO, b"many"), Err(Error::NotEmpty));
 }
+
+#[test]
+fn paths_resolve_from_what_is_kept_and_a_busy_directory_is_listed_once() {
+    let vol = Volume::start("paths");
+    let (a, b) = (vol.local(), vol.remote());
+    let ctx = root(&a);
+    let d = a
+        .mkdir(&ctx, ROOT_INO, b"data", 0o755)
+        .unwrap()
+        .into_value()
+        .ino;
+    for i in 0..2000 {
+        a.mknod(
+            &ctx,
+            d,
+            format!("f{i}").as_bytes(),
+            libc::S_IFREG | 0o644,
+            0,
+        )
+        .unwrap();
+    }
+    a.symlink(&ctx, ROOT_INO, b"link", b"data/../data").unwrap();
+    let cb = root(&b);
+    let stat = |p: &str| b.resolve(&cb, p.as_bytes(), true);
+    // Each name once, as a program stats a dataset's files: after a few
+    // misses the directory is listed, and the rest cost no request.
+    let before = vol.requests();
+    for i in 0..2000 {
+        let a = stat(&format!("/link/f{i}")).unwrap();
+        assert_eq!(a.kind(), solofs_vfs::FileType::Regular);
+    }
+    let cost = vol.requests() - before;
+    assert!(cost < 60, "2000 stats cost {cost} requests");
+    assert_eq!(stat("/data/f1/x"), Err(Error::NotADirectory));
+    assert_eq!(stat("/data/nope"), Err(Error::NotFound));
+    assert_eq!(stat("/data/.."), stat("/"));
+    assert_eq!(
+        b.resolve(&cb, b"/link", false).unwrap().kind(),
+        solofs_vfs::FileType::Symlink
+    );
+    // What is kept follows the other client's changes.
+    a.rename(&ctx, (d, b"f7"), (d, b"g7"), 0).unwrap();
+    within("f7 is gone on B", || {
+        stat("/data/f7") == Err(Error::NotFound)
+    });
+    assert!(stat("/data/g7").is_ok());
+    // A user who may not search the directory is refused from the cache
+    // as the server would refuse.
+    let sa = solofs_vfs::SetAttr {
+        mode: Some(0o700),
+        ..Default::default()
+    };
+    a.setattr(&ctx, d, sa, None).unwrap();
+    let user = b.ctx(1000, 1000, std::process::id());
+    within("the user is refused", || {
+        b.resolve(&user, b"/data/f1", true) == Err(Error::Access)
+    });
+}
