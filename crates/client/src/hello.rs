@@ -2,10 +2,7 @@
 //! (docs/protocol.md §2), and reading a whole frame from a blocking stream.
 
 use crate::{ClientError, Inner, Result, Volume};
-use solofs_proto::{
-    auth_mac, put_frame, split_frame, FrameType, Reader, Writer, MAGIC, MAX_FRAME, NONCE_LEN,
-    PROTOCOL_VERSION,
-};
+use solofs_proto::{auth_mac, split_frame, FrameType, Reader, MAX_FRAME, PROTOCOL_VERSION};
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 
@@ -103,11 +100,7 @@ fn greet_one(inner: &Inner, at: &str) -> Result<(TcpStream, Vec<u8>, Volume, u32
     s.set_nodelay(true)?;
     s.set_read_timeout(Some(inner.opts.connect_timeout))?;
     let mut out = Vec::new();
-    put_frame(&mut out, FrameType::Hello, |b| {
-        let mut w = Writer(b);
-        w.u32(MAGIC);
-        w.u16(PROTOCOL_VERSION);
-    });
+    solofs_proto::put_hello(&mut out);
     s.write_all(&out)?;
     let mut buf = Vec::new();
     let mut tmp = vec![0u8; READ_CHUNK];
@@ -138,44 +131,28 @@ fn greet_one(inner: &Inner, at: &str) -> Result<(TcpStream, Vec<u8>, Volume, u32
     if ty != FrameType::Challenge {
         return Err(not_solofs(format!("its first frame is {ty:?}")));
     }
-    let mut r = Reader::new(&p);
-    let bad = |_| ClientError::Protocol("bad CHALLENGE".into());
-    let version = r.u16().map_err(bad)?;
-    if version != PROTOCOL_VERSION {
+    let ch = solofs_proto::Challenge::get(&p)
+        .map_err(|_| ClientError::Protocol("bad CHALLENGE".into()))?;
+    if ch.version != PROTOCOL_VERSION {
         return Err(ClientError::Protocol(format!(
-            "server speaks protocol {version}"
+            "server speaks protocol {}",
+            ch.version
         )));
     }
-    let nonce = r.take(NONCE_LEN).map_err(bad)?.to_vec();
-    let volume = r.take(16).map_err(bad)?.to_vec();
-    let mut vol = Volume::default();
-    vol.id.copy_from_slice(&volume);
     // A client key names itself after the client id (docs/protocol.md §2).
     let (key, secret) = solofs_proto::split_key(&inner.secret);
-    let mac = auth_mac(secret, &nonce, &volume);
+    let auth = solofs_proto::Auth {
+        mac: auth_mac(secret, &ch.nonce, &ch.volume),
+        id: Some(inner.id),
+        key,
+    };
     out.clear();
-    put_frame(&mut out, FrameType::Auth, |b| {
-        b.extend_from_slice(&mac);
-        b.extend_from_slice(&inner.id);
-        if let Some(k) = key {
-            Writer(b).bytes(k);
-        }
-    });
+    auth.put(&mut out);
     s.write_all(&out)?;
     let (ty, p) = read_frame(&mut s, &mut buf, &mut tmp)?;
-    let others;
-    match ty {
+    let (vol, others) = match ty {
         FrameType::Welcome => {
-            let mut r = Reader::new(&p);
-            let bad = |_| ClientError::Protocol("bad WELCOME".into());
-            let _max_frame = r.u32().map_err(bad)?;
-            let _max_batch = r.u32().map_err(bad)?;
-            vol.root = r.u64().map_err(bad)?;
-            vol.block_size = r.u64().map_err(bad)?;
-            vol.storage = String::from_utf8_lossy(r.bytes(4096).map_err(bad)?).into_owned();
-            vol.inline_max = r.u64().map_err(bad)?;
-            others = r.u32().map_err(bad)?;
-            vol.as_sent = r.u8().map_err(bad)? & 1 != 0;
+            Volume::get(&p, ch.volume).map_err(|_| ClientError::Protocol("bad WELCOME".into()))?
         }
         FrameType::Error => {
             // The credentials refused (EACCES): a revoked key.
@@ -187,6 +164,6 @@ fn greet_one(inner: &Inner, at: &str) -> Result<(TcpStream, Vec<u8>, Volume, u32
             return Err(server_error(&p));
         }
         _ => return Err(ClientError::Protocol("expected WELCOME".into())),
-    }
+    };
     Ok((s, buf, vol, others))
 }

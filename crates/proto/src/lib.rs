@@ -13,6 +13,7 @@ mod auth;
 mod codec;
 mod fields;
 mod frame;
+mod handshake;
 mod msg;
 mod notice;
 mod ops;
@@ -25,6 +26,7 @@ pub use fields::{
     MAX_RELEASES, OPEN_AGAIN, RELEASE_CLEAN,
 };
 pub use frame::*;
+pub use handshake::{hello_ok, put_hello, Auth, Challenge};
 pub use msg::*;
 pub use notice::{decode_notices, put_notices, Notice, NoticeSink};
 pub use ops::{Op, Serve};

@@ -7,7 +7,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use solofs_proto::{
     put_frame, split_frame, verify_mac, FrameType, Reader, Reply, Request, RequestError, Writer,
-    MAGIC, MAX_BATCH, MAX_FRAME, PREAUTH_FRAME, PROTOCOL_VERSION,
+    MAX_BATCH, MAX_FRAME, PREAUTH_FRAME, PROTOCOL_VERSION,
 };
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -435,10 +435,7 @@ fn frame(
     let mut r = Reader::new(payload);
     match (&c.state, ty) {
         (State::Hello, FrameType::Hello) => {
-            let ok = r.u32().ok() == Some(MAGIC)
-                && r.u16().ok() == Some(PROTOCOL_VERSION)
-                && r.end().is_ok();
-            if !ok {
+            if !solofs_proto::hello_ok(payload) {
                 return fail(
                     c,
                     m,
@@ -446,37 +443,29 @@ fn frame(
                 );
             }
             let nonce = shared.nonce();
-            put_frame(&mut c.outbuf, FrameType::Challenge, |b| {
-                let mut w = Writer(b);
-                w.u16(PROTOCOL_VERSION);
-                w.raw(&nonce);
-                w.raw(&shared.volume);
-            });
+            let ch = solofs_proto::Challenge {
+                version: PROTOCOL_VERSION,
+                nonce,
+                volume: shared.volume,
+            };
+            ch.put(&mut c.outbuf);
             c.state = State::Auth(nonce);
         }
         (State::Auth(nonce), FrameType::Auth) => {
-            let mac = r.take(32).ok();
-            // Optional: the client's id, for its reply record.
-            let id: Option<[u8; 16]> = if r.end().is_err() {
-                r.take(16).ok().and_then(|b| b.try_into().ok())
-            } else {
-                None
-            };
-            // Optional: the name of the client key it authenticates with.
-            let named = if id.is_some() && r.end().is_err() {
-                Some(r.bytes(solofs_proto::KEY_NAME_MAX).unwrap_or_default())
-            } else {
-                None
-            };
+            let auth = solofs_proto::Auth::get(payload).ok();
+            // Optional: the client's id, for its reply record; and the
+            // name of the client key it authenticates with.
+            let id = auth.as_ref().and_then(|a| a.id);
+            let named = auth.as_ref().and_then(|a| a.key);
             let key = named.map(|n| (n, shared.keys.find(n)));
             let secret = match &key {
                 None => Some(&shared.cfg.secret[..]),
                 Some((_, k)) => k.as_ref().map(|k| &k.secret[..]),
             };
-            let ok = mac
+            let ok = auth
+                .as_ref()
                 .zip(secret)
-                .is_some_and(|(mac, secret)| verify_mac(secret, nonce, &shared.volume, mac))
-                && r.end().is_ok();
+                .is_some_and(|(a, secret)| verify_mac(secret, nonce, &shared.volume, &a.mac));
             if !ok {
                 m.auth_failures.fetch_add(1, Ordering::Relaxed);
                 let why = match &key {
@@ -531,19 +520,9 @@ fn frame(
                 .join(crate::watch::Sink::Worker(c.waker.clone()), c.session);
             let others = shared.locks.attach(c.session, &w);
             c.watcher = Some(w);
-            let welcome = shared.welcome();
-            put_frame(&mut c.outbuf, FrameType::Welcome, |b| {
-                let mut w = Writer(b);
-                w.u32(MAX_FRAME);
-                w.u32(MAX_BATCH);
-                w.u64(welcome.root);
-                w.u64(welcome.block_size);
-                w.bytes(welcome.storage.as_bytes());
-                w.u64(welcome.inline_max);
-                w.u32(u32::try_from(others).unwrap_or(u32::MAX));
-                let key = c.caps.as_ref().is_none_or(|c| c.key.as_sent());
-                w.u8(u8::from(welcome.as_sent && key));
-            });
+            let mut welcome = shared.welcome();
+            welcome.as_sent &= c.caps.as_ref().is_none_or(|c| c.key.as_sent());
+            welcome.put(&mut c.outbuf, u32::try_from(others).unwrap_or(u32::MAX));
             c.state = State::Ready;
         }
         (State::Ready, FrameType::Requests) => requests(shared, c, m, &mut r, replies),

@@ -408,33 +408,21 @@ pub fn raw_welcome(addr: &str, secret: &[u8], id: Option<[u8; 16]>) -> (std::net
     s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
         .unwrap();
     let mut out = Vec::new();
-    put_frame(&mut out, FrameType::Hello, |b| {
-        let mut w = Writer(b);
-        w.u32(MAGIC);
-        w.u16(PROTOCOL_VERSION);
-    });
+    put_hello(&mut out);
     s.write_all(&out).unwrap();
     let (_, p) = read_frame(&mut s);
-    let mut r = Reader::new(&p);
-    r.u16().unwrap();
-    let nonce = r.take(32).unwrap().to_vec();
-    let vol = r.take(16).unwrap().to_vec();
+    let ch = Challenge::get(&p).unwrap();
     out.clear();
-    put_frame(&mut out, FrameType::Auth, |b| {
-        b.extend_from_slice(&auth_mac(secret, &nonce, &vol));
-        if let Some(id) = id {
-            b.extend_from_slice(&id);
-        }
-    });
+    let auth = Auth {
+        mac: auth_mac(secret, &ch.nonce, &ch.volume),
+        id,
+        key: None,
+    };
+    auth.put(&mut out);
     s.write_all(&out).unwrap();
     let (ty, p) = read_frame(&mut s);
     assert_eq!(ty, FrameType::Welcome);
-    let mut r = Reader::new(&p);
-    r.take(16).unwrap(); // max frame, max batch, root
-    r.u64().unwrap(); // block size
-    r.bytes(4096).unwrap(); // storage
-    r.u64().unwrap(); // inline threshold
-    let others = r.u32().unwrap();
+    let (_, others) = Welcome::get(&p, ch.volume).unwrap();
     (s, others)
 }
 
