@@ -29,7 +29,7 @@ pub use frame::*;
 pub use handshake::{hello_ok, put_hello, Auth, Challenge};
 pub use msg::*;
 pub use notice::{decode_notices, put_notices, Notice, NoticeSink};
-pub use ops::{Op, Serve};
+pub use ops::{Kind, Op, Serve};
 
 /// What a server tells a client about its volume at connect time (the
 /// WELCOME frame's content).

@@ -597,7 +597,22 @@ mod tests {
         };
         assert_eq!(Op::name(wc.code()), "write_commit");
         assert!(!wc.is_read_only());
+        assert_eq!(wc.kind(), crate::Kind::Write);
         assert!(Op::Statfs.is_read_only());
+        // Opens are resent (read-only for that) but not reads; releases
+        // change the connection but are not recorded.
+        let open = Op::Open {
+            ino: 1,
+            flags: crate::OpenFlags {
+                access: solofs_types::Access::Read,
+                again: false,
+            },
+        };
+        assert_eq!(open.kind(), crate::Kind::Open);
+        assert!(open.is_read_only());
+        let rel = Op::ReleaseMany { opens: Vec::new() };
+        assert_eq!(rel.kind(), crate::Kind::Close);
+        assert!(!rel.is_read_only());
         assert_eq!(Op::name(Op::COUNT as u16), "unknown");
     }
 

@@ -11,9 +11,29 @@ use crate::fields::{
 use solofs_types::extents::Extents;
 use solofs_types::{Access, SetAttr};
 
+/// What an operation does, for resending, the reply record and keys
+/// (the table's fourth column).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Changes nothing: resent after a reconnect as it is, not recorded,
+    /// allowed to read-only keys.
+    Read,
+    /// Changes the volume: recorded (a retry is answered from the reply
+    /// record, applied once), refused to read-only keys.
+    Write,
+    /// Opens a file: resent (a new connection holds none of the old
+    /// one's opens, and it registers there), not recorded; a read-only
+    /// key may open for reading only.
+    Open,
+    /// Ends opens of this connection: not resent as a read, not recorded
+    /// (a retry on a new connection finds nothing to end), allowed to
+    /// read-only keys.
+    Close,
+}
+
 /// Declares the operations. Each line: wire code, variant, handler name
-/// (also the metric label), `read` or `write`, and the fields in wire
-/// order; a byte-string field may give its length limit (`= max`; the
+/// (also the metric label), its [`Kind`] (`read`, `write`, `open`,
+/// `close`), and the fields in wire order; a byte-string field may give its length limit (`= max`; the
 /// default is `PATH`).
 macro_rules! ops {
     ($(
@@ -56,11 +76,19 @@ macro_rules! ops {
                 }
             }
 
-            /// True for operations that change nothing (safe to resend
-            /// after a reconnect).
-            pub fn is_read_only(&self) -> bool {
+            /// What the operation does ([`Kind`]).
+            pub fn kind(&self) -> Kind {
                 match self {
-                    $( Op::$variant { .. } => ops!(@read $kind), )*
+                    $( Op::$variant { .. } => ops!(@kind $kind), )*
+                }
+            }
+
+            /// True for operations that change nothing (safe to resend
+            /// after a reconnect): reads and opens.
+            pub fn is_read_only(&self) -> bool {
+                match self.kind() {
+                    Kind::Read | Kind::Open => true,
+                    Kind::Write | Kind::Close => false,
                 }
             }
 
@@ -94,8 +122,10 @@ macro_rules! ops {
             }
         }
     };
-    (@read read) => { true };
-    (@read write) => { false };
+    (@kind read) => { Kind::Read };
+    (@kind write) => { Kind::Write };
+    (@kind open) => { Kind::Open };
+    (@kind close) => { Kind::Close };
     (@max) => { PATH };
     (@max $max:expr) => { $max };
 }
@@ -166,9 +196,9 @@ ops! {
     /// outlive an unlink until the last release) and returns fresh
     /// attributes (close-to-open). Read-only for resending: a new
     /// connection holds none of the old one's opens.
-    21 Open open read { ino: u64, flags: OpenFlags };
+    21 Open open open { ino: u64, flags: OpenFlags };
     /// Ends one `Open` of this connection.
-    22 Release release write { ino: u64, flags: ReleaseFlags };
+    22 Release release close { ino: u64, flags: ReleaseFlags };
     /// A writer's flush: size grows to `size` (never shrinks), mtime is set.
     /// Through a connection that holds the file open for writing it needs
     /// no write permission (the open checked it). Then `set`, if it
@@ -191,7 +221,7 @@ ops! {
     24 CreateOpen create_open write { loc: Loc, mode: u32, access: Access };
     /// Ends several opens of this connection at once (each as `Release`):
     /// a mount sends its closes in the background, many per request.
-    25 ReleaseMany release_many write { opens: Vec<Closed> };
+    25 ReleaseMany release_many close { opens: Vec<Closed> };
     /// Forgets every inode the server watched for this connection and
     /// starts watching again (after a `Full` notice, once the client's
     /// caches of that time have expired). Read-only: it changes no file.

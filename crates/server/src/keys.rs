@@ -13,7 +13,7 @@
 //! with it.
 
 use solofs_meta::{Attr, Cred, DirEntry, Engine, ROOT_INO};
-use solofs_proto::{Body, Loc, Op, Reply, Request, Target};
+use solofs_proto::{Body, Kind, Loc, Op, Reply, Request, Target};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -414,9 +414,9 @@ fn set_of(op: &mut Op) -> Option<&mut solofs_meta::SetAttr> {
 /// Does `op` change anything a read-only key may not change? Closing a
 /// file does not; opening one for writing does.
 fn changes(op: &Op) -> bool {
-    match op {
-        Op::Release { .. } | Op::ReleaseMany { .. } => false,
-        Op::Open { flags, .. } => flags.access.writes(),
-        _ => !op.is_read_only(),
+    match op.kind() {
+        Kind::Read | Kind::Close => false,
+        Kind::Write => true,
+        Kind::Open => matches!(op, Op::Open { flags, .. } if flags.access.writes()),
     }
 }

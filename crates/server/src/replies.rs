@@ -17,7 +17,7 @@
 
 use solofs_meta::pool::{Durability, Pool};
 use solofs_meta::Attr;
-use solofs_proto::{Body, Op};
+use solofs_proto::{Body, Kind, Op};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
@@ -47,13 +47,12 @@ pub struct Replies {
 
 /// Does a retry of `op` replay a recorded reply? Changes do; opens and
 /// releases run again (they register on the new connection) and reads
-/// need no record.
+/// need no record (the table's kind column, proto/ops.rs).
 pub fn recorded(op: &Op) -> bool {
-    !op.is_read_only()
-        && !matches!(
-            op,
-            Op::Open { .. } | Op::Release { .. } | Op::ReleaseMany { .. } | Op::Noop
-        )
+    match op.kind() {
+        Kind::Write => true,
+        Kind::Read | Kind::Open | Kind::Close => false,
+    }
 }
 
 impl Replies {
