@@ -11,10 +11,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// `Lock` flag: wait for a conflicting lock to go.
-const WAIT: u32 = 1;
-/// `Lock` flag: a claim of a lock held before a reconnect.
-const RECLAIM: u32 = 2;
+use solofs_proto::{LOCK_RECLAIM as RECLAIM, LOCK_WAIT as WAIT};
 
 /// One lock request: `kind` over bytes `start..=end` of `ino` for
 /// `owner` (an id of the caller's choosing: a process, an open file).

@@ -8,6 +8,11 @@ use solofs_types::{Access, Attr, Cred, DirEntry, FileType, SetAttr, TimeSet, Xat
 
 /// Most supplementary groups a credential may carry.
 pub const MAX_GROUPS: usize = 64;
+
+/// `Lock` flag: wait for a conflicting lock to go (docs/protocol.md §9).
+pub const LOCK_WAIT: u32 = 1;
+/// `Lock` flag: a claim of a lock held before a reconnect or a restart.
+pub const LOCK_RECLAIM: u32 = 2;
 pub(crate) const NAME: usize = solofs_types::NAME_MAX;
 pub(crate) const PATH: usize = solofs_types::PATH_MAX;
 pub(crate) const VALUE: usize = solofs_types::XATTR_SIZE_MAX;

@@ -13,22 +13,7 @@ pub fn squash(cred: &mut Cred, root_squash: bool) {
     }
 }
 
-/// The directory and name a loc names.
-pub(crate) fn at(e: &Engine, cred: &Cred, loc: &Loc) -> Result<(u64, Vec<u8>)> {
-    match loc {
-        Loc::At(p, n) => Ok((*p, n.clone())),
-        Loc::Path(p) => e.resolve_parent(cred, p),
-    }
-}
-
-/// The inode a target names.
-pub(crate) fn ino(e: &Engine, cred: &Cred, t: &Target) -> Result<u64> {
-    match t {
-        Target::Ino(i) => Ok(*i),
-        Target::Path(p) => e.resolve(cred, p, true),
-        Target::PathNoFollow(p) => e.resolve(cred, p, false),
-    }
-}
+use crate::resolve::{at, ino};
 
 /// Entries a listing of `dir` may hide (the root's anonymous-file
 /// directory, tmpfiles.rs): that many more are asked for.
@@ -287,7 +272,7 @@ impl Serve for Exec<'_> {
     ) -> Result<Body> {
         // Checked here; held by the connection's side (filelocks.rs).
         lock_fields(*kind, *start, *end)?;
-        if *flags & !(crate::filelocks::WAIT | crate::filelocks::RECLAIM) != 0 {
+        if *flags & !(solofs_proto::LOCK_WAIT | solofs_proto::LOCK_RECLAIM) != 0 {
             return Err(Error::Invalid("unknown lock flags"));
         }
         Ok(Body::Empty)

@@ -34,10 +34,7 @@ const EDEADLK: i32 = 35;
 const ENOLCK: i32 = 37;
 const EINVAL: i32 = 22;
 
-/// `Lock` flags.
-pub(crate) const WAIT: u32 = 1;
-/// `Lock` flags: a claim of a lock held before.
-pub(crate) const RECLAIM: u32 = 2;
+use solofs_proto::{LOCK_RECLAIM as RECLAIM, LOCK_WAIT as WAIT};
 
 /// A lock request: what `Op::Lock` carries.
 #[derive(Clone, Copy, Debug)]

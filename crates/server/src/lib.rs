@@ -25,6 +25,7 @@ mod local;
 pub mod metrics;
 mod opens;
 mod replies;
+mod resolve;
 pub mod snapshots;
 pub mod tmpfiles;
 mod watch;

@@ -394,11 +394,11 @@ fn victims(e: &Engine, cred: &Cred, op: &Op) -> Vec<u64> {
 }
 
 fn parent_of(e: &Engine, cred: &Cred, loc: &Loc) -> Option<(u64, Vec<u8>)> {
-    crate::exec::at(e, cred, loc).ok()
+    crate::resolve::at(e, cred, loc).ok()
 }
 
 fn target_ino(e: &Engine, cred: &Cred, t: &Target) -> Option<u64> {
-    crate::exec::ino(e, cred, t).ok()
+    crate::resolve::ino(e, cred, t).ok()
 }
 
 /// What a successful change touched.
