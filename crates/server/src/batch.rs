@@ -1,64 +1,101 @@
 //! What the server does with a batch of decoded requests, whoever sent
-//! them: open registration, execution, the reply record, locks, notices,
-//! metrics.
+//! them (a connection's frame, conn.rs, or an in-process client,
+//! local.rs), in named stages: admit → execute → record → register →
+//! notify → count. Decoding comes before (the carrier's) and the reply
+//! after (the carrier's, held for the journal on sync pools).
 
+use crate::exec::Side;
 use crate::metrics::Metrics;
+use crate::opens::ConnOpens;
+use crate::watch::Watcher;
 use crate::Shared;
-use solofs_proto::{Op, Reply, Request};
+use solofs_proto::{Body, Notice, Op, Reply, Request};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-/// What the server does with a batch of decoded requests, whatever carried
-/// them (a connection's frame or an in-process client): root squash, open
-/// registration, execution, metrics.
-/// Returns the notices the client must get before these replies.
+/// Runs a batch of decoded requests of one connection (`opens`, watched
+/// as `me`) of client `(record slot, session)`; its replies go to
+/// `replies`. Returns the notices the client must get before them.
 pub(crate) fn run_batch(
     shared: &Shared,
-    opens: &crate::opens::ConnOpens,
-    me: &crate::watch::Watcher,
+    opens: &ConnOpens,
+    me: &Watcher,
     m: &Metrics,
     reqs: &mut [Request],
     replies: &mut Vec<Reply>,
     (client, session): (Option<u64>, u128),
-) -> Vec<solofs_proto::Notice> {
+) -> Vec<Notice> {
+    let retried = admit(shared, opens, reqs);
+    let t0 = Instant::now();
+    let first = replies.len();
+    let before = shared.watch.before(me, &shared.engine, reqs);
+    let record = shared.replies.as_ref().zip(client);
+    let side = Side {
+        writing: &|ino| opens.writing(ino),
+        locks: Some((&shared.locks, session)),
+    };
+    execute(shared, &side, m, record, retried, reqs, replies);
+    let done = &replies[first..];
+    if let Some((r, slot)) = record {
+        record_replies(r, slot, reqs, done);
+    }
+    register(opens, reqs, done);
+    let mine = notify(shared, me, before, reqs, done);
+    count(m, t0, reqs, done);
+    mine
+}
+
+/// Admission: root squash, whether the batch holds retries, and the opens
+/// counted before they run (so that a deletion cannot slip in between the
+/// check and the registration). Keys were checked by the carrier
+/// (keys.rs).
+fn admit(shared: &Shared, opens: &ConnOpens, reqs: &mut [Request]) -> bool {
     let mut retried = false;
     for q in reqs.iter_mut() {
         crate::exec::squash(&mut q.cred, shared.cfg.root_squash);
         retried |= q.id & solofs_proto::RETRY != 0;
     }
-    // Opens count before they run, so that a deletion cannot slip in
-    // between the check and the registration.
     for q in reqs.iter() {
         if let Op::Open { ino, flags } = q.op {
             opens.acquire(ino, flags.access.writes());
         }
     }
-    let t0 = Instant::now();
-    let first = replies.len();
-    let before = shared.watch.before(me, &shared.engine, reqs);
-    let record = shared.replies.as_ref().zip(client);
+    retried
+}
+
+/// Execution: every request on the engine and the lock table (exec.rs);
+/// a batch with retries one by one, answered from the reply record where
+/// it holds them.
+fn execute(
+    shared: &Shared,
+    side: &Side,
+    m: &Metrics,
+    record: Option<(&crate::replies::Replies, u64)>,
+    retried: bool,
+    reqs: &mut [Request],
+    replies: &mut Vec<Reply>,
+) {
     if retried {
         for q in reqs.iter_mut() {
-            replies.push(run_again(shared, opens, m, record, q));
+            replies.push(run_again(shared, side, m, record, q));
         }
     } else {
-        crate::exec::execute_batch(&shared.engine, reqs, replies, &|ino| opens.writing(ino));
+        crate::exec::execute_batch(&shared.engine, reqs, replies, side);
     }
-    if let Some((r, slot)) = record {
-        for (q, rep) in reqs.iter().zip(&replies[first..]) {
-            if crate::replies::recorded(&q.op) {
-                r.record(slot, q.id, &rep.result);
-            }
+}
+
+/// The reply record: the result of every change, for its retries.
+fn record_replies(r: &crate::replies::Replies, slot: u64, reqs: &[Request], done: &[Reply]) {
+    for (q, rep) in reqs.iter().zip(done) {
+        if crate::replies::recorded(&q.op) {
+            r.record(slot, q.id, &rep.result);
         }
     }
-    for (q, rep) in reqs.iter().zip(&mut replies[first..]) {
-        if rep.result.is_ok() {
-            if let Some(r) = lock_op(shared, session, &q.op) {
-                rep.result = r;
-            }
-        }
-    }
-    let done = &replies[first..];
+}
+
+/// The connection's open files: opens that succeeded registered, those
+/// that failed let go, releases ended, anonymous files marked.
+fn register(opens: &ConnOpens, reqs: &[Request], done: &[Reply]) {
     for (q, rep) in reqs.iter().zip(done) {
         match (&q.op, &rep.result) {
             (Op::Open { ino, flags }, Err(_)) => opens.release(*ino, flags.access.writes(), true),
@@ -71,7 +108,7 @@ pub(crate) fn run_batch(
             }
             (
                 Op::CreateOpen { access, .. } | Op::Tmpfile { access, .. },
-                Ok(solofs_proto::Body::Attr(a) | solofs_proto::Body::Created(a, _)),
+                Ok(Body::Attr(a) | Body::Created(a, _)),
             ) => {
                 opens.acquire(a.ino, access.writes());
                 opens.opened(a.ino, access.writes());
@@ -83,60 +120,34 @@ pub(crate) fn run_batch(
             _ => {}
         }
     }
+}
+
+/// Notices: other connections told of what the batch changed, and this
+/// one's watch updated (a `Rewatch` starts it over).
+fn notify(
+    shared: &Shared,
+    me: &Watcher,
+    before: crate::watch::Before,
+    reqs: &[Request],
+    done: &[Reply],
+) -> Vec<Notice> {
     let rewatch = reqs.iter().any(|q| q.op == Op::Rewatch);
     if rewatch {
         me.rewatch(&shared.watch);
     }
     let mut mine = shared.watch.after(me, &shared.engine, before, reqs, done);
     if rewatch {
-        mine.insert(0, solofs_proto::Notice::Watching);
-    }
-    let per = t0.elapsed().as_nanos() as u64 / reqs.len().max(1) as u64;
-    for (q, rep) in reqs.iter().zip(done) {
-        m.record(q.op.code(), per, rep.result.is_err());
+        mine.insert(0, Notice::Watching);
     }
     mine
 }
 
-/// The answer to a lock operation of client `session` (exec checked its
-/// fields), `None` for any other operation.
-pub(crate) fn lock_op(
-    shared: &Shared,
-    session: u128,
-    op: &Op,
-) -> Option<Result<solofs_proto::Body, i32>> {
-    let locks = &shared.locks;
-    Some(match *op {
-        Op::Lock { ino, kind, .. } => {
-            let Some(want) = crate::filelocks::Want::of(op) else {
-                return Some(Err(solofs_meta::errno::EINVAL));
-            };
-            let r = locks.lock(session, want);
-            // A granted lock comes with the file's attributes: the holder
-            // checks its caches against them without asking again.
-            match r {
-                Ok(solofs_proto::Body::Empty) if kind != 2 => Ok(shared
-                    .engine
-                    .getattr(ino)
-                    .map(solofs_proto::Body::Attr)
-                    .unwrap_or(solofs_proto::Body::Empty)),
-                r => r,
-            }
-        }
-        Op::GetLock {
-            ino,
-            owner,
-            kind,
-            start,
-            end,
-        } => Ok(locks.get(session, ino, owner, kind, start, end)),
-        Op::LockCancel { token } => locks.cancel(session, token),
-        Op::DropLocks => {
-            locks.drop_all(session);
-            Ok(solofs_proto::Body::Empty)
-        }
-        _ => return None,
-    })
+/// Metrics: each request counted with its share of the batch's time.
+fn count(m: &Metrics, t0: Instant, reqs: &[Request], done: &[Reply]) {
+    let per = t0.elapsed().as_nanos() as u64 / reqs.len().max(1) as u64;
+    for (q, rep) in reqs.iter().zip(done) {
+        m.record(q.op.code(), per, rep.result.is_err());
+    }
 }
 
 /// A lock holder's id made of random bytes (a client that sent no id).
@@ -164,7 +175,7 @@ pub(crate) fn release(
 /// was already applied counts as success.
 pub(crate) fn run_again(
     shared: &Shared,
-    opens: &crate::opens::ConnOpens,
+    side: &Side,
     m: &Metrics,
     record: Option<(&crate::replies::Replies, u64)>,
     q: &mut Request,
@@ -172,7 +183,7 @@ pub(crate) fn run_again(
     let again = q.id & solofs_proto::RETRY != 0;
     q.id &= !solofs_proto::RETRY;
     if !again {
-        return crate::exec::execute_with(&shared.engine, q, &|ino| opens.writing(ino));
+        return crate::exec::execute_with(&shared.engine, q, side);
     }
     let recorded = crate::replies::recorded(&q.op);
     let kept = record
@@ -189,7 +200,7 @@ pub(crate) fn run_again(
     match kept {
         Some(result) => Reply { id: q.id, result },
         None => {
-            let rep = crate::exec::execute_with(&shared.engine, q, &|ino| opens.writing(ino));
+            let rep = crate::exec::execute_with(&shared.engine, q, side);
             crate::exec::resolve_retry(&shared.engine, q, rep)
         }
     }

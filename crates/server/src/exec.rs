@@ -1,7 +1,9 @@
 //! Executes decoded requests on the engine.
 
+use crate::error::Result;
+use crate::filelocks::{FileLocks, Want};
 use solofs_meta::extents::Extents;
-use solofs_meta::{Access, Attr, Cred, Engine, Error, Result, SetAttr, S_IFDIR, S_IFMT};
+use solofs_meta::{Access, Attr, Cred, Engine, Error, SetAttr, S_IFDIR, S_IFMT};
 use solofs_proto::{Body, Closed, Loc, Op, OpenFlags, ReleaseFlags, Reply, Request, Serve, Target};
 
 /// Applies root squash (uid/gid 0 → `nobody`) if configured.
@@ -37,26 +39,39 @@ fn unhidden<T>(
     (v, end && !cut)
 }
 
-/// Runs one request of a connection that holds no opens.
-pub fn execute(e: &Engine, req: &Request) -> Reply {
-    execute_with(e, req, &|_| false)
+/// What a request runs with beyond its credentials: its connection's side.
+pub(crate) struct Side<'a> {
+    /// Does the requesting connection hold `ino` open for writing (which a
+    /// `via_open` setattr and a write commit rely on instead of the
+    /// file's permission bits)?
+    pub writing: &'a dyn Fn(u64) -> bool,
+    /// The lock table and the requesting client's id in it.
+    pub locks: Option<(&'a FileLocks, u128)>,
 }
 
-/// Runs one request; `writing(ino)` tells whether the requesting
-/// connection holds `ino` open for writing (which a `via_open` setattr and
-/// a write commit rely on instead of the file's permission bits).
-pub fn execute_with(e: &Engine, req: &Request, writing: &dyn Fn(u64) -> bool) -> Reply {
+/// Runs one request of a connection that holds no opens and no locks
+/// (lock operations fail with `ENOLCK`).
+pub fn execute(e: &Engine, req: &Request) -> Reply {
+    let side = Side {
+        writing: &|_| false,
+        locks: None,
+    };
+    execute_with(e, req, &side)
+}
+
+/// Runs one request for a connection (`side`).
+pub(crate) fn execute_with(e: &Engine, req: &Request, side: &Side) -> Reply {
     let x = Exec {
         e,
         c: &req.cred,
-        writing,
+        side,
     };
     Reply {
         id: req.id,
         result: req
             .op
             .serve(&x)
-            .map_err(|err: Error| stale(e, &req.op, err.errno())),
+            .map_err(|err: crate::Error| stale(e, &req.op, err.errno())),
     }
 }
 
@@ -84,15 +99,24 @@ fn stale(e: &Engine, op: &Op, errno: i32) -> i32 {
 struct Exec<'a> {
     e: &'a Engine,
     c: &'a Cred,
-    writing: &'a dyn Fn(u64) -> bool,
+    side: &'a Side<'a>,
 }
 
 impl Exec<'_> {
     fn at(&self, loc: &Loc) -> Result<(u64, Vec<u8>)> {
-        at(self.e, self.c, loc)
+        Ok(at(self.e, self.c, loc)?)
     }
     fn ino(&self, t: &Target) -> Result<u64> {
-        ino(self.e, self.c, t)
+        Ok(ino(self.e, self.c, t)?)
+    }
+    fn writing(&self, ino: u64) -> bool {
+        (self.side.writing)(ino)
+    }
+    /// The lock table and the requesting client's id in it.
+    fn locks(&self) -> Result<(&FileLocks, u128)> {
+        self.side
+            .locks
+            .ok_or(crate::Error::Errno(crate::filelocks::ENOLCK))
     }
     /// A directory's attributes right after a name left it (the mount
     /// keeps them: the kernel asks for them before its next change there).
@@ -127,7 +151,7 @@ impl Serve for Exec<'_> {
     }
     fn setattr(&self, target: &Target, set: &SetAttr) -> Result<Body> {
         let i = self.ino(target)?;
-        if set.via_open && !(matches!(target, Target::Ino(_)) && (self.writing)(i)) {
+        if set.via_open && !(matches!(target, Target::Ino(_)) && self.writing(i)) {
             // Claimed, but this connection has no such open.
             let set = SetAttr {
                 via_open: false,
@@ -245,7 +269,7 @@ impl Serve for Exec<'_> {
         // its attributes under one lock.
         let (a, inline) = e.inline_data(*ino)?;
         if a.mode & S_IFMT == S_IFDIR {
-            return Err(Error::IsDir);
+            return Err(Error::IsDir.into());
         }
         // Re-registering after a reconnect: the owner could grant itself
         // the access anyway (chmod), so it keeps what it had.
@@ -261,37 +285,51 @@ impl Serve for Exec<'_> {
     #[allow(clippy::too_many_arguments)]
     fn lock(
         &self,
-        _ino: &u64,
-        _owner: &u64,
+        ino: &u64,
+        owner: &u64,
         kind: &u32,
         start: &u64,
         end: &u64,
-        _pid: &u32,
+        pid: &u32,
         flags: &u32,
-        _token: &u64,
+        token: &u64,
     ) -> Result<Body> {
-        // Checked here; held by the connection's side (filelocks.rs).
         lock_fields(*kind, *start, *end)?;
         if *flags & !(solofs_proto::LOCK_WAIT | solofs_proto::LOCK_RECLAIM) != 0 {
-            return Err(Error::Invalid("unknown lock flags"));
+            return Err(Error::Invalid("unknown lock flags").into());
         }
-        Ok(Body::Empty)
+        let (locks, client) = self.locks()?;
+        let want = Want {
+            ino: *ino,
+            owner: *owner,
+            kind: *kind,
+            start: *start,
+            end: *end,
+            pid: *pid,
+            flags: *flags,
+            token: *token,
+        };
+        // A granted lock comes with the file's attributes: the holder
+        // checks its caches against them without asking again.
+        match locks.lock(client, want).map_err(crate::Error::Errno)? {
+            Body::Empty if *kind != 2 => {
+                Ok(self.e.getattr(*ino).map(Body::Attr).unwrap_or(Body::Empty))
+            }
+            b => Ok(b),
+        }
     }
-    fn get_lock(
-        &self,
-        _ino: &u64,
-        _owner: &u64,
-        kind: &u32,
-        start: &u64,
-        end: &u64,
-    ) -> Result<Body> {
+    fn get_lock(&self, ino: &u64, owner: &u64, kind: &u32, start: &u64, end: &u64) -> Result<Body> {
         lock_fields(*kind, *start, *end)?;
-        Ok(Body::Empty)
+        let (locks, client) = self.locks()?;
+        Ok(locks.get(client, *ino, *owner, *kind, *start, *end))
     }
-    fn lock_cancel(&self, _token: &u64) -> Result<Body> {
-        Ok(Body::Empty)
+    fn lock_cancel(&self, token: &u64) -> Result<Body> {
+        let (locks, client) = self.locks()?;
+        locks.cancel(client, *token).map_err(crate::Error::Errno)
     }
     fn drop_locks(&self) -> Result<Body> {
+        let (locks, client) = self.locks()?;
+        locks.drop_all(client);
         Ok(Body::Empty)
     }
     fn release(&self, _ino: &u64, _flags: &ReleaseFlags) -> Result<Body> {
@@ -306,7 +344,7 @@ impl Serve for Exec<'_> {
         stored: &Extents,
         set: &SetAttr,
     ) -> Result<Body> {
-        let writing = (self.writing)(*ino);
+        let writing = self.writing(*ino);
         let a = self
             .e
             .write_commit(self.c, *ino, *size, *mtime, writing, stored.ranges())?;
@@ -316,12 +354,12 @@ impl Serve for Exec<'_> {
         self.setattr(&Target::Ino(*ino), set)
     }
     fn fallocate(&self, ino: &u64, mode: &u32, off: &u64, len: &u64) -> Result<Body> {
-        let writing = (self.writing)(*ino);
+        let writing = self.writing(*ino);
         let a = self.e.fallocate(self.c, *ino, *mode, *off, *len, writing)?;
         Ok(Body::Attr(a))
     }
     fn tmpfile(&self, parent: &u64, mode: &u32, _access: &Access) -> Result<Body> {
-        crate::tmpfiles::create(self.e, self.c, *parent, *mode).map(Body::Attr)
+        Ok(crate::tmpfiles::create(self.e, self.c, *parent, *mode).map(Body::Attr)?)
     }
     fn link_tmpfile(&self, ino: &u64, to: &Loc) -> Result<Body> {
         let (p, n) = self.at(to)?;
@@ -333,7 +371,7 @@ impl Serve for Exec<'_> {
         Ok(Body::Map(a, m))
     }
     fn write_inline(&self, ino: &u64, data: &Vec<u8>, mtime: &i64, set: &SetAttr) -> Result<Body> {
-        let writing = (self.writing)(*ino);
+        let writing = self.writing(*ino);
         let a = self.e.write_inline(self.c, *ino, data, *mtime, writing)?;
         if *set == SetAttr::default() {
             return Ok(Body::Attr(a));
@@ -401,12 +439,7 @@ pub const MAX_LIST: u32 = 4096;
 
 /// Runs a batch. Runs of plain lookups go through the engine's batched
 /// lookup, so their cache misses overlap.
-pub fn execute_batch(
-    e: &Engine,
-    reqs: &[Request],
-    out: &mut Vec<Reply>,
-    writing: &dyn Fn(u64) -> bool,
-) {
+pub(crate) fn execute_batch(e: &Engine, reqs: &[Request], out: &mut Vec<Reply>, side: &Side) {
     let mut i = 0;
     while i < reqs.len() {
         let run = reqs[i..]
@@ -444,7 +477,7 @@ pub fn execute_batch(
             }
             i += run;
         } else {
-            out.push(execute_with(e, &reqs[i], writing));
+            out.push(execute_with(e, &reqs[i], side));
             i += 1;
         }
     }
@@ -453,10 +486,10 @@ pub fn execute_batch(
 /// A lock's kind (0 shared, 1 exclusive, 2 unlock) and range are sound.
 fn lock_fields(kind: u32, start: u64, end: u64) -> Result<()> {
     if kind > 2 {
-        return Err(Error::Invalid("unknown lock kind"));
+        return Err(Error::Invalid("unknown lock kind").into());
     }
     if start > end {
-        return Err(Error::Invalid("lock range ends before it starts"));
+        return Err(Error::Invalid("lock range ends before it starts").into());
     }
     Ok(())
 }

@@ -31,7 +31,7 @@ type Owner = (u128, u64);
 const EAGAIN: i32 = 11;
 const ENOENT: i32 = 2;
 const EDEADLK: i32 = 35;
-const ENOLCK: i32 = 37;
+pub(crate) const ENOLCK: i32 = 37;
 const EINVAL: i32 = 22;
 
 use solofs_proto::{LOCK_RECLAIM as RECLAIM, LOCK_WAIT as WAIT};
@@ -47,34 +47,6 @@ pub(crate) struct Want {
     pub pid: u32,
     pub flags: u32,
     pub token: u64,
-}
-
-impl Want {
-    /// The request an `Op::Lock` carries.
-    pub fn of(op: &solofs_proto::Op) -> Option<Want> {
-        match *op {
-            solofs_proto::Op::Lock {
-                ino,
-                owner,
-                kind,
-                start,
-                end,
-                pid,
-                flags,
-                token,
-            } => Some(Want {
-                ino,
-                owner,
-                kind,
-                start,
-                end,
-                pid,
-                flags,
-                token,
-            }),
-            _ => None,
-        }
-    }
 }
 
 struct Waiter {

@@ -18,6 +18,7 @@
 mod batch;
 mod conn;
 mod deleter;
+mod error;
 mod exec;
 mod filelocks;
 pub mod keys;
@@ -31,7 +32,8 @@ pub mod tmpfiles;
 mod watch;
 
 pub use deleter::DeleterStats;
-pub use exec::{execute, execute_batch, execute_with, squash};
+pub use error::Error;
+pub use exec::{execute, squash};
 pub use local::LocalConn;
 /// Bytes of the reply record file (`meta.replies`).
 pub const REPLY_RECORD_SIZE: u64 = replies::SIZE;
