@@ -310,7 +310,33 @@ impl Op {
                 dir(from);
                 dir(to);
             }
-            _ => {}
+            // No entry named by its directory's inode (every operation is
+            // named: a new one must say).
+            Op::Noop
+            | Op::Getattr { .. }
+            | Op::Setattr { .. }
+            | Op::Readlink { .. }
+            | Op::Readdir { .. }
+            | Op::ReaddirPlus { .. }
+            | Op::Statfs
+            | Op::Getxattr { .. }
+            | Op::Setxattr { .. }
+            | Op::Listxattr { .. }
+            | Op::Removexattr { .. }
+            | Op::Access { .. }
+            | Op::Open { .. }
+            | Op::Release { .. }
+            | Op::WriteCommit { .. }
+            | Op::ReleaseMany { .. }
+            | Op::Rewatch
+            | Op::WriteInline { .. }
+            | Op::Lock { .. }
+            | Op::GetLock { .. }
+            | Op::LockCancel { .. }
+            | Op::DropLocks
+            | Op::Fallocate { .. }
+            | Op::DataMap { .. }
+            | Op::Tmpfile { .. } => {}
         }
     }
 }

@@ -97,27 +97,61 @@ fn record_replies(r: &crate::replies::Replies, slot: u64, reqs: &[Request], done
 /// that failed let go, releases ended, anonymous files marked.
 fn register(opens: &ConnOpens, reqs: &[Request], done: &[Reply]) {
     for (q, rep) in reqs.iter().zip(done) {
-        match (&q.op, &rep.result) {
-            (Op::Open { ino, flags }, Err(_)) => opens.release(*ino, flags.access.writes(), true),
-            (Op::Open { ino, flags }, Ok(_)) => opens.opened(*ino, flags.access.writes()),
-            (Op::Release { ino, flags }, Ok(_)) => release(opens, *ino, flags),
-            (Op::ReleaseMany { opens: list }, Ok(_)) => {
+        let ok = rep.result.is_ok();
+        match &q.op {
+            Op::Open { ino, flags } if ok => opens.opened(*ino, flags.access.writes()),
+            Op::Open { ino, flags } => opens.release(*ino, flags.access.writes(), true),
+            Op::Release { ino, flags } if ok => release(opens, *ino, flags),
+            Op::ReleaseMany { opens: list } if ok => {
                 for c in list {
                     release(opens, c.ino, &c.flags);
                 }
             }
-            (
-                Op::CreateOpen { access, .. } | Op::Tmpfile { access, .. },
-                Ok(Body::Attr(a) | Body::Created(a, _)),
-            ) => {
-                opens.acquire(a.ino, access.writes());
-                opens.opened(a.ino, access.writes());
-                if matches!(q.op, Op::Tmpfile { .. }) {
-                    opens.anonymous(a.ino, true);
+            Op::CreateOpen { access, .. } | Op::Tmpfile { access, .. } => {
+                if let Ok(Body::Attr(a) | Body::Created(a, _)) = &rep.result {
+                    opens.acquire(a.ino, access.writes());
+                    opens.opened(a.ino, access.writes());
+                    if matches!(q.op, Op::Tmpfile { .. }) {
+                        opens.anonymous(a.ino, true);
+                    }
                 }
             }
-            (Op::LinkTmpfile { ino, .. }, Ok(_)) => opens.anonymous(*ino, false),
-            _ => {}
+            Op::LinkTmpfile { ino, .. } if ok => opens.anonymous(*ino, false),
+            // Failed, or nothing to register (every operation is named:
+            // a new one that opens or ends opens must say).
+            Op::Release { .. }
+            | Op::ReleaseMany { .. }
+            | Op::LinkTmpfile { .. }
+            | Op::Noop
+            | Op::Lookup { .. }
+            | Op::Getattr { .. }
+            | Op::Setattr { .. }
+            | Op::Create { .. }
+            | Op::Mknod { .. }
+            | Op::Mkdir { .. }
+            | Op::Symlink { .. }
+            | Op::Readlink { .. }
+            | Op::Unlink { .. }
+            | Op::Rmdir { .. }
+            | Op::Link { .. }
+            | Op::Rename { .. }
+            | Op::Readdir { .. }
+            | Op::ReaddirPlus { .. }
+            | Op::Statfs
+            | Op::Getxattr { .. }
+            | Op::Setxattr { .. }
+            | Op::Listxattr { .. }
+            | Op::Removexattr { .. }
+            | Op::Access { .. }
+            | Op::WriteCommit { .. }
+            | Op::Rewatch
+            | Op::WriteInline { .. }
+            | Op::Lock { .. }
+            | Op::GetLock { .. }
+            | Op::LockCancel { .. }
+            | Op::DropLocks
+            | Op::Fallocate { .. }
+            | Op::DataMap { .. } => {}
         }
     }
 }

@@ -405,24 +405,69 @@ pub fn resolve_retry(e: &Engine, req: &Request, rep: Reply) -> Reply {
         let (p, n) = at(e, c, loc).ok()?;
         e.lookup(c, p, &n).ok()
     };
-    let done: Option<Body> = match (&req.op, &rep.result) {
-        (
-            Op::Create { loc, .. }
-            | Op::Mknod { loc, .. }
-            | Op::Mkdir { loc, .. }
-            | Op::Symlink { loc, .. }
-            | Op::CreateOpen { loc, .. },
-            Err(EEXIST),
-        ) => lookup(loc).map(Body::Attr),
+    let Err(err) = rep.result else {
+        return rep;
+    };
+    let done: Option<Body> = match &req.op {
+        Op::Create { loc, .. }
+        | Op::Mknod { loc, .. }
+        | Op::Mkdir { loc, .. }
+        | Op::Symlink { loc, .. }
+        | Op::CreateOpen { loc, .. }
+            if err == EEXIST =>
+        {
+            lookup(loc).map(Body::Attr)
+        }
         // ESTALE: the directory went too (after the name, stale()).
-        (Op::Unlink { .. } | Op::Rmdir { .. }, Err(ENOENT | ESTALE)) => Some(Body::Empty),
-        (Op::Rename { to, .. }, Err(ENOENT | ESTALE)) => lookup(to).map(|_| Body::Empty),
-        (Op::Link { from, to }, Err(EEXIST)) => {
+        Op::Unlink { .. } | Op::Rmdir { .. } if matches!(err, ENOENT | ESTALE) => Some(Body::Empty),
+        Op::Rename { to, .. } if matches!(err, ENOENT | ESTALE) => lookup(to).map(|_| Body::Empty),
+        Op::Link { from, to } if err == EEXIST => {
             let want = ino(e, c, from).ok();
             lookup(to).filter(|a| Some(a.ino) == want).map(Body::Attr)
         }
-        (Op::Removexattr { .. }, Err(ENODATA)) => Some(Body::Empty),
-        _ => None,
+        Op::LinkTmpfile { ino: i, to } if err == EEXIST => {
+            lookup(to).filter(|a| a.ino == *i).map(Body::Attr)
+        }
+        Op::Removexattr { .. } if err == ENODATA => Some(Body::Empty),
+        // Their error stands: those above with another error, and every
+        // other operation (each named: a new one must say whether a
+        // retry can find itself already applied).
+        Op::Create { .. }
+        | Op::Mknod { .. }
+        | Op::Mkdir { .. }
+        | Op::Symlink { .. }
+        | Op::CreateOpen { .. }
+        | Op::Unlink { .. }
+        | Op::Rmdir { .. }
+        | Op::Rename { .. }
+        | Op::Link { .. }
+        | Op::Removexattr { .. }
+        | Op::Noop
+        | Op::Lookup { .. }
+        | Op::Getattr { .. }
+        | Op::Setattr { .. }
+        | Op::Readlink { .. }
+        | Op::Readdir { .. }
+        | Op::ReaddirPlus { .. }
+        | Op::Statfs
+        | Op::Getxattr { .. }
+        | Op::Setxattr { .. }
+        | Op::Listxattr { .. }
+        | Op::Access { .. }
+        | Op::Open { .. }
+        | Op::Release { .. }
+        | Op::WriteCommit { .. }
+        | Op::ReleaseMany { .. }
+        | Op::Rewatch
+        | Op::WriteInline { .. }
+        | Op::Lock { .. }
+        | Op::GetLock { .. }
+        | Op::LockCancel { .. }
+        | Op::DropLocks
+        | Op::Fallocate { .. }
+        | Op::DataMap { .. }
+        | Op::Tmpfile { .. }
+        | Op::LinkTmpfile { .. } => None,
     };
     match done {
         Some(b) => Reply {

@@ -396,7 +396,13 @@ impl Caps {
                 entry(d);
                 attr(a);
             }),
-            _ => {}
+            // No inode or owner in these.
+            Body::Empty
+            | Body::Bytes(_)
+            | Body::Names(_)
+            | Body::StatFs(_)
+            | Body::LockHeld { .. }
+            | Body::Queued => {}
         }
     }
 }
@@ -407,7 +413,39 @@ fn set_of(op: &mut Op) -> Option<&mut solofs_meta::SetAttr> {
         Op::Setattr { set, .. } | Op::WriteCommit { set, .. } | Op::WriteInline { set, .. } => {
             Some(set)
         }
-        _ => None,
+        Op::Noop
+        | Op::Lookup { .. }
+        | Op::Getattr { .. }
+        | Op::Create { .. }
+        | Op::Mknod { .. }
+        | Op::Mkdir { .. }
+        | Op::Symlink { .. }
+        | Op::Readlink { .. }
+        | Op::Unlink { .. }
+        | Op::Rmdir { .. }
+        | Op::Link { .. }
+        | Op::Rename { .. }
+        | Op::Readdir { .. }
+        | Op::ReaddirPlus { .. }
+        | Op::Statfs
+        | Op::Getxattr { .. }
+        | Op::Setxattr { .. }
+        | Op::Listxattr { .. }
+        | Op::Removexattr { .. }
+        | Op::Access { .. }
+        | Op::Open { .. }
+        | Op::Release { .. }
+        | Op::CreateOpen { .. }
+        | Op::ReleaseMany { .. }
+        | Op::Rewatch
+        | Op::Lock { .. }
+        | Op::GetLock { .. }
+        | Op::LockCancel { .. }
+        | Op::DropLocks
+        | Op::Fallocate { .. }
+        | Op::DataMap { .. }
+        | Op::Tmpfile { .. }
+        | Op::LinkTmpfile { .. } => None,
     }
 }
 

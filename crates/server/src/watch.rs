@@ -389,7 +389,41 @@ fn victims(e: &Engine, cred: &Cred, op: &Op) -> Vec<u64> {
     match op {
         Op::Unlink { loc } | Op::Rmdir { loc } => find(loc).into_iter().collect(),
         Op::Rename { from, to, .. } => find(from).into_iter().chain(find(to)).collect(),
-        _ => Vec::new(),
+        // Nothing removed or replaced (every operation is named: a new
+        // one must say).
+        Op::Noop
+        | Op::Lookup { .. }
+        | Op::Getattr { .. }
+        | Op::Setattr { .. }
+        | Op::Create { .. }
+        | Op::Mknod { .. }
+        | Op::Mkdir { .. }
+        | Op::Symlink { .. }
+        | Op::Readlink { .. }
+        | Op::Link { .. }
+        | Op::Readdir { .. }
+        | Op::ReaddirPlus { .. }
+        | Op::Statfs
+        | Op::Getxattr { .. }
+        | Op::Setxattr { .. }
+        | Op::Listxattr { .. }
+        | Op::Removexattr { .. }
+        | Op::Access { .. }
+        | Op::Open { .. }
+        | Op::Release { .. }
+        | Op::WriteCommit { .. }
+        | Op::CreateOpen { .. }
+        | Op::ReleaseMany { .. }
+        | Op::Rewatch
+        | Op::WriteInline { .. }
+        | Op::Lock { .. }
+        | Op::GetLock { .. }
+        | Op::LockCancel { .. }
+        | Op::DropLocks
+        | Op::Fallocate { .. }
+        | Op::DataMap { .. }
+        | Op::Tmpfile { .. }
+        | Op::LinkTmpfile { .. } => Vec::new(),
     }
 }
 
@@ -418,6 +452,12 @@ fn changed(e: &Engine, cred: &Cred, op: &Op, rep: &Reply, victims: &[u64], out: 
             entry(to, out);
             out.extend(target_ino(e, cred, from).map(Fact::Inode));
         }
+        // An anonymous file gets a name: the directory changed (and the
+        // file's link count).
+        Op::LinkTmpfile { ino, to } => {
+            entry(to, out);
+            out.push(Fact::Inode(*ino));
+        }
         Op::Unlink { loc } | Op::Rmdir { loc } => {
             entry(loc, out);
             out.extend(victims.iter().map(|&i| Fact::Gone(i)));
@@ -438,7 +478,30 @@ fn changed(e: &Engine, cred: &Cred, op: &Op, rep: &Reply, victims: &[u64], out: 
         Op::Setxattr { target, .. } | Op::Removexattr { target, .. } => {
             out.extend(target_ino(e, cred, target).map(Fact::Inode));
         }
-        _ => {}
+        // Nothing another client may cache changed: reads, opens and
+        // closes (an open's data outlives an unlink until its release,
+        // which changes no name), locks, and an anonymous file made
+        // where no listing shows it.
+        Op::Noop
+        | Op::Lookup { .. }
+        | Op::Getattr { .. }
+        | Op::Readlink { .. }
+        | Op::Readdir { .. }
+        | Op::ReaddirPlus { .. }
+        | Op::Statfs
+        | Op::Getxattr { .. }
+        | Op::Listxattr { .. }
+        | Op::Access { .. }
+        | Op::Open { .. }
+        | Op::Release { .. }
+        | Op::ReleaseMany { .. }
+        | Op::Rewatch
+        | Op::Lock { .. }
+        | Op::GetLock { .. }
+        | Op::LockCancel { .. }
+        | Op::DropLocks
+        | Op::DataMap { .. }
+        | Op::Tmpfile { .. } => {}
     }
 }
 

@@ -552,3 +552,33 @@ fn paths_resolve_from_what_is_kept_and_a_busy_directory_is_listed_once() {
         b.resolve(&user, b"/data/f1", true) == Err(Error::Access)
     });
 }
+
+#[test]
+fn a_named_anonymous_file_is_told_to_other_clients() {
+    let vol = Volume::start("tmpfile");
+    let (a, b) = (vol.local(), vol.remote());
+    let told = Told::default();
+    b.set_invalidator(Box::new(told.clone()));
+    // B looks the name up (and misses): the server tells it of changes.
+    assert!(lookup(&b, ROOT_INO, "named").is_none());
+    let ctx = root(&a);
+    let o = a
+        .tmpfile(&ctx, ROOT_INO, 0o644, libc::O_RDWR)
+        .unwrap()
+        .into_value();
+    let ino = o.attr.ino;
+    a.write(&ctx, ino, 0, b"anonymous", libc::O_RDWR, false)
+        .unwrap();
+    a.fsync(&ctx, ino).unwrap();
+    a.link(&ctx, ino, ROOT_INO, b"named").unwrap();
+    within("B is told of the name", || {
+        told.0
+            .lock()
+            .iter()
+            .any(|(p, n)| *p == ROOT_INO && n == b"named")
+    });
+    a.release(&ctx, ino, o.fh, None).unwrap();
+    let found = lookup(&b, ROOT_INO, "named").unwrap();
+    assert_eq!(found.ino, ino);
+    assert_eq!(get(&b, ino), b"anonymous");
+}
