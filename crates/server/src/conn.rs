@@ -586,10 +586,10 @@ fn requests_run(
         let held = |ino| c.opens.holds(ino);
         reqs.retain_mut(|q| match caps.admit(&shared.engine, q, &held) {
             Ok(()) => true,
-            Err(errno) => {
+            Err(e) => {
                 invalid.push(Reply {
                     id: q.id & !solofs_proto::RETRY,
-                    result: Err(errno),
+                    result: Err(e.errno()),
                 });
                 false
             }

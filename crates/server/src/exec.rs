@@ -311,7 +311,7 @@ impl Serve for Exec<'_> {
         };
         // A granted lock comes with the file's attributes: the holder
         // checks its caches against them without asking again.
-        match locks.lock(client, want).map_err(crate::Error::Errno)? {
+        match locks.lock(client, want)? {
             Body::Empty if *kind != 2 => {
                 Ok(self.e.getattr(*ino).map(Body::Attr).unwrap_or(Body::Empty))
             }
@@ -325,7 +325,7 @@ impl Serve for Exec<'_> {
     }
     fn lock_cancel(&self, token: &u64) -> Result<Body> {
         let (locks, client) = self.locks()?;
-        locks.cancel(client, *token).map_err(crate::Error::Errno)
+        locks.cancel(client, *token)
     }
     fn drop_locks(&self) -> Result<Body> {
         let (locks, client) = self.locks()?;

@@ -215,10 +215,10 @@ impl FileLocks {
     }
 
     /// `Op::Lock` of client `id`.
-    pub fn lock(&self, id: u128, w: Want) -> Result<Body, i32> {
-        let kind = LockKind::from_u32(w.kind).ok_or(EINVAL)?;
+    pub fn lock(&self, id: u128, w: Want) -> crate::error::Result<Body> {
+        let kind = LockKind::from_u32(w.kind).ok_or(crate::Error::Errno(EINVAL))?;
         if w.start > w.end {
-            return Err(EINVAL);
+            return Err(crate::Error::Errno(EINVAL));
         }
         let me = (id, w.owner);
         let mut t = self.table.lock();
@@ -248,15 +248,15 @@ impl FileLocks {
         if w.flags & RECLAIM != 0 {
             // Someone else took it while this client was away.
             tidy(&mut t, id, w.ino);
-            return Err(ENOLCK);
+            return Err(crate::Error::Errno(ENOLCK));
         }
         if w.flags & WAIT == 0 {
             tidy(&mut t, id, w.ino);
-            return Err(EAGAIN);
+            return Err(crate::Error::Errno(EAGAIN));
         }
         if would_deadlock(&t, me, blocked) {
             tidy(&mut t, id, w.ino);
-            return Err(EDEADLK);
+            return Err(crate::Error::Errno(EDEADLK));
         }
         let waiter = Waiter {
             owner: me,
@@ -302,11 +302,11 @@ impl FileLocks {
     }
 
     /// `Op::LockCancel` of client `id`.
-    pub fn cancel(&self, id: u128, token: u64) -> Result<Body, i32> {
+    pub fn cancel(&self, id: u128, token: u64) -> crate::error::Result<Body> {
         let mut t = self.table.lock();
         let files: Vec<u64> = match t.clients.get(&id) {
             Some(c) => c.files.iter().copied().collect(),
-            None => return Err(ENOENT),
+            None => return Err(crate::Error::Errno(ENOENT)),
         };
         for ino in files {
             let Some(f) = t.files.get_mut(&ino) else {
@@ -321,7 +321,7 @@ impl FileLocks {
                 return Ok(Body::Empty);
             }
         }
-        Err(ENOENT)
+        Err(crate::Error::Errno(ENOENT))
     }
 
     /// `Op::DropLocks` of client `id`.

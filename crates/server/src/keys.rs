@@ -269,7 +269,7 @@ impl Caps {
         e: &Engine,
         q: &mut Request,
         held: &dyn Fn(u64) -> bool,
-    ) -> Result<(), i32> {
+    ) -> crate::error::Result<()> {
         let k = &self.key;
         if k.root_squash {
             crate::exec::squash(&mut q.cred, true);
@@ -285,20 +285,20 @@ impl Caps {
             }
         }
         if k.read_only && changes(&q.op) {
-            return Err(solofs_meta::errno::EROFS);
+            return Err(crate::Error::Errno(solofs_meta::errno::EROFS));
         }
         let Some(root) = self.root else {
             return Ok(());
         };
-        let inside = |i: &mut u64| -> Result<(), i32> {
+        let inside = |i: &mut u64| -> crate::error::Result<()> {
             if *i == ROOT_INO {
                 *i = root;
             }
             match e.within(*i, root) {
                 Ok(true) => Ok(()),
                 Ok(false) if held(*i) => Ok(()),
-                Ok(false) => Err(solofs_meta::errno::EACCES),
-                Err(x) => Err(x.errno()),
+                Ok(false) => Err(crate::Error::Errno(solofs_meta::errno::EACCES)),
+                Err(x) => Err(x.into()),
             }
         };
         let lookup = matches!(q.op, Op::Lookup { .. });
@@ -311,11 +311,11 @@ impl Caps {
                 }
                 Ok(())
             }
-            Loc::Path(_) => Err(solofs_meta::errno::EACCES),
+            Loc::Path(_) => Err(crate::Error::Errno(solofs_meta::errno::EACCES)),
         };
         let target = |t: &mut Target| match t {
             Target::Ino(i) => inside(i),
-            _ => Err(solofs_meta::errno::EACCES),
+            _ => Err(crate::Error::Errno(solofs_meta::errno::EACCES)),
         };
         match &mut q.op {
             Op::Lookup { loc: l, .. }
