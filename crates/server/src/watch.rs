@@ -307,6 +307,7 @@ impl Watch {
         let mut recorded = [false; SHARDS];
         {
             let mut h = me.held.lock();
+            let mut swept = false;
             let mut add = |ino: u64| {
                 if ino == 0 || me.full.load(Ordering::Relaxed) {
                     return;
@@ -316,9 +317,24 @@ impl Watch {
                     return;
                 }
                 if h.len() >= self.cap || self.total.load(Ordering::Relaxed) >= self.total_cap {
-                    me.full.store(true, Ordering::Relaxed);
-                    mine.push(Notice::Full);
-                    return;
+                    // Inodes deleted since they were watched need no
+                    // watch: a client alone on the volume is told of
+                    // nothing, so its own removals were never forgotten.
+                    // Swept once on the way to the cap; a sweep that
+                    // leaves the set above 3/4 of it makes it full.
+                    if !swept {
+                        swept = true;
+                        let was = h.len();
+                        h.retain(|&i| e.getattr(i).is_ok());
+                        self.total.fetch_sub(was - h.len(), Ordering::Relaxed);
+                    }
+                    let room = h.len() < self.cap / 4 * 3
+                        && self.total.load(Ordering::Relaxed) < self.total_cap;
+                    if !room {
+                        me.full.store(true, Ordering::Relaxed);
+                        mine.push(Notice::Full);
+                        return;
+                    }
                 }
                 h.insert(ino);
                 self.total.fetch_add(1, Ordering::Relaxed);

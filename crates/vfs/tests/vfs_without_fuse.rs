@@ -31,6 +31,12 @@ struct Volume {
 
 impl Volume {
     fn start(name: &str) -> Volume {
+        Volume::start_with(name, Config::default().watch_cap)
+    }
+
+    /// A volume whose server watches at most `watch_cap` inodes per
+    /// connection.
+    fn start_with(name: &str, watch_cap: usize) -> Volume {
         let dir = std::env::temp_dir().join(format!("solofs-vfs-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("blocks")).unwrap();
@@ -43,6 +49,7 @@ impl Volume {
         let scfg = Config {
             listen: "127.0.0.1:0".into(),
             secret: secret.clone(),
+            watch_cap,
             ..Default::default()
         };
         let server = Server::bind(engine, scfg).unwrap();
@@ -581,4 +588,46 @@ fn a_named_anonymous_file_is_told_to_other_clients() {
     let found = lookup(&b, ROOT_INO, "named").unwrap();
     assert_eq!(found.ino, ino);
     assert_eq!(get(&b, ino), b"anonymous");
+}
+
+#[test]
+fn a_client_that_removes_what_it_made_keeps_its_caches() {
+    // Its own removals are told to nobody: the inodes they deleted must
+    // not count against what the server watches for it.
+    let vol = Volume::start_with("watch-cap", 3000);
+    // (The only connection: no other client watches anything.)
+    let a = vol.local();
+    let ctx = root(&a);
+    for round in 0..3 {
+        let dir = format!("r{round}");
+        let d = a
+            .mkdir(&ctx, ROOT_INO, dir.as_bytes(), 0o755)
+            .unwrap()
+            .into_value()
+            .ino;
+        let names: Vec<String> = (0..2000).map(|i| format!("f{i}")).collect();
+        for n in &names {
+            a.mknod(&ctx, d, n.as_bytes(), libc::S_IFREG | 0o644, 0)
+                .unwrap();
+        }
+        let walk = || {
+            for n in &names {
+                a.resolve(&ctx, format!("/{dir}/{n}").as_bytes(), true)
+                    .unwrap();
+            }
+        };
+        walk();
+        let before = vol.requests();
+        walk();
+        assert_eq!(
+            vol.requests() - before,
+            0,
+            "round {round}: kept names asked again"
+        );
+        for n in &names {
+            a.unlink(&ctx, d, n.as_bytes()).unwrap();
+        }
+        a.fsyncdir(d).unwrap();
+        a.rmdir(&ctx, ROOT_INO, dir.as_bytes()).unwrap();
+    }
 }
