@@ -487,7 +487,7 @@ fn frame(
                 match crate::keys::Caps::of(&shared.engine, k) {
                     Ok(caps) => c.caps = Some(caps),
                     Err(why) => {
-                        error_frame(&mut c.outbuf, 2, &why); // ENOENT
+                        error_frame(&mut c.outbuf, 2, &why.to_string()); // ENOENT
                         c.state = State::Closing;
                         return;
                     }

@@ -57,7 +57,7 @@ pub(crate) fn run(
             let r = delete_uncovered(&engine, &store, job.ino);
             opens.end_delete(job.ino);
             match r.and_then(|n| {
-                engine.finish_free_job(&job).map_err(|e| e.to_string())?;
+                engine.finish_free_job(&job)?;
                 Ok(n)
             }) {
                 Ok(n) => {
@@ -82,9 +82,9 @@ pub(crate) fn run(
 }
 
 /// Deletes the blocks of `ino` that its current size does not cover.
-fn delete_uncovered(engine: &Engine, store: &BlockStore, ino: u64) -> Result<u64, String> {
-    let first = engine
-        .first_uncovered_block(ino)
-        .map_err(|e| e.to_string())?;
-    store.delete_from(ino, first).map_err(|e| e.to_string())
+fn delete_uncovered(engine: &Engine, store: &BlockStore, ino: u64) -> crate::error::Result<u64> {
+    let first = engine.first_uncovered_block(ino)?;
+    store
+        .delete_from(ino, first)
+        .map_err(|e| crate::Error::Failed(e.to_string()))
 }

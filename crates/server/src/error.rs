@@ -11,6 +11,12 @@ pub enum Error {
     Engine(solofs_meta::Error),
     /// The server's own answer (a lock conflict, a deadlock, …).
     Errno(i32),
+    /// A keys file, key line or key setting that cannot be used (the
+    /// message says which and why).
+    Config(String),
+    /// Work of the server's own that failed: deleting blocks, taking a
+    /// snapshot (the message says what).
+    Failed(String),
 }
 
 impl Error {
@@ -19,6 +25,8 @@ impl Error {
         match self {
             Error::Engine(e) => e.errno(),
             Error::Errno(e) => *e,
+            Error::Config(_) => solofs_meta::errno::EINVAL,
+            Error::Failed(_) => solofs_meta::errno::EIO,
         }
     }
 }
@@ -34,6 +42,7 @@ impl fmt::Display for Error {
         match self {
             Error::Engine(e) => write!(f, "{e}"),
             Error::Errno(e) => write!(f, "errno {e}"),
+            Error::Config(m) | Error::Failed(m) => f.write_str(m),
         }
     }
 }

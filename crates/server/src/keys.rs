@@ -101,18 +101,22 @@ impl Key {
     }
 
     /// Parses a line of the keys file.
-    pub fn parse(line: &str) -> Result<Key, String> {
+    pub fn parse(line: &str) -> crate::error::Result<Key> {
         let mut w = line.split_whitespace();
         let (Some(name), Some(secret)) = (w.next(), w.next()) else {
-            return Err(format!("{line:?}: want NAME SECRET [FLAG…]"));
+            return Err(crate::Error::Config(format!(
+                "{line:?}: want NAME SECRET [FLAG…]"
+            )));
         };
         if !solofs_proto::key_name_ok(name) {
-            return Err(format!(
+            return Err(crate::Error::Config(format!(
                 "{name:?} is not a key name (1-64 of A-Z a-z 0-9 . _ -)"
-            ));
+            )));
         }
         if secret.len() < 16 {
-            return Err(format!("key {name}: its secret is shorter than 16 bytes"));
+            return Err(crate::Error::Config(format!(
+                "key {name}: its secret is shorter than 16 bytes"
+            )));
         }
         let mut k = Key::new(name, secret.as_bytes());
         for f in w {
@@ -121,7 +125,11 @@ impl Key {
                 None if f == "root-squash" => k.root_squash = true,
                 Some(("subdir", p)) => k.subdir = Some(check_subdir(p)?),
                 Some(("uid-map", m)) => k.uid_map = parse_uid_map(m)?,
-                _ => return Err(format!("key {name}: unknown flag {f:?}")),
+                _ => {
+                    return Err(crate::Error::Config(format!(
+                        "key {name}: unknown flag {f:?}"
+                    )))
+                }
             }
         }
         Ok(k)
@@ -130,40 +138,46 @@ impl Key {
 
 /// A subdir as a key may name it: an absolute path with no `.` or `..`
 /// component and no white space.
-pub fn check_subdir(p: &str) -> Result<String, String> {
+pub fn check_subdir(p: &str) -> crate::error::Result<String> {
     let bad = !p.starts_with('/')
         || p.chars().any(char::is_whitespace)
         || p.split('/').any(|c| c == "." || c == "..");
     if bad {
-        return Err(format!(
+        return Err(crate::Error::Config(format!(
             "subdir {p:?}: an absolute path in the volume, without . or .. or spaces"
-        ));
+        )));
     }
     Ok(p.trim_end_matches('/').to_string()).map(|s| if s.is_empty() { "/".into() } else { s })
 }
 
 /// Parses `C:S[,C:S…]` (client uid C acts as server uid S).
-pub fn parse_uid_map(m: &str) -> Result<Vec<(u32, u32)>, String> {
+pub fn parse_uid_map(m: &str) -> crate::error::Result<Vec<(u32, u32)>> {
     m.split(',')
         .map(|p| {
             let (a, b) = p.split_once(':').ok_or(())?;
             Ok((a.parse().map_err(|_| ())?, b.parse().map_err(|_| ())?))
         })
         .collect::<Result<_, ()>>()
-        .map_err(|_| format!("uid map {m:?}: want CLIENT:SERVER[,CLIENT:SERVER…]"))
+        .map_err(|_| {
+            crate::Error::Config(format!(
+                "uid map {m:?}: want CLIENT:SERVER[,CLIENT:SERVER…]"
+            ))
+        })
 }
 
 /// Reads a keys file (none: no keys).
-pub fn read_keys(path: &Path) -> Result<Vec<Key>, String> {
+pub fn read_keys(path: &Path) -> crate::error::Result<Vec<Key>> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+        Err(e) => return Err(crate::Error::Config(format!("{}: {e}", path.display()))),
     };
     text.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(|l| Key::parse(l).map_err(|e| format!("{}: {e}", path.display())))
+        .map(|l| {
+            Key::parse(l).map_err(|e| crate::Error::Config(format!("{}: {e}", path.display())))
+        })
         .collect()
 }
 
@@ -178,7 +192,7 @@ pub struct Keys {
 
 impl Keys {
     /// The keys in `path` (`None`: the volume secret only).
-    pub fn open(path: Option<PathBuf>) -> Result<Keys, String> {
+    pub fn open(path: Option<PathBuf>) -> crate::error::Result<Keys> {
         let k = Keys {
             path,
             state: parking_lot::Mutex::new((None, HashMap::new())),
@@ -203,7 +217,7 @@ impl Keys {
         }
     }
 
-    fn reload(&self) -> Result<(), String> {
+    fn reload(&self) -> crate::error::Result<()> {
         let Some(path) = &self.path else {
             return Ok(());
         };
@@ -242,16 +256,21 @@ pub struct Caps {
 
 impl Caps {
     /// The capabilities of `key` on `e`: its subdir must be a directory.
-    pub fn of(e: &Engine, key: Arc<Key>) -> Result<Caps, String> {
+    pub fn of(e: &Engine, key: Arc<Key>) -> crate::error::Result<Caps> {
         let root = match &key.subdir {
             None => None,
             Some(p) => {
                 let a = e
                     .resolve(&Cred::root(), p.as_bytes(), true)
                     .and_then(|i| e.getattr(i))
-                    .map_err(|x| format!("key {}: subdir {p}: {x}", key.name))?;
+                    .map_err(|x| {
+                        crate::Error::Config(format!("key {}: subdir {p}: {x}", key.name))
+                    })?;
                 if a.kind() != solofs_meta::FileType::Directory {
-                    return Err(format!("key {}: subdir {p} is not a directory", key.name));
+                    return Err(crate::Error::Config(format!(
+                        "key {}: subdir {p} is not a directory",
+                        key.name
+                    )));
                 }
                 Some(a.ino).filter(|&i| i != ROOT_INO)
             }

@@ -142,7 +142,8 @@ fn take(shared: &Shared, pool: &Path, pid: u32, taking: &Path) {
 /// For `solofs dump`: asks the server that holds `pool` for a copy and
 /// waits for it; returns its path (the caller removes it). Fails if the
 /// server does not take up the request within `pickup`, or reports an error.
-pub fn request(pool: &Path, pickup: Duration) -> Result<PathBuf, String> {
+pub fn request(pool: &Path, pickup: Duration) -> crate::error::Result<PathBuf> {
+    use crate::Error::Failed;
     let pid = std::process::id();
     let (want, taking, failed, done) = (
         named(pool, pid, ".want"),
@@ -157,29 +158,31 @@ pub fn request(pool: &Path, pickup: Duration) -> Result<PathBuf, String> {
         .write(true)
         .create_new(true)
         .open(&want)
-        .map_err(|e| format!("writing {}: {e}", want.display()))?;
+        .map_err(|e| Failed(format!("writing {}: {e}", want.display())))?;
     let t0 = Instant::now();
     loop {
         std::thread::sleep(Duration::from_millis(20));
         if let Ok(why) = std::fs::read_to_string(&failed) {
             let _ = std::fs::remove_file(&failed);
             let _ = std::fs::remove_file(&done);
-            return Err(format!("the server could not copy the pool: {why}"));
+            return Err(Failed(format!("the server could not copy the pool: {why}")));
         }
         let asked = want.exists();
         if !asked && !taking.exists() {
             return match done.exists() {
                 true => Ok(done),
-                false => Err("the server dropped the request (it stopped?)".into()),
+                false => Err(Failed(
+                    "the server dropped the request (it stopped?)".into(),
+                )),
             };
         }
         if asked && t0.elapsed() > pickup {
             let _ = std::fs::remove_file(&want);
-            return Err(format!(
+            return Err(Failed(format!(
                 "the server holding {} did not take up the request within {} s (is it older than this solofs?)",
                 pool.display(),
                 pickup.as_secs()
-            ));
+            )));
         }
     }
 }
