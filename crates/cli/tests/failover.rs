@@ -119,6 +119,7 @@ fn kills(name: &str, commit: &'static str, kills: usize) {
         let (_, took) = set.next_leader(old, t);
         failovers.push(took);
         set.start(old);
+        set.wait_caught_up(old);
     }
     std::thread::sleep(Duration::from_millis(300));
     let (steps, longest) = finish(&set, &stop, writers, &dirs);
@@ -371,6 +372,7 @@ fn a_mount_on_s3_sees_no_error_across_leader_kills() {
         set.kill(old);
         failovers.push(set.next_leader(old, t).1);
         set.start(old);
+        set.wait_caught_up(old);
     }
     std::thread::sleep(Duration::from_millis(500));
     stop.store(true, Ordering::SeqCst);

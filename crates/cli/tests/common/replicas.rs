@@ -263,6 +263,32 @@ impl Set {
         }
     }
 
+    /// Waits until restarted member `i` follows the leader again, no more
+    /// than a few entries behind (a set of three survives one failure at a
+    /// time: killing the leader while another member is still catching up
+    /// leaves no majority, by design).
+    pub fn wait_caught_up(&self, i: usize) {
+        let t = Instant::now();
+        let want = format!("solofs_replica_lag_entries{{member=\"{}\"}} ", i + 1);
+        loop {
+            let lag = self.leader().and_then(|l| {
+                let page = crate::common::metrics_page(&self.metrics[l]);
+                page.lines()
+                    .find_map(|x| x.strip_prefix(want.as_str()))
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+            });
+            if lag.is_some_and(|n| n < 100.0) {
+                return;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "member {} did not catch up",
+                i + 1
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn kill(&mut self, i: usize) {
         if let Some(mut c) = self.procs[i].take() {
             let _ = c.kill();
