@@ -10,6 +10,8 @@ mod member;
 mod mount;
 mod replicas;
 mod serve;
+mod status;
+mod trash;
 
 const USAGE: &str = "\
 solofs — a file system whose whole namespace lives on one metadata server
@@ -19,10 +21,13 @@ USAGE:
     solofs up MOUNTPOINT [--data DIR]     format if needed, serve and mount (Ctrl-C stops)
     solofs mount --server ADDR --secret-file FILE MOUNTPOINT
     solofs mkfs (--data DIR | POOL) [--storage URL] [--block-size BYTES] [--shards N] [--inline-max BYTES]
-                [--durability process|pmem|sync]
+                [--durability process|pmem|sync] [--trash-days N]
     solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--config FILE]
     solofs serve --data DIR --peers ID=HOST:PORT,… --id N [--commit sync|fast] …   a replica set's member
     solofs replicas status --peers ID=HOST:PORT,… (--data DIR | --secret-file F)
+    solofs trash list|restore PATH…|purge [PATH…] --server ADDR (--data DIR | --secret-file F)
+    solofs config --server ADDR (--data DIR | --secret-file F) [--trash-days N]
+    solofs status --server ADDR (--data DIR | --secret-file F)   the server, the volume, each client
     solofs stats METRICS_ADDR [--interval SECS] [--count N]
     solofs fsck (--data DIR | POOL) [--repair]
     solofs dump --data DIR [-o FILE]      the whole namespace as one stream (docs/dump.md)
@@ -104,6 +109,9 @@ fn run() -> Result<()> {
         Some("serve") => serve::serve(rest),
         Some("stats") => serve::stats(rest),
         Some("replicas") => replicas::replicas(rest),
+        Some("trash") => trash::trash(rest),
+        Some("config") => trash::config(rest),
+        Some("status") => status::status(rest),
         Some("crash-test") => solofs_bench::crashtest::main(rest),
         Some("-V" | "--version" | "version") => {
             say!(
@@ -129,6 +137,7 @@ fn mkfs(args: Vec<std::ffi::OsString>) -> Result<()> {
     let mut cfg = Config::default();
     let mut path: Option<PathBuf> = None;
     let mut data: Option<PathBuf> = None;
+    let mut trash_days = 1u32;
     while let Some(a) = p.next()? {
         match a {
             Long("shards") => cfg.shards = p.value()?.parse()?,
@@ -148,8 +157,14 @@ fn mkfs(args: Vec<std::ffi::OsString>) -> Result<()> {
                     Durability::parse(&v).context("durability is process, pmem or sync")?;
             }
             Long("data") => data = Some(p.value()?.into()),
+            Long("trash-days") => {
+                trash_days = p
+                    .value()?
+                    .parse()
+                    .context("--trash-days is a whole number of days (0: no trash)")?
+            }
             Long("help") | Short('h') => {
-                println!("solofs mkfs (--data DIR | POOL) [--storage URL] [--block-size BYTES] [--shards N] [--durability process|pmem|sync] [--inline-max BYTES]\n  --inline-max BYTES  files up to this size keep their bytes in the metadata pool, not the object store (default 4096; 0: never)");
+                println!("solofs mkfs (--data DIR | POOL) [--storage URL] [--block-size BYTES] [--shards N] [--durability process|pmem|sync] [--inline-max BYTES] [--trash-days N]\n  --inline-max BYTES  files up to this size keep their bytes in the metadata pool, not the object store (default 4096; 0: never)\n  --trash-days N      removed files are kept in /.trash for N days (default 1; 0: freed at once; solofs config changes it)");
                 return Ok(());
             }
             Value(v) if path.is_none() => path = Some(v.into()),
@@ -172,6 +187,9 @@ fn mkfs(args: Vec<std::ffi::OsString>) -> Result<()> {
         }
         _ => bail!("mkfs needs either --data DIR or a pool file path"),
     };
+    solofs_server::trash::check_days(trash_days.to_string().as_bytes())
+        .map_err(|x| anyhow::anyhow!("--trash-days: {x}"))?;
+    solofs_server::trash::format(&e, trash_days).context("making /.trash")?;
     let data = if e.storage_url().is_empty() {
         "no block store: a metadata-only pool (mkfs --data DIR or --storage URL gives file data a place)".to_string()
     } else {

@@ -451,12 +451,37 @@ pub fn format_data_dir(data: &Path, mut cfg: EngineConfig) -> Result<Engine> {
     Engine::format(&path, &cfg).with_context(|| format!("formatting {}", path.display()))
 }
 
+/// Where `solofs up` notes the address it listened on, in the data
+/// directory.
+const UP_ADDRESS: &str = "up-address";
+/// The port `solofs up` listens on by default (as `solofs serve`).
+const UP_PORT: u16 = 7420;
+
+/// The address `solofs up` listens on without `--listen`: the one it used
+/// last time, else 127.0.0.1:7420, else a free port (the line it prints
+/// for other mounts then stays valid across restarts).
+fn stable_address(data: &Path) -> String {
+    let last = std::fs::read_to_string(data.join(UP_ADDRESS))
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty());
+    let candidates = last
+        .into_iter()
+        .chain(std::iter::once(format!("127.0.0.1:{UP_PORT}")));
+    for a in candidates {
+        if std::net::TcpListener::bind(&a).is_ok() {
+            return a;
+        }
+    }
+    "127.0.0.1:0".into()
+}
+
 /// `solofs up MOUNTPOINT [--data DIR]`: format if needed, serve, mount;
 /// Ctrl-C or SIGTERM unmounts and stops cleanly.
 pub fn up(args: Vec<OsString>) -> Result<()> {
     let mut p = lexopt::Parser::from_args(args);
     let mut data: Option<PathBuf> = None;
-    let mut listen = "127.0.0.1:0".to_string();
+    let mut listen: Option<String> = None;
     let mut storage = String::new();
     let mut mnt: Option<PathBuf> = None;
     let mut opts = MountOptions::default();
@@ -468,7 +493,7 @@ pub fn up(args: Vec<OsString>) -> Result<()> {
         match a {
             Arg::Long(k) if k == "data" => data = Some(p.value()?.into()),
             Arg::Long(k) if k == "via-tcp" => via_tcp = true,
-            Arg::Long(k) if k == "listen" => listen = p.value()?.parse()?,
+            Arg::Long(k) if k == "listen" => listen = Some(p.value()?.parse()?),
             Arg::Long(k) if k == "storage" => storage = p.value()?.parse()?,
             a if is_help(&a) => {
                 println!("solofs up MOUNTPOINT [--data DIR] [--listen ADDR] [--storage URL] [--via-tcp] {MOUNT_FLAGS}");
@@ -481,7 +506,9 @@ pub fn up(args: Vec<OsString>) -> Result<()> {
     let mnt = mnt.context("up needs a MOUNTPOINT")?;
     check_can_mount()?;
     check_not_mounted(&mnt)?;
-    serve::check_listen(&listen, "--listen")?;
+    if let Some(l) = &listen {
+        serve::check_listen(l, "--listen")?;
+    }
     crate::create_dir_all_public(&mnt).with_context(|| format!("creating {}", mnt.display()))?;
     let data = data.unwrap_or_else(default_data_dir);
     let engine = if pool_path(&data).exists() {
@@ -498,20 +525,26 @@ pub fn up(args: Vec<OsString>) -> Result<()> {
             ..Default::default()
         };
         let e = format_data_dir(&data, cfg)?;
+        solofs_server::trash::format(&e, 1).context("making /.trash")?;
         println!("formatted a new volume in {}", data.display());
         e
     };
     let engine = Arc::new(engine);
     let secret = read_secret(&data)?;
     serve::raise_fd_limit();
+    let stable = listen.is_none();
     let cfg = Config {
-        listen,
+        listen: listen.unwrap_or_else(|| stable_address(&data)),
         secret: secret.clone(),
         blocks: serve::open_blocks_checked(&engine)?,
         ..Default::default()
     };
     let server = Server::bind(engine.clone(), cfg).context("binding the listening socket")?;
     let addr = server.local_addr()?.to_string();
+    if stable {
+        // The next start listens here again if it can.
+        let _ = std::fs::write(data.join(UP_ADDRESS), format!("{addr}\n"));
+    }
     let handle = server.handle();
     // The mount talks to the server in this process directly; other
     // mounts (and `--via-tcp`, for comparison) go through the socket.

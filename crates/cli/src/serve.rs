@@ -161,6 +161,7 @@ pub struct FileConfig {
     watch_cap: Option<usize>,
     spin_us: Option<u64>,
     lock_grace_ms: Option<u64>,
+    trash_sweep_secs: Option<u64>,
     capacity: Option<String>,
     peers: Option<String>,
     id: Option<u64>,
@@ -207,6 +208,10 @@ impl FileConfig {
         put("watch_cap", self.watch_cap.map(|x| x.to_string()));
         put("spin_us", self.spin_us.map(|x| x.to_string()));
         put("lock_grace_ms", self.lock_grace_ms.map(|x| x.to_string()));
+        put(
+            "trash_sweep_secs",
+            self.trash_sweep_secs.map(|x| x.to_string()),
+        );
         put("capacity", self.capacity.clone());
         put("peers", self.peers.clone());
         put("id", self.id.map(|x| x.to_string()));
@@ -230,7 +235,7 @@ struct Settings {
     member: Option<crate::member::Member>,
 }
 
-const KEYS: [&str; 18] = [
+const KEYS: [&str; 19] = [
     "data",
     "listen",
     "workers",
@@ -244,6 +249,7 @@ const KEYS: [&str; 18] = [
     "watch_cap",
     "spin_us",
     "lock_grace_ms",
+    "trash_sweep_secs",
     "capacity",
     "peers",
     "id",
@@ -300,6 +306,13 @@ fn apply(s: &mut Settings, key: &str, v: &str) -> Result<()> {
             }
             s.cfg.lock_grace = Duration::from_millis(n)
         }
+        "trash_sweep_secs" => {
+            let n: u64 = v.parse().context("trash_sweep_secs is a number")?;
+            if !(1..=86_400).contains(&n) {
+                bail!("trash_sweep_secs is 1..=86400");
+            }
+            s.cfg.trash_sweep = Duration::from_secs(n)
+        }
         "capacity" => s.capacity = crate::mount::parse_size(v).context("capacity")?,
         "peers" => s.peers = Some(v.into()),
         "id" => s.id = Some(v.parse().context("id is a member number")?),
@@ -325,7 +338,7 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
                 flags.push((k, p.value()?.parse()?));
             }
             Long("help") | Short('h') => {
-                println!("solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--root-squash]\n             [--idle-timeout-secs S] [--max-connections N] [--config FILE]\n             [--max-unauthenticated N] [--auth-timeout-secs S] [--free-grace-ms MS]\n             [--watch-cap N] [--spin-us N] [--lock-grace-ms MS] [--capacity SIZE]\n  --watch-cap N  inodes watched per connection for its caches (default 262144; docs/data.md)\n  --spin-us N    most µs a worker polls without sleeping after activity, adaptive below (default 200; 0: never)\n  --lock-grace-ms MS  a lost client's file locks are kept this long; after a start only\n                 claims of earlier locks are granted this long (default 10000)\n  --capacity SIZE  data capacity df reports (e.g. 10T; default: the free space under a\n                 file:// store plus the data held; none known for s3://)\n  --peers ID=HOST:PORT,… --id N [--commit sync|fast]  a member of a replica set (docs/replication.md):\n                 the members' peer addresses, which one this is, the commit rule (default sync)\n  --join         (with --peers) a new member, from a directory holding only the volume's\n                 secret file: it waits to be added with `solofs replicas add`\nEnvironment: SOLOFS_DATA, SOLOFS_LISTEN, SOLOFS_WORKERS, SOLOFS_METRICS, SOLOFS_ROOT_SQUASH, ...");
+                println!("solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--root-squash]\n             [--idle-timeout-secs S] [--max-connections N] [--config FILE]\n             [--max-unauthenticated N] [--auth-timeout-secs S] [--free-grace-ms MS]\n             [--watch-cap N] [--spin-us N] [--lock-grace-ms MS] [--capacity SIZE]\n  --watch-cap N  inodes watched per connection for its caches (default 262144; docs/data.md)\n  --spin-us N    most µs a worker polls without sleeping after activity, adaptive below (default 200; 0: never)\n  --lock-grace-ms MS  a lost client's file locks are kept this long; after a start only\n                 claims of earlier locks are granted this long (default 10000)\n  --trash-sweep-secs S  how often expired trash is freed (default 60; docs/trash.md)\n  --capacity SIZE  data capacity df reports (e.g. 10T; default: the free space under a\n                 file:// store plus the data held; none known for s3://)\n  --peers ID=HOST:PORT,… --id N [--commit sync|fast]  a member of a replica set (docs/replication.md):\n                 the members' peer addresses, which one this is, the commit rule (default sync)\n  --join         (with --peers) a new member, from a directory holding only the volume's\n                 secret file: it waits to be added with `solofs replicas add`\nEnvironment: SOLOFS_DATA, SOLOFS_LISTEN, SOLOFS_WORKERS, SOLOFS_METRICS, SOLOFS_ROOT_SQUASH, ...");
                 return Ok(());
             }
             _ => return Err(a.unexpected().into()),

@@ -504,6 +504,17 @@ fn a_loaded_volume_has_blocks_of_its_own_and_fsck_sees_missing_ones() {
     assert_eq!(store_b.blocks(big).unwrap(), [0, 1, 2]);
     c.unlink(&Cred::root(), solofs_client::at(ROOT_INO, b"big"))
         .unwrap();
+    // (The volume keeps it in its trash: freed now.)
+    let secret_file = b.join("secret");
+    let out = solofs(&[
+        "trash",
+        "purge",
+        "--server",
+        &srv.addr,
+        "--secret-file",
+        p(&secret_file),
+    ]);
+    assert!(out.status.success(), "{out:?}");
     within(
         "the copy's blocks of big deleted",
         std::time::Duration::from_secs(10),

@@ -98,7 +98,8 @@ fn full_check(
     let _ = std::fs::remove_dir_all(&base);
     let data = base.join("data");
     let mut mkfs = Command::new(BIN);
-    mkfs.args(["mkfs", "--data"])
+    // Without trash: removing everything must free every block.
+    mkfs.args(["mkfs", "--trash-days", "0", "--data"])
         .arg(&data)
         .envs(env.iter().copied());
     if let Some(s) = storage {

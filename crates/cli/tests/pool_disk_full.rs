@@ -14,9 +14,12 @@ use std::process::Command;
 
 const ENOSPC: i32 = 28;
 
+/// A volume without trash: these tests are about space coming back when
+/// files are removed (with a trash it comes back when they expire or are
+/// purged; docs/trash.md).
 fn mkfs(data: &Path) {
     let st = Command::new(BIN)
-        .args(["mkfs", "--data"])
+        .args(["mkfs", "--trash-days", "0", "--data"])
         .arg(data)
         .stdout(std::process::Stdio::null())
         .status()

@@ -21,7 +21,7 @@ fn local(e: &Engine, cred: &Cred, op: &Op) -> std::result::Result<Body, i32> {
 
 #[test]
 fn random_operations_match_the_engine() {
-    let s = Scratch::new("wire");
+    let s = Scratch::without_trash("wire");
     let srv = ServerProc::start(&s.path);
     let c = Client::connect(&srv.addr, &s.secret()).unwrap();
     let lp = s.path.join("local.pool");

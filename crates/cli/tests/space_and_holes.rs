@@ -173,7 +173,7 @@ fn holes_fallocate_and_tmpfiles_behave_as_on_tmpfs() {
     };
     let s = Scratch::new("holes");
     let data = s.path.join("data");
-    mkfs_volume(&data);
+    mkfs_volume_without_trash(&data);
     let srv = ServerProc::start(&data);
     let secret = data.join("secret");
     let a = MountProc::start(&srv.addr, &secret, &s.path.join("a"), &[]);

@@ -464,6 +464,14 @@ impl Client {
             b => Err(unexpected(b)),
         }
     }
+    /// The server's report of itself and its clients (`solofs status`;
+    /// root on the volume secret only).
+    pub fn status(&self) -> Result<String> {
+        match self.call(&Cred::root(), Op::Status)? {
+            Body::Bytes(b) => Ok(String::from_utf8_lossy(&b).into_owned()),
+            b => Err(unexpected(b)),
+        }
+    }
     /// Sets an extended attribute.
     pub fn setxattr(
         &self,

@@ -46,6 +46,7 @@ fn bound(op: &Op) -> Option<(u64, Option<Access>)> {
         | Op::Readdir { .. }
         | Op::ReaddirPlus { .. }
         | Op::Statfs
+        | Op::Status
         | Op::Getxattr { .. }
         | Op::Setxattr { .. }
         | Op::Listxattr { .. }

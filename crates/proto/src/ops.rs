@@ -279,6 +279,10 @@ ops! {
     /// `linkat` of anonymous file `ino` (from `Tmpfile`) to `to`: it gets
     /// that name (`EEXIST` if taken) and is anonymous no more.
     35 LinkTmpfile link_tmpfile write { ino: u64, to: Loc };
+    /// What the server says of itself and its clients (`solofs status`),
+    /// as text: `Bytes`. Only for root on the volume secret (a client key
+    /// gets `EACCES`, another user `EPERM`).
+    36 Status status read;
 }
 
 impl Op {
@@ -319,6 +323,7 @@ impl Op {
             | Op::Readdir { .. }
             | Op::ReaddirPlus { .. }
             | Op::Statfs
+            | Op::Status
             | Op::Getxattr { .. }
             | Op::Setxattr { .. }
             | Op::Listxattr { .. }

@@ -7,7 +7,7 @@
 use crate::exec::Side;
 use crate::metrics::Metrics;
 use crate::opens::ConnOpens;
-use crate::watch::Watcher;
+use crate::watch::{Told, Watcher};
 use crate::Shared;
 use solofs_proto::{Body, Notice, Op, Reply, Request};
 use std::sync::atomic::Ordering;
@@ -15,7 +15,8 @@ use std::time::Instant;
 
 /// Runs a batch of decoded requests of one connection (`opens`, watched
 /// as `me`) of client `(record slot, session)`; its replies go to
-/// `replies`. Returns the notices the client must get before them.
+/// `replies`. Returns the notices the client must get before them, and
+/// the notices to other connections the replies wait for.
 pub(crate) fn run_batch(
     shared: &Shared,
     opens: &ConnOpens,
@@ -24,7 +25,7 @@ pub(crate) fn run_batch(
     reqs: &mut [Request],
     replies: &mut Vec<Reply>,
     (client, session): (Option<u64>, u128),
-) -> Vec<Notice> {
+) -> (Vec<Notice>, Told) {
     let retried = admit(shared, opens, reqs);
     let t0 = Instant::now();
     let first = replies.len();
@@ -33,6 +34,9 @@ pub(crate) fn run_batch(
     let side = Side {
         writing: &|ino| opens.writing(ino),
         locks: Some((&shared.locks, session)),
+        trash: Some(&shared.trash),
+        opened: &|ino| shared.opens.is_open(ino),
+        status: Some(&|| crate::status::render(shared)),
     };
     execute(shared, &side, m, record, retried, reqs, replies);
     let done = &replies[first..];
@@ -40,9 +44,9 @@ pub(crate) fn run_batch(
         record_replies(r, slot, reqs, done);
     }
     register(opens, reqs, done);
-    let mine = notify(shared, me, before, reqs, done);
+    let told = notify(shared, me, before, reqs, done);
     count(m, t0, reqs, done);
-    mine
+    told
 }
 
 /// Admission: root squash, whether the batch holds retries, and the opens
@@ -138,6 +142,7 @@ fn register(opens: &ConnOpens, reqs: &[Request], done: &[Reply]) {
             | Op::Readdir { .. }
             | Op::ReaddirPlus { .. }
             | Op::Statfs
+            | Op::Status
             | Op::Getxattr { .. }
             | Op::Setxattr { .. }
             | Op::Listxattr { .. }
@@ -164,16 +169,16 @@ fn notify(
     before: crate::watch::Before,
     reqs: &[Request],
     done: &[Reply],
-) -> Vec<Notice> {
+) -> (Vec<Notice>, Told) {
     let rewatch = reqs.iter().any(|q| q.op == Op::Rewatch);
     if rewatch {
         me.rewatch(&shared.watch);
     }
-    let mut mine = shared.watch.after(me, &shared.engine, before, reqs, done);
+    let (mut mine, told) = shared.watch.after(me, &shared.engine, before, reqs, done);
     if rewatch {
         mine.insert(0, Notice::Watching);
     }
-    mine
+    (mine, told)
 }
 
 /// Metrics: each request counted with its share of the batch's time.

@@ -2,6 +2,7 @@
 
 use crate::batch::{run_batch, session_of};
 use crate::metrics::Metrics;
+use crate::watch::{Told, NOTICE_WAIT};
 use crate::Shared;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
@@ -100,10 +101,24 @@ struct Conn {
     waker: Arc<mio::Waker>,
     /// What its key allows (`None`: the volume secret, everything).
     caps: Option<crate::keys::Caps>,
-    /// Replies waiting for the journal (sync pools): from this position
-    /// of `outbuf` on, nothing leaves before the journal is durable up to
-    /// this position of its own. Oldest first.
-    holds: std::collections::VecDeque<(usize, u64)>,
+    /// Replies waiting, oldest first.
+    holds: std::collections::VecDeque<Hold>,
+    /// Bytes written to the socket so far.
+    sent: u64,
+    /// Notices to this connection other connections' replies wait for:
+    /// the batch number is written once `sent` reaches the position.
+    marks: std::collections::VecDeque<(u64, u64)>,
+}
+
+/// From position `at` of `outbuf` on, nothing leaves before the journal
+/// is durable up to `durable` (sync pools) and the batch's notices to
+/// other connections are written (at most `watch::NOTICE_WAIT` after
+/// `since`).
+struct Hold {
+    at: usize,
+    durable: u64,
+    told: Told,
+    since: Instant,
 }
 
 /// EBUSY, for a refusal because of the connection limit.
@@ -155,7 +170,14 @@ pub fn worker(
     let mut last_sweep = Instant::now();
     let mut spin = Spin::new(shared.cfg.spin);
     loop {
-        let timeout = spin.timeout();
+        let mut timeout = spin.timeout();
+        // Replies waiting for notices go after NOTICE_WAIT at the latest.
+        let waiting = conns
+            .values()
+            .any(|c| c.holds.iter().any(|h| !h.told.is_empty()));
+        if waiting {
+            timeout = timeout.min(NOTICE_WAIT / 10);
+        }
         if let Err(e) = poll.poll(&mut events, Some(timeout)) {
             if e.kind() != io::ErrorKind::Interrupted {
                 break;
@@ -165,6 +187,16 @@ pub fn worker(
             break;
         }
         spin.polled(!events.is_empty());
+        if waiting && events.is_empty() {
+            let d = durable(&shared);
+            let dead: Vec<usize> = conns
+                .iter_mut()
+                .filter_map(|(&t, c)| (!flush(c, &m, d)).then_some(t))
+                .collect();
+            for t in dead {
+                close(&shared, &poll, &mut conns, t, &m);
+            }
+        }
         for ev in events.iter() {
             if ev.token() == WAKE {
                 while let Ok(mut s) = rx.try_recv() {
@@ -193,6 +225,8 @@ pub fn worker(
                                 waker: waker.clone(),
                                 caps: None,
                                 holds: Default::default(),
+                                sent: 0,
+                                marks: Default::default(),
                             },
                         );
                         m.connections.fetch_add(1, Ordering::Relaxed);
@@ -341,15 +375,24 @@ fn service(
     }
 }
 
-/// Writes the notices queued for `c`; false if it must be closed (it let
-/// too many pile up).
+/// Writes the notices queued for `c`, ahead of its replies that wait (a
+/// notice makes the client cache less, never more); false if it must be
+/// closed (it let too many pile up).
 fn tell(c: &mut Conn, m: &Metrics, durable: u64) -> bool {
     let Some(w) = &c.watcher else { return true };
     match w.take() {
         None => false,
-        Some(list) if list.is_empty() => true,
-        Some(list) => {
-            solofs_proto::put_notices(&mut c.outbuf, &list);
+        Some((list, _)) if list.is_empty() => true,
+        Some((list, seq)) => {
+            let mut frame = Vec::new();
+            solofs_proto::put_notices(&mut frame, &list);
+            let at = c.holds.front().map_or(c.outbuf.len(), |h| h.at);
+            let n = frame.len();
+            c.outbuf.splice(at..at, frame);
+            for h in c.holds.iter_mut() {
+                h.at += n;
+            }
+            c.marks.push_back((c.sent + (at + n) as u64, seq));
             flush(c, m, durable)
         }
     }
@@ -364,13 +407,20 @@ fn durable(shared: &Shared) -> u64 {
 /// waiting for the journal to be durable past what `durable` says.
 fn flush(c: &mut Conn, m: &Metrics, durable: u64) -> bool {
     let mut limit = c.outbuf.len();
-    if !c.holds.is_empty() {
-        while c.holds.front().is_some_and(|h| h.1 <= durable) {
-            c.holds.pop_front();
+    while let Some(h) = c.holds.front_mut() {
+        if h.durable > durable {
+            break;
         }
-        if let Some(h) = c.holds.front() {
-            limit = h.0;
+        if !h.told.written(&c.waker) {
+            if h.since.elapsed() < NOTICE_WAIT {
+                break;
+            }
+            m.notice_waits_expired.fetch_add(1, Ordering::Relaxed);
         }
+        c.holds.pop_front();
+    }
+    if let Some(h) = c.holds.front() {
+        limit = h.at;
     }
     while limit > 0 && c.writable {
         match c.stream.write(&c.outbuf[..limit]) {
@@ -378,14 +428,21 @@ fn flush(c: &mut Conn, m: &Metrics, durable: u64) -> bool {
             Ok(n) => {
                 c.outbuf.drain(..n);
                 limit -= n;
+                c.sent += n as u64;
                 for h in c.holds.iter_mut() {
-                    h.0 -= n;
+                    h.at -= n;
                 }
                 m.writes.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.writable = false,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(_) => return false,
+        }
+    }
+    while let Some(&(_, seq)) = c.marks.front().filter(|mk| mk.0 <= c.sent) {
+        c.marks.pop_front();
+        if let Some(w) = &c.watcher {
+            w.wrote(seq);
         }
     }
     true
@@ -518,6 +575,15 @@ fn frame(
             let w = shared
                 .watch
                 .join(crate::watch::Sink::Worker(c.waker.clone()), c.session);
+            *w.info.lock() = Some(crate::watch::ConnInfo {
+                peer: c
+                    .stream
+                    .peer_addr()
+                    .map_or_else(|_| "?".into(), |a| a.to_string()),
+                key: c.caps.as_ref().map(|k| k.key.name.clone()),
+                since: std::time::SystemTime::now(),
+                opens: c.opens.counter(),
+            });
             let others = shared.locks.attach(c.session, &w);
             c.watcher = Some(w);
             let mut welcome = shared.welcome();
@@ -532,15 +598,32 @@ fn frame(
 
 fn requests(shared: &Shared, c: &mut Conn, m: &Metrics, r: &mut Reader, replies: &mut Vec<Reply>) {
     let start = c.outbuf.len();
-    requests_run(shared, c, m, r, replies);
-    // The replies (and this batch's notices) wait for the journal; the
-    // worker goes on with other connections meanwhile.
+    let mut told = Told::default();
+    requests_run(shared, c, m, r, replies, &mut told);
+    if c.outbuf.len() == start {
+        return;
+    }
+    // The replies (and this batch's notices) wait for the journal and
+    // for the notices to other connections; the worker goes on with
+    // other connections meanwhile.
+    let mut hold = Hold {
+        at: start,
+        durable: 0,
+        since: Instant::now(),
+        told,
+    };
     if let Some((head, durable)) = shared.engine.sync_journal() {
-        if head > durable && c.outbuf.len() > start {
+        if head > durable {
             m.held_for_journal.fetch_add(1, Ordering::Relaxed);
-            c.holds.push_back((start, head));
+            hold.durable = head;
             shared.committer.ask(head);
         }
+    }
+    if !hold.told.is_empty() {
+        m.held_for_notices.fetch_add(1, Ordering::Relaxed);
+    }
+    if hold.durable > 0 || !hold.told.is_empty() {
+        c.holds.push_back(hold);
     }
 }
 
@@ -550,6 +633,7 @@ fn requests_run(
     m: &Metrics,
     r: &mut Reader,
     replies: &mut Vec<Reply>,
+    told: &mut Told,
 ) {
     let Ok(count) = r.u32() else {
         return fail(c, m, "truncated REQUESTS frame");
@@ -595,7 +679,8 @@ fn requests_run(
             }
         });
     }
-    let mine = run_batch(
+    let mine;
+    (mine, *told) = run_batch(
         shared,
         &c.opens,
         &w,

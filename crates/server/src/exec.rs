@@ -16,11 +16,13 @@ pub fn squash(cred: &mut Cred, root_squash: bool) {
 }
 
 use crate::resolve::{at, ino};
+use crate::trash::Removal;
 
 /// Entries a listing of `dir` may hide (the root's anonymous-file
-/// directory, tmpfiles.rs): that many more are asked for.
+/// directory, tmpfiles.rs, and the trash, trash.rs): that many more are
+/// asked for.
 fn hidden(dir: u64) -> usize {
-    (dir == solofs_meta::ROOT_INO) as usize
+    2 * (dir == solofs_meta::ROOT_INO) as usize
 }
 
 /// A listing of `dir` without what it hides, at most `max` entries, and
@@ -32,7 +34,7 @@ fn unhidden<T>(
     name: impl Fn(&T) -> &Vec<u8>,
 ) -> (Vec<T>, bool) {
     if hidden(dir) > 0 {
-        v.retain(|x| name(x) != crate::tmpfiles::DIR);
+        v.retain(|x| name(x) != crate::tmpfiles::DIR && name(x) != crate::trash::DIR);
     }
     let cut = v.len() > max;
     v.truncate(max);
@@ -47,6 +49,12 @@ pub(crate) struct Side<'a> {
     pub writing: &'a dyn Fn(u64) -> bool,
     /// The lock table and the requesting client's id in it.
     pub locks: Option<(&'a FileLocks, u128)>,
+    /// Where removals go (`None`: removed at once).
+    pub trash: Option<&'a crate::trash::Trash>,
+    /// Does any connection hold `ino` open?
+    pub opened: &'a dyn Fn(u64) -> bool,
+    /// The server's report of itself (`None`: none here).
+    pub status: Option<&'a dyn Fn() -> String>,
 }
 
 /// Runs one request of a connection that holds no opens and no locks
@@ -55,6 +63,9 @@ pub fn execute(e: &Engine, req: &Request) -> Reply {
     let side = Side {
         writing: &|_| false,
         locks: None,
+        trash: None,
+        opened: &|_| false,
+        status: None,
     };
     execute_with(e, req, &side)
 }
@@ -190,6 +201,11 @@ impl Serve for Exec<'_> {
     /// the object was linked to its own).
     fn unlink(&self, loc: &Loc) -> Result<Body> {
         let (p, n) = self.at(loc)?;
+        if let Some(t) = self.side.trash {
+            if let Removal::Moved = t.unlink(self.e, self.c, p, &n, self.side.opened)? {
+                return Ok(self.dir_after(p));
+            }
+        }
         match self.e.unlink_kept(self.c, p, &n)? {
             Some(i) => match self.e.getattr(i) {
                 Ok(a) => self.created(a, p),
@@ -200,6 +216,11 @@ impl Serve for Exec<'_> {
     }
     fn rmdir(&self, loc: &Loc) -> Result<Body> {
         let (p, n) = self.at(loc)?;
+        if let Some(t) = self.side.trash {
+            if let Removal::Moved = t.rmdir(self.e, self.c, p, &n)? {
+                return Ok(self.dir_after(p));
+            }
+        }
         self.e.rmdir(self.c, p, &n)?;
         Ok(self.dir_after(p))
     }
@@ -212,7 +233,16 @@ impl Serve for Exec<'_> {
     fn rename(&self, from: &Loc, to: &Loc, flags: &u32) -> Result<Body> {
         let (p1, n1) = self.at(from)?;
         let (p2, n2) = self.at(to)?;
-        self.e.rename(self.c, p1, &n1, p2, &n2, *flags)?;
+        // A file the rename replaces is kept in the trash.
+        let kept = self
+            .side
+            .trash
+            .and_then(|t| Some((t, t.before_rename(self.e, (p1, &n1), p2, &n2, *flags)?)));
+        let r = self.e.rename(self.c, p1, &n1, p2, &n2, *flags);
+        if let (Err(_), Some((t, k))) = (&r, kept) {
+            t.undo(self.e, k);
+        }
+        r?;
         Ok(Body::Empty)
     }
     fn readdir(&self, dir: &Target, cookie: &u64, max: &u32) -> Result<Body> {
@@ -234,6 +264,16 @@ impl Serve for Exec<'_> {
     fn statfs(&self) -> Result<Body> {
         Ok(Body::StatFs(self.e.statfs()?))
     }
+    fn status(&self) -> Result<Body> {
+        if !self.c.is_root() {
+            return Err(Error::Perm.into());
+        }
+        let f = self
+            .side
+            .status
+            .ok_or(crate::Error::Errno(solofs_meta::errno::EOPNOTSUPP))?;
+        Ok(Body::Bytes(f().into_bytes()))
+    }
     fn getxattr(&self, target: &Target, name: &Vec<u8>) -> Result<Body> {
         Ok(Body::Bytes(self.e.getxattr(
             self.c,
@@ -248,8 +288,14 @@ impl Serve for Exec<'_> {
         value: &Vec<u8>,
         flags: &u32,
     ) -> Result<Body> {
-        self.e
-            .setxattr(self.c, self.ino(target)?, name, value, *flags)?;
+        let ino = self.ino(target)?;
+        if name == crate::trash::DAYS_XATTR {
+            crate::trash::check_days(value)?;
+        }
+        self.e.setxattr(self.c, ino, name, value, *flags)?;
+        if let Some(t) = self.side.trash.filter(|_| name == crate::trash::DAYS_XATTR) {
+            t.forget();
+        }
         Ok(Body::Empty)
     }
     fn listxattr(&self, target: &Target) -> Result<Body> {
@@ -450,6 +496,7 @@ pub fn resolve_retry(e: &Engine, req: &Request, rep: Reply) -> Reply {
         | Op::Readdir { .. }
         | Op::ReaddirPlus { .. }
         | Op::Statfs
+        | Op::Status
         | Op::Getxattr { .. }
         | Op::Setxattr { .. }
         | Op::Listxattr { .. }

@@ -185,6 +185,15 @@ impl FileLocks {
             .is_some_and(|c| !c.files.is_empty())
     }
 
+    /// How many files client `id` holds or waits for locks on.
+    pub fn files_of(&self, id: u128) -> usize {
+        self.table
+            .lock()
+            .clients
+            .get(&id)
+            .map_or(0, |c| c.files.len())
+    }
+
     /// Releases the locks of clients lost longer than the grace period,
     /// and after the start's grace grants what waited for it.
     pub fn tick(&self) {

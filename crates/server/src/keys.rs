@@ -306,6 +306,11 @@ impl Caps {
         if k.read_only && changes(&q.op) {
             return Err(crate::Error::Errno(solofs_meta::errno::EROFS));
         }
+        if q.op == Op::Status {
+            // The server's report (every client, every key) is the
+            // administrator's.
+            return Err(crate::Error::Errno(solofs_meta::errno::EACCES));
+        }
         let Some(root) = self.root else {
             return Ok(());
         };
@@ -372,6 +377,7 @@ impl Caps {
                 }
                 Ok(())
             }
+            Op::Status => Err(crate::Error::Errno(solofs_meta::errno::EACCES)),
             Op::Noop
             | Op::Statfs
             | Op::Rewatch
@@ -447,6 +453,7 @@ fn set_of(op: &mut Op) -> Option<&mut solofs_meta::SetAttr> {
         | Op::Readdir { .. }
         | Op::ReaddirPlus { .. }
         | Op::Statfs
+        | Op::Status
         | Op::Getxattr { .. }
         | Op::Setxattr { .. }
         | Op::Listxattr { .. }

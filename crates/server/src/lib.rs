@@ -28,7 +28,9 @@ mod opens;
 mod replies;
 mod resolve;
 pub mod snapshots;
+mod status;
 pub mod tmpfiles;
+pub mod trash;
 mod watch;
 
 pub use deleter::DeleterStats;
@@ -101,6 +103,8 @@ pub struct Config {
     /// More lines for the metrics page (a replica set's member adds its
     /// role, term and each member's lag).
     pub more_metrics: Option<MoreMetrics>,
+    /// How often the trash is looked through for what expired.
+    pub trash_sweep: Duration,
 }
 
 /// What adds lines to the metrics page.
@@ -131,6 +135,7 @@ impl Default for Config {
             spin: DEFAULT_SPIN,
             lock_grace: DEFAULT_LOCK_GRACE,
             more_metrics: None,
+            trash_sweep: Duration::from_secs(60),
         }
     }
 }
@@ -169,6 +174,11 @@ pub(crate) struct Shared {
     pub keys: keys::Keys,
     /// Copies of the pool taken for dumps (snapshots.rs).
     pub snapshots: snapshots::SnapshotStats,
+    /// Where removals go (trash.rs).
+    pub trash: trash::Trash,
+    /// When the server started, and the address it listens on.
+    pub started: std::time::SystemTime,
+    pub listening: String,
 }
 
 /// Stops a running server from another thread (or a signal handler thread).
@@ -315,6 +325,11 @@ impl Server {
             deleter: Default::default(),
             watch,
             snapshots: Default::default(),
+            trash: Default::default(),
+            started: std::time::SystemTime::now(),
+            listening: listener
+                .local_addr()
+                .map_or_else(|_| String::new(), |a| a.to_string()),
         });
         let handle = Handle {
             shared: shared.clone(),
@@ -413,6 +428,14 @@ impl Server {
                 std::thread::Builder::new()
                     .name("solofs-checkpoint".into())
                     .spawn(move || checkpointer(&shared))?,
+            );
+        }
+        {
+            let (shared, m) = (self.shared.clone(), self.local_metrics.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name("solofs-trash".into())
+                    .spawn(move || trash_sweeper(&shared, m))?,
             );
         }
         if let Some(l) = self.metrics_listener.take() {
@@ -558,4 +581,36 @@ fn keepalive(s: &mio::net::TcpStream) {
     let _ = sockopt::set_tcp_keepidle(s, Duration::from_secs(60));
     let _ = sockopt::set_tcp_keepintvl(s, Duration::from_secs(10));
     let _ = sockopt::set_tcp_keepcnt(s, 6);
+}
+
+/// Frees what expired in the trash, every `trash_sweep` (a follower's
+/// engine refuses changes: it sweeps once it leads).
+fn trash_sweeper(shared: &Arc<Shared>, m: Arc<metrics::Metrics>) {
+    use solofs_proto::InProcess;
+    let mut last: Option<Instant> = None;
+    while !shared.stop.load(Ordering::SeqCst) {
+        if last.is_none_or(|t| t.elapsed() >= shared.cfg.trash_sweep) {
+            last = Some(Instant::now());
+            let (root, hours) = shared.trash.expired_hours(&shared.engine);
+            if hours.is_empty() {
+                continue;
+            }
+            // A client of the server's own while it frees (one that is
+            // always there would make every change look watched).
+            let local = LocalConn::internal(shared.clone(), m.clone());
+            let run = |op| {
+                let r = local.run(vec![solofs_proto::Request {
+                    id: 1,
+                    cred: solofs_meta::Cred::root(),
+                    op,
+                }]);
+                r.first().is_some_and(|r| r.result.is_ok())
+            };
+            let n = shared.trash.free(&shared.engine, root, hours, &run);
+            if n > 0 {
+                eprintln!("solofs: freed {n} expired entries from the trash");
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -18,23 +18,49 @@ pub struct LocalConn {
     watcher: Arc<crate::watch::Watcher>,
     /// Who holds this client's file locks.
     session: u128,
+    /// Counted among the server's connections (not the server's own).
+    counted: bool,
 }
 
 impl LocalConn {
     pub(crate) fn new(shared: Arc<Shared>, m: Arc<Metrics>) -> LocalConn {
-        shared.connections.fetch_add(1, Ordering::SeqCst);
-        m.connections.fetch_add(1, Ordering::Relaxed);
+        LocalConn::with(shared, m, true)
+    }
+
+    /// The server's own client (the trash's sweeper): not counted as a
+    /// connection.
+    pub(crate) fn internal(shared: Arc<Shared>, m: Arc<Metrics>) -> LocalConn {
+        LocalConn::with(shared, m, false)
+    }
+
+    fn with(shared: Arc<Shared>, m: Arc<Metrics>, counted: bool) -> LocalConn {
+        if counted {
+            shared.connections.fetch_add(1, Ordering::SeqCst);
+            m.connections.fetch_add(1, Ordering::Relaxed);
+        }
         let session = crate::batch::session_of(&shared.nonce());
         let watcher = shared
             .watch
             .join(crate::watch::Sink::Local(Default::default()), session);
         let _ = shared.locks.attach(session, &watcher);
+        let opens = ConnOpens::new(shared.opens.clone());
+        *watcher.info.lock() = Some(crate::watch::ConnInfo {
+            peer: if counted {
+                "in-process".into()
+            } else {
+                "in-process (the server's own)".into()
+            },
+            key: None,
+            since: std::time::SystemTime::now(),
+            opens: opens.counter(),
+        });
         LocalConn {
-            opens: ConnOpens::new(shared.opens.clone()),
+            opens,
             watcher,
             session,
             shared,
             m,
+            counted,
         }
     }
 }
@@ -46,7 +72,7 @@ impl InProcess for LocalConn {
 
     fn run(&self, mut reqs: Vec<Request>) -> Vec<Reply> {
         let mut replies = Vec::with_capacity(reqs.len());
-        let mine = crate::batch::run_batch(
+        let (mine, told) = crate::batch::run_batch(
             &self.shared,
             &self.opens,
             &self.watcher,
@@ -58,6 +84,10 @@ impl InProcess for LocalConn {
         crate::batch::commit(&self.shared);
         if !mine.is_empty() {
             self.watcher.deliver(mine);
+        }
+        // Other connections have the notices before the replies return.
+        if !told.wait() {
+            self.m.notice_waits_expired.fetch_add(1, Ordering::Relaxed);
         }
         replies
     }
@@ -73,7 +103,9 @@ impl Drop for LocalConn {
         // Nothing in this process can claim them again.
         self.shared.locks.drop_all(self.session);
         self.shared.locks.detach(self.session, &self.watcher);
-        self.shared.connections.fetch_sub(1, Ordering::SeqCst);
-        self.m.connections.fetch_sub(1, Ordering::Relaxed);
+        if self.counted {
+            self.shared.connections.fetch_sub(1, Ordering::SeqCst);
+            self.m.connections.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }

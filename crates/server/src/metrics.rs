@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Upper bounds of the latency histogram buckets, in nanoseconds.
-pub const BUCKETS_NS: [u64; 12] = [
+/// Upper bounds of the latency histogram buckets, in nanoseconds: 1 µs
+/// to 10 s in 1-2-5 steps, then +Inf.
+pub const BUCKETS_NS: [u64; BUCKETS] = [
     1_000,
     2_000,
     5_000,
@@ -20,9 +21,22 @@ pub const BUCKETS_NS: [u64; 12] = [
     200_000,
     500_000,
     1_000_000,
+    2_000_000,
+    5_000_000,
     10_000_000,
+    20_000_000,
+    50_000_000,
+    100_000_000,
+    200_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_000_000_000,
+    5_000_000_000,
+    10_000_000_000,
     u64::MAX,
 ];
+/// How many buckets the histogram has.
+pub const BUCKETS: usize = 23;
 
 /// One operation's counters.
 #[derive(Default)]
@@ -34,7 +48,7 @@ pub struct OpStats {
     /// Sum of execution times (ns).
     pub sum_ns: AtomicU64,
     /// Histogram (cumulative when rendered).
-    pub buckets: [AtomicU64; 12],
+    pub buckets: [AtomicU64; BUCKETS],
 }
 
 /// One worker's counters.
@@ -57,6 +71,11 @@ pub struct Metrics {
     pub retries_applied: AtomicU64,
     /// Batches whose replies waited for the journal (sync pools).
     pub held_for_journal: AtomicU64,
+    /// Batches whose replies waited for their notices to other
+    /// connections to be written.
+    pub held_for_notices: AtomicU64,
+    /// ... and went after `watch::NOTICE_WAIT` without them.
+    pub notice_waits_expired: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -71,6 +90,8 @@ impl Default for Metrics {
             retries_replayed: AtomicU64::new(0),
             retries_applied: AtomicU64::new(0),
             held_for_journal: AtomicU64::new(0),
+            held_for_notices: AtomicU64::new(0),
+            notice_waits_expired: AtomicU64::new(0),
         }
     }
 }
@@ -87,10 +108,7 @@ impl Metrics {
             s.errors.fetch_add(1, Ordering::Relaxed);
         }
         s.sum_ns.fetch_add(ns, Ordering::Relaxed);
-        let b = BUCKETS_NS
-            .iter()
-            .position(|&u| ns <= u)
-            .unwrap_or(BUCKETS_NS.len() - 1);
+        let b = BUCKETS_NS.partition_point(|&u| u < ns).min(BUCKETS - 1);
         s.buckets[b].fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -151,7 +169,7 @@ pub(crate) fn render(shared: &Shared, ms: &[Arc<Metrics>]) -> String {
         );
         let _ = writeln!(s, "solofs_op_seconds_count{{op=\"{name}\"}} {cum}");
     }
-    let gauges: [(&str, &str, u64); 5] = [
+    let gauges: [(&str, &str, u64); 7] = [
         (
             "solofs_connections",
             "Open client connections.",
@@ -176,6 +194,16 @@ pub(crate) fn render(shared: &Shared, ms: &[Arc<Metrics>]) -> String {
             "solofs_replies_held_for_journal_total",
             "Batches whose replies waited for the journal to be durable (sync pools).",
             sum(ms, |m| ld(&m.held_for_journal)),
+        ),
+        (
+            "solofs_replies_held_for_notices_total",
+            "Batches whose replies waited for their notices to other connections to be written.",
+            sum(ms, |m| ld(&m.held_for_notices)),
+        ),
+        (
+            "solofs_notice_waits_expired_total",
+            "Batches whose replies went without their notices written (a connection did not read them in time).",
+            sum(ms, |m| ld(&m.notice_waits_expired)),
         ),
     ];
     for (n, h, v) in gauges {
@@ -237,8 +265,102 @@ pub(crate) fn render(shared: &Shared, ms: &[Arc<Metrics>]) -> String {
     let _ = writeln!(s, "# HELP solofs_snapshots_total Pool copies taken for dumps of the running volume.\n# TYPE solofs_snapshots_total counter\nsolofs_snapshots_total {}", p.taken.load(Ordering::Relaxed));
     let _ = writeln!(s, "# HELP solofs_snapshot_hold_seconds_total Time changing operations were held for those copies.\n# TYPE solofs_snapshot_hold_seconds_total counter\nsolofs_snapshot_hold_seconds_total {}", p.held_us.load(Ordering::Relaxed) as f64 / 1e6);
     let _ = writeln!(s, "# HELP solofs_snapshot_stray_stores_total Pool stores made outside any operation during a copy (0 expected).\n# TYPE solofs_snapshot_stray_stores_total counter\nsolofs_snapshot_stray_stores_total {}", p.strays.load(Ordering::Relaxed));
+    let t = &shared.trash;
+    let _ = writeln!(s, "# HELP solofs_trash_moved_total Removed entries kept in the trash (docs/trash.md).\n# TYPE solofs_trash_moved_total counter\nsolofs_trash_moved_total {}", t.moved.load(Ordering::Relaxed));
+    let _ = writeln!(s, "# HELP solofs_trash_expired_total Trash entries freed by expiry.\n# TYPE solofs_trash_expired_total counter\nsolofs_trash_expired_total {}", t.expired.load(Ordering::Relaxed));
+    s.push_str(&process_metrics());
     if let Some(m) = &shared.cfg.more_metrics {
         s.push_str(&(m.0)());
+    }
+    s
+}
+
+/// This build: version, wire protocol and pool format.
+fn build_info() -> String {
+    format!(
+        "# HELP solofs_build_info This build of SoloFS (always 1).\n# TYPE solofs_build_info gauge\nsolofs_build_info{{version=\"{}\",protocol=\"{}\",format=\"{}\"}} 1\n",
+        env!("CARGO_PKG_VERSION"),
+        solofs_proto::PROTOCOL_VERSION,
+        solofs_meta::POOL_FORMAT,
+    )
+}
+
+/// The `process_*` metrics every Prometheus exporter has (from /proc),
+/// and the build.
+pub fn process_metrics() -> String {
+    use std::fmt::Write as _;
+    let mut s = build_info();
+    // USER_HZ is 100 on every Linux ABI.
+    const HZ: f64 = 100.0;
+    let page = 4096u64;
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces).
+    let f: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, r)| r.split_whitespace().collect());
+    let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    // (utime is field 14 of stat: index 11 after the name; stime 12,
+    // starttime 19, vsize 20, rss 21.)
+    let cpu = (num(11) + num(12)) as f64 / HZ;
+    let boot = std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("btime "))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    let start = boot as f64 + num(19) as f64 / HZ;
+    let fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
+    let max_fds = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    let lines: [(&str, &str, &str, String); 6] = [
+        (
+            "process_cpu_seconds_total",
+            "counter",
+            "User and system CPU time spent, in seconds.",
+            cpu.to_string(),
+        ),
+        (
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory size in bytes.",
+            (num(21) * page).to_string(),
+        ),
+        (
+            "process_virtual_memory_bytes",
+            "gauge",
+            "Virtual memory size in bytes.",
+            num(20).to_string(),
+        ),
+        (
+            "process_start_time_seconds",
+            "gauge",
+            "Start time of the process since the Unix epoch, in seconds.",
+            start.to_string(),
+        ),
+        (
+            "process_open_fds",
+            "gauge",
+            "Open file descriptors.",
+            fds.to_string(),
+        ),
+        (
+            "process_max_fds",
+            "gauge",
+            "Most open file descriptors allowed.",
+            max_fds.to_string(),
+        ),
+    ];
+    for (n, t, h, v) in lines {
+        let _ = writeln!(s, "# HELP {n} {h}\n# TYPE {n} {t}\n{n} {v}");
     }
     s
 }

@@ -71,6 +71,11 @@ impl Opens {
         }
     }
 
+    /// Does some connection hold `ino` open?
+    pub fn is_open(&self, ino: u64) -> bool {
+        self.map.lock().get(&ino).is_some_and(|c| c.opens > 0)
+    }
+
     /// Counts one open of `ino`, waiting while its blocks are being deleted.
     pub fn acquire(&self, ino: u64) {
         let mut m = self.map.lock();
@@ -171,6 +176,8 @@ pub(crate) struct ConnOpens {
     opens: Arc<Opens>,
     /// ino -> (opens, of which for writing).
     held: Mutex<HashMap<u64, (u32, u32)>>,
+    /// How many inodes it holds open (for `solofs status`).
+    count: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl ConnOpens {
@@ -178,7 +185,13 @@ impl ConnOpens {
         ConnOpens {
             opens,
             held: Mutex::new(HashMap::new()),
+            count: Default::default(),
         }
+    }
+
+    /// How many inodes it holds open, kept current.
+    pub fn counter(&self) -> Arc<std::sync::atomic::AtomicUsize> {
+        self.count.clone()
     }
 
     /// Counts an open before it runs (a deletion cannot slip in between).
@@ -188,6 +201,8 @@ impl ConnOpens {
         let h = held.entry(ino).or_default();
         h.0 += 1;
         h.1 += write as u32;
+        self.count
+            .store(held.len(), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The open of `ino` counted with `acquire` succeeded.
@@ -207,6 +222,8 @@ impl ConnOpens {
             }
             if h.0 == 0 {
                 held.remove(&ino);
+                self.count
+                    .store(held.len(), std::sync::atomic::Ordering::Relaxed);
             }
             self.opens.release(ino, clean, false);
         }

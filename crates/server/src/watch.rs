@@ -22,6 +22,11 @@
 //! did not make itself sends [`Notice::Stale`] before its replies (the
 //! client does not cache them). Either the change finds the new holder,
 //! or the holder finds the change's bump.
+//!
+//! A change's maker is answered only once the notices it sent other
+//! connections are on their sockets ([`Told`]; at most [`NOTICE_WAIT`]):
+//! a mount that hears from the maker's program that the change is done
+//! finds the notice already on its connection.
 
 use mio::Waker;
 use parking_lot::{Mutex, RwLock};
@@ -30,6 +35,12 @@ use solofs_proto::{Body, Loc, Notice, NoticeSink, Op, Reply, Request, Target};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Longest a change's replies wait for its notices to be written to the
+/// other connections' sockets (one that does not read them stalls the
+/// maker no longer).
+pub(crate) const NOTICE_WAIT: Duration = Duration::from_millis(100);
 
 /// Change-counter shards.
 const SHARDS: usize = 64;
@@ -72,8 +83,23 @@ pub(crate) enum Sink {
     Local(RwLock<Option<NoticeSink>>),
 }
 
+/// What `solofs status` says of a connection.
+#[derive(Clone)]
+pub(crate) struct ConnInfo {
+    /// The peer's address (`in-process` for a client in this process).
+    pub peer: String,
+    /// The client key it authenticated with (`None`: the volume secret).
+    pub key: Option<String>,
+    /// When it authenticated.
+    pub since: std::time::SystemTime,
+    /// Files it holds open.
+    pub opens: Arc<AtomicUsize>,
+}
+
 /// One connection's watched inodes and queued notices.
 pub(crate) struct Watcher {
+    /// What it is, for `solofs status`.
+    pub info: Mutex<Option<ConnInfo>>,
     id: usize,
     /// The client it serves (its id, or a random one if it sent none).
     client: u128,
@@ -81,23 +107,41 @@ pub(crate) struct Watcher {
     group: Arc<AtomicUsize>,
     held: Mutex<InoSet>,
     full: AtomicBool,
-    outbox: Mutex<Vec<Notice>>,
+    /// Queued notices, and the number of the last batch queued.
+    outbox: Mutex<(Vec<Notice>, u64)>,
+    /// The number of the last batch written to the socket.
+    written: AtomicU64,
+    /// Workers to wake when a batch is written (their replies wait).
+    waiters: Mutex<Vec<Arc<Waker>>>,
     pending: AtomicBool,
     overflow: AtomicBool,
     sink: Sink,
 }
 
 impl Watcher {
-    /// Takes the queued notices (`None` if the connection let too many
-    /// pile up and must be closed).
-    pub fn take(&self) -> Option<Vec<Notice>> {
+    /// Takes the queued notices and the number of the last batch among
+    /// them (`None` if the connection let too many pile up and must be
+    /// closed).
+    pub fn take(&self) -> Option<(Vec<Notice>, u64)> {
         if self.overflow.load(Ordering::Relaxed) {
             return None;
         }
         if !self.pending.swap(false, Ordering::AcqRel) {
-            return Some(Vec::new());
+            return Some((Vec::new(), 0));
         }
-        Some(std::mem::take(&mut *self.outbox.lock()))
+        let mut o = self.outbox.lock();
+        Some((std::mem::take(&mut o.0), o.1))
+    }
+
+    /// Batches up to `seq` are on the socket (or will never be): the
+    /// replies waiting for them may go.
+    pub fn wrote(&self, seq: u64) {
+        if self.written.fetch_max(seq, Ordering::AcqRel) >= seq {
+            return;
+        }
+        for w in std::mem::take(&mut *self.waiters.lock()) {
+            let _ = w.wake();
+        }
     }
 
     /// A local client's sink.
@@ -107,25 +151,30 @@ impl Watcher {
         }
     }
 
-    pub fn deliver(&self, list: Vec<Notice>) {
+    /// Hands `list` over; for a socket, the number of the queued batch.
+    pub fn deliver(&self, list: Vec<Notice>) -> Option<u64> {
         match &self.sink {
             Sink::Local(l) => {
                 if let Some(f) = &*l.read() {
                     f(&list);
                 }
+                None
             }
             Sink::Worker(w) => {
-                {
+                let seq = {
                     let mut o = self.outbox.lock();
-                    if o.len() + list.len() > OUTBOX_MAX {
+                    if o.0.len() + list.len() > OUTBOX_MAX {
                         self.overflow.store(true, Ordering::Relaxed);
-                        o.clear();
+                        o.0.clear();
                     } else {
-                        o.extend(list);
+                        o.0.extend(list);
                     }
-                }
+                    o.1 += 1;
+                    o.1
+                };
                 self.pending.store(true, Ordering::Release);
                 let _ = w.wake();
+                Some(seq)
             }
         }
     }
@@ -186,6 +235,16 @@ impl Watch {
         }
     }
 
+    /// Every connection's client id and what it is.
+    pub fn connections(&self) -> Vec<(u128, Option<ConnInfo>)> {
+        self.slots
+            .read()
+            .iter()
+            .flatten()
+            .map(|w| (w.client, w.info.lock().clone()))
+            .collect()
+    }
+
     /// Inodes watched over all connections.
     pub fn watched(&self) -> usize {
         self.total.load(Ordering::Relaxed)
@@ -220,12 +279,15 @@ impl Watch {
             x
         };
         let w = Arc::new(Watcher {
+            info: Mutex::new(None),
             id,
             client,
             group,
             held: Mutex::new(InoSet::default()),
             full: AtomicBool::new(false),
-            outbox: Mutex::new(Vec::new()),
+            outbox: Mutex::new((Vec::new(), 0)),
+            written: AtomicU64::new(0),
+            waiters: Mutex::new(Vec::new()),
             pending: AtomicBool::new(false),
             overflow: AtomicBool::new(false),
             sink,
@@ -255,6 +317,8 @@ impl Watch {
             }
             self.total.fetch_sub(w.held.lock().len(), Ordering::Relaxed);
         }
+        // Nothing more will be written to it: nobody waits for it.
+        w.wrote(u64::MAX);
     }
 
     /// Notes what a batch of `me` needs before it runs: the change
@@ -278,7 +342,8 @@ impl Watch {
 
     /// After a batch of `me`: records what its replies let the client
     /// cache, tells other holders of what it changed, and returns the
-    /// notices `me` must get before these replies.
+    /// notices `me` must get before these replies and what its replies
+    /// wait for.
     pub fn after(
         &self,
         me: &Watcher,
@@ -286,7 +351,7 @@ impl Watch {
         b: Before,
         reqs: &[Request],
         replies: &[Reply],
-    ) -> Vec<Notice> {
+    ) -> (Vec<Notice>, Told) {
         let mut own = [0u64; SHARDS];
         let mut facts = Vec::new();
         if b.others {
@@ -348,15 +413,18 @@ impl Watch {
         if stale {
             mine.insert(0, Notice::Stale);
         }
-        if !facts.is_empty() {
-            self.tell(me, e, &facts);
-        }
+        let told = if facts.is_empty() {
+            Told::default()
+        } else {
+            self.tell(me, e, &facts)
+        };
         self.count(&mine);
-        mine
+        (mine, told)
     }
 
     /// Tells every holder of another client what `facts` touched.
-    fn tell(&self, me: &Watcher, e: &Engine, facts: &[Fact]) {
+    fn tell(&self, me: &Watcher, e: &Engine, facts: &[Fact]) -> Told {
+        let mut told = Told::default();
         let gone: Vec<u64> = facts
             .iter()
             .filter_map(|f| match f {
@@ -389,9 +457,57 @@ impl Watch {
             }
             if w.client != me.client && !list.is_empty() {
                 self.count(&list);
-                w.deliver(list);
+                if let Some(seq) = w.deliver(list) {
+                    told.0.push((w, seq));
+                }
             }
         }
+        told
+    }
+}
+
+/// The notices one batch queued for other connections' sockets: its
+/// replies wait until each is written (at most [`NOTICE_WAIT`]).
+#[derive(Default)]
+pub(crate) struct Told(Vec<(Arc<Watcher>, u64)>);
+
+impl Told {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether every notice is written; if not, `waker` is woken when one
+    /// is (checked again under the waiters' lock: no wake-up is lost).
+    pub fn written(&mut self, waker: &Arc<Waker>) -> bool {
+        self.0.retain(|(w, seq)| {
+            if w.written.load(Ordering::Acquire) >= *seq {
+                return false;
+            }
+            let mut ws = w.waiters.lock();
+            if w.written.load(Ordering::Acquire) >= *seq {
+                return false;
+            }
+            if !ws.iter().any(|x| Arc::ptr_eq(x, waker)) {
+                ws.push(waker.clone());
+            }
+            true
+        });
+        self.0.is_empty()
+    }
+
+    /// For a maker in this process: waits until every notice is written,
+    /// at most [`NOTICE_WAIT`]; false if the wait ran out.
+    pub fn wait(self) -> bool {
+        let end = Instant::now() + NOTICE_WAIT;
+        for (w, seq) in &self.0 {
+            while w.written.load(Ordering::Acquire) < *seq {
+                if Instant::now() > end {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        }
+        true
     }
 }
 
@@ -420,6 +536,7 @@ fn victims(e: &Engine, cred: &Cred, op: &Op) -> Vec<u64> {
         | Op::Readdir { .. }
         | Op::ReaddirPlus { .. }
         | Op::Statfs
+        | Op::Status
         | Op::Getxattr { .. }
         | Op::Setxattr { .. }
         | Op::Listxattr { .. }
@@ -505,6 +622,7 @@ fn changed(e: &Engine, cred: &Cred, op: &Op, rep: &Reply, victims: &[u64], out: 
         | Op::Readdir { .. }
         | Op::ReaddirPlus { .. }
         | Op::Statfs
+        | Op::Status
         | Op::Getxattr { .. }
         | Op::Listxattr { .. }
         | Op::Access { .. }

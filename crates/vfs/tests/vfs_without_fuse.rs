@@ -635,3 +635,49 @@ fn a_client_that_removes_what_it_made_keeps_its_caches() {
         a.rmdir(&ctx, ROOT_INO, dir.as_bytes()).unwrap();
     }
 }
+
+/// Close-to-open across clients: once another client's create is
+/// answered, a lookup here finds the name at once, even in a directory
+/// this client made itself and answers misses in without asking (the
+/// server answers the maker only after the notice is on this client's
+/// socket). Busy threads make the two sides' scheduling uneven.
+#[test]
+fn a_name_made_by_another_client_is_found_as_soon_as_its_create_is_answered() {
+    let vol = Volume::start("close-to-open");
+    let (a, b) = (vol.remote(), vol.remote());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let busy: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut x = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                }
+            })
+        })
+        .collect();
+    let mut missed = 0;
+    for i in 0..300 {
+        let name = format!("d{i}");
+        let d = b
+            .mkdir(&root(&b), ROOT_INO, name.as_bytes(), 0o755)
+            .unwrap()
+            .into_value()
+            .ino;
+        // b has looked in: the miss is answered from what it knows.
+        assert!(lookup(&b, d, "f").is_none());
+        let da = lookup(&a, ROOT_INO, &name).unwrap().ino;
+        put(&a, da, "f", b"x");
+        if lookup(&b, d, "f").is_none() {
+            missed += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in busy {
+        t.join().unwrap();
+    }
+    assert_eq!(missed, 0, "lookups that missed a name made and answered");
+    a.shutdown();
+    b.shutdown();
+}

@@ -86,8 +86,12 @@ pub(super) fn mkfs(bin: &Path, data: &Path, kill: Kill) -> Result<()> {
         Kill::Process => "process",
         Kill::Power { .. } => "sync",
     };
+    // Without trash: the workload's unlinks and rmdirs must reach the
+    // engine's own (and their crash points), and its model of the tree
+    // has no /.trash.
     let st = Command::new(bin)
-        .args(["mkfs", "--block-size", &DATA_BLOCK.to_string()])
+        .args(["mkfs", "--trash-days", "0"])
+        .args(["--block-size", &DATA_BLOCK.to_string()])
         .args(["--durability", durability, "--data"])
         .arg(data)
         .stdout(Stdio::null())

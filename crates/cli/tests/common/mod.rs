@@ -16,10 +16,20 @@ pub struct Scratch {
 
 impl Scratch {
     pub fn new(name: &str) -> Scratch {
+        Scratch::with(name, &[])
+    }
+    /// A volume whose removals free at once (tests of space and inode
+    /// accounting; docs/trash.md).
+    pub fn without_trash(name: &str) -> Scratch {
+        Scratch::with(name, &["--trash-days", "0"])
+    }
+    fn with(name: &str, extra: &[&str]) -> Scratch {
         let path = std::env::temp_dir().join(format!("solofs-srv-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
         let st = Command::new(BIN)
-            .args(["mkfs", "--data"])
+            .arg("mkfs")
+            .args(extra)
+            .arg("--data")
             .arg(&path)
             .stdout(Stdio::null())
             .status()
@@ -487,6 +497,16 @@ pub fn read_frame(s: &mut std::net::TcpStream) -> (solofs_proto::FrameType, Vec<
 /// in DATA/blocks).
 pub fn mkfs_volume(data: &Path) {
     solofs_on(data, "mkfs");
+}
+
+/// [`mkfs_volume`] without a trash (removals free at once).
+pub fn mkfs_volume_without_trash(data: &Path) {
+    let out = Command::new(BIN)
+        .args(["mkfs", "--trash-days", "0", "--data"])
+        .arg(data)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mkfs: {out:?}");
 }
 
 /// Waits until `ok()` holds (asking every 5 ms); returns how long it took.
