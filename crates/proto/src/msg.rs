@@ -499,6 +499,7 @@ mod tests {
                 ino: 9,
                 to: Loc::At(1, b"kept".to_vec()),
             },
+            Op::Status,
         ] {
             seen.insert(op.code());
             roundtrip(op);
