@@ -2,13 +2,13 @@
 //! server keeps (docs/trash.md), through a client connection.
 
 use anyhow::{bail, Context, Result};
+use lexopt::ValueExt;
 use solofs_client::{Client, Loc, Target};
 use solofs_meta::errno::{EEXIST, ENOENT, ESTALE};
 use solofs_meta::{Attr, Cred, FileType, RENAME_NOREPLACE, ROOT_INO};
 use solofs_server::trash::{origin, parse_hour, DAYS_XATTR, DIR, NAME_XATTR};
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
-use lexopt::ValueExt;
 use std::path::PathBuf;
 
 const TRASH_HELP: &str = "solofs trash list --server HOST:PORT (--data DIR | --secret-file FILE)

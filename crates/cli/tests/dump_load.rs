@@ -438,39 +438,6 @@ fn a_dump_the_server_does_not_answer_fails_cleanly() {
     let _ = std::fs::remove_dir_all(&data);
 }
 
-/// Writes `n` whole blocks of new file `name` (block `b` filled with byte
-/// `seed + b`), commits and closes it; returns its ino.
-fn write_blocks(
-    c: &solofs_client::Client,
-    store: &solofs_data::BlockStore,
-    name: &[u8],
-    n: u64,
-    seed: u8,
-) -> u64 {
-    let me = Cred::root();
-    let bs = store.block_size();
-    let a = c
-        .create_open(
-            &me,
-            solofs_client::at(ROOT_INO, name),
-            0o644,
-            solofs_meta::Access::Write,
-        )
-        .unwrap();
-    for b in 0..n {
-        store
-            .put(
-                a.ino,
-                b,
-                bytes::Bytes::from(vec![seed + b as u8; bs as usize]),
-            )
-            .unwrap();
-    }
-    c.write_commit(&me, a.ino, n * bs, 1).unwrap();
-    c.release(&me, a.ino, solofs_meta::Access::Write).unwrap();
-    a.ino
-}
-
 /// Issue 44 item 3: a volume loaded from another's dump into the same
 /// block store kept its id, so deleting a file in the copy deleted the
 /// original's blocks (it read as zeros there) and fsck of the original

@@ -23,6 +23,9 @@ pub struct DeleterStats {
     pub errors: AtomicU64,
 }
 
+/// How long a graceful stop lets the deleter finish the queue.
+const DRAIN: Duration = Duration::from_secs(10);
+
 pub(crate) fn run(
     engine: Arc<Engine>,
     store: BlockStore,
@@ -34,50 +37,104 @@ pub(crate) fn run(
     let started = Instant::now();
     let mut waiting: Vec<FreeJob> = Vec::new();
     let mut earlier_taken = false;
+    let d = Deleter {
+        engine: &engine,
+        store: &store,
+        opens: &opens,
+        stats,
+    };
     while !stop.load(Ordering::SeqCst) {
         let earlier = !earlier_taken && started.elapsed() >= grace;
-        match engine.take_free_jobs(earlier) {
-            Ok(jobs) => {
-                earlier_taken |= earlier;
-                waiting.extend(jobs);
-            }
-            Err(e) => eprintln!("solofs deleter: reading the to-free queue: {e}"),
-        }
-        waiting.extend(opens.take_due());
-        let mut again = Vec::new();
-        for job in waiting.drain(..) {
-            if stop.load(Ordering::SeqCst) {
-                again.push(job);
-                continue;
-            }
-            if !opens.begin_delete(job.ino) {
-                again.push(job);
-                continue;
-            }
-            let r = delete_uncovered(&engine, &store, job.ino);
-            opens.end_delete(job.ino);
-            match r.and_then(|n| {
-                engine.finish_free_job(&job)?;
-                Ok(n)
-            }) {
-                Ok(n) => {
-                    stats.blocks.fetch_add(n, Ordering::Relaxed);
-                    stats.entries.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(e) => {
-                    stats.errors.fetch_add(1, Ordering::Relaxed);
-                    eprintln!("solofs deleter: ino {}: {e}", job.ino);
-                    again.push(job);
-                }
-            }
-        }
-        waiting = again;
-        stats.waiting.store(waiting.len() as u64, Ordering::Relaxed);
+        let read = d.take(earlier, &mut waiting);
+        earlier_taken |= earlier && read;
+        waiting = d.pass(waiting, Some(stop));
         std::thread::sleep(Duration::from_millis(if waiting.is_empty() {
             20
         } else {
             100
         }));
+    }
+    // A graceful stop: what may go now goes (for at most DRAIN, while
+    // the connections close and release their opens); what waits is said.
+    // (Entries of an earlier run still in their grace, and blocks of files
+    // a lost connection may still commit after a restart, stay.)
+    let end = Instant::now() + DRAIN;
+    let before = stats.entries.load(Ordering::Relaxed);
+    loop {
+        d.take(false, &mut waiting);
+        waiting = d.pass(waiting, None);
+        if waiting.is_empty() || Instant::now() > end {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let done = stats.entries.load(Ordering::Relaxed) - before;
+    // (Every entry not finished is still in the pool's queue.)
+    let left = engine.queued_frees().map_or(0, |q| q.len());
+    if done > 0 || left > 0 {
+        eprintln!(
+            "solofs: to-free queue at stop: {done} entries finished, {left} left for the next start"
+        );
+    }
+}
+
+/// What one pass of the deleter uses.
+struct Deleter<'a> {
+    engine: &'a Engine,
+    store: &'a BlockStore,
+    opens: &'a Opens,
+    stats: &'a DeleterStats,
+}
+
+impl Deleter<'_> {
+    /// Takes the queue's new entries (`earlier`: those of earlier runs
+    /// too) and the releases that came due. Returns whether it read the
+    /// queue.
+    fn take(&self, earlier: bool, waiting: &mut Vec<FreeJob>) -> bool {
+        let ok = match self.engine.take_free_jobs(earlier) {
+            Ok(jobs) => {
+                waiting.extend(jobs);
+                true
+            }
+            Err(e) => {
+                eprintln!("solofs deleter: reading the to-free queue: {e}");
+                false
+            }
+        };
+        waiting.extend(self.opens.take_due());
+        ok
+    }
+
+    /// Deletes what it can of `waiting` (stopping early once `stop` is
+    /// set); returns what must wait.
+    fn pass(&self, waiting: Vec<FreeJob>, stop: Option<&AtomicBool>) -> Vec<FreeJob> {
+        let mut again = Vec::new();
+        for job in waiting {
+            if stop.is_some_and(|s| s.load(Ordering::SeqCst)) || !self.opens.begin_delete(job.ino) {
+                again.push(job);
+                continue;
+            }
+            let r = delete_uncovered(self.engine, self.store, job.ino);
+            self.opens.end_delete(job.ino);
+            match r.and_then(|n| {
+                self.engine.finish_free_job(&job)?;
+                Ok(n)
+            }) {
+                Ok(n) => {
+                    self.stats.blocks.fetch_add(n, Ordering::Relaxed);
+                    self.stats.entries.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                    eprintln!("solofs deleter: ino {}: {e}", job.ino);
+                    again.push(job);
+                }
+            }
+        }
+        self.stats
+            .waiting
+            .store(again.len() as u64, Ordering::Relaxed);
+        again
     }
 }
 

@@ -23,7 +23,8 @@ impl Scratch {
     pub fn without_trash(name: &str) -> Scratch {
         Scratch::with(name, &["--trash-days", "0"])
     }
-    fn with(name: &str, extra: &[&str]) -> Scratch {
+    /// A volume made with `mkfs` and `extra` arguments.
+    pub fn with(name: &str, extra: &[&str]) -> Scratch {
         let path = std::env::temp_dir().join(format!("solofs-srv-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
         let st = Command::new(BIN)
@@ -633,4 +634,37 @@ pub fn start_writers(
         threads.push(std::thread::spawn(move || rename_writer(c, d.ino, stop)));
     }
     (threads, dirs)
+}
+
+/// Writes `n` whole blocks of new file `name` (block `b` filled with byte
+/// `seed + b`), commits and closes it; returns its ino.
+pub fn write_blocks(
+    c: &solofs_client::Client,
+    store: &solofs_data::BlockStore,
+    name: &[u8],
+    n: u64,
+    seed: u8,
+) -> u64 {
+    let me = solofs_meta::Cred::root();
+    let bs = store.block_size();
+    let a = c
+        .create_open(
+            &me,
+            solofs_client::at(solofs_meta::ROOT_INO, name),
+            0o644,
+            solofs_meta::Access::Write,
+        )
+        .unwrap();
+    for b in 0..n {
+        store
+            .put(
+                a.ino,
+                b,
+                bytes::Bytes::from(vec![seed + b as u8; bs as usize]),
+            )
+            .unwrap();
+    }
+    c.write_commit(&me, a.ino, n * bs, 1).unwrap();
+    c.release(&me, a.ino, solofs_meta::Access::Write).unwrap();
+    a.ino
 }
