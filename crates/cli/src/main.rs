@@ -28,6 +28,7 @@ USAGE:
     solofs trash list|restore PATH…|purge [PATH…] --server ADDR (--data DIR | --secret-file F)
     solofs config --server ADDR (--data DIR | --secret-file F) [--trash-days N]
     solofs status --server ADDR (--data DIR | --secret-file F)   the server, the volume, each client
+    solofs gc [--dry-run] --server ADDR (--data DIR | --secret-file F)   orphan blocks, expired trash
     solofs stats METRICS_ADDR [--interval SECS] [--count N]
     solofs fsck (--data DIR | POOL) [--repair]
     solofs dump --data DIR [-o FILE]      the whole namespace as one stream (docs/dump.md)
@@ -112,6 +113,7 @@ fn run() -> Result<()> {
         Some("trash") => trash::trash(rest),
         Some("config") => trash::config(rest),
         Some("status") => status::status(rest),
+        Some("gc") => status::gc(rest),
         Some("crash-test") => solofs_bench::crashtest::main(rest),
         Some("-V" | "--version" | "version") => {
             say!(

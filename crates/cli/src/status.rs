@@ -24,3 +24,31 @@ pub fn status(args: Vec<OsString>) -> Result<()> {
         Err(e) => bail!("the server refused: {e} (status needs the volume secret)"),
     }
 }
+
+const GC_HELP: &str = "solofs gc [--dry-run] --server HOST:PORT (--data DIR | --secret-file FILE)
+  online: deletes the stored blocks no file covers (a writer that died before it committed,
+  blocks past a file's size) that neither the to-free queue nor an open file protects, frees
+  the trash's expired hours now, and reports the to-free queue; --dry-run only reports";
+
+/// `solofs gc`: asks the server for a run and prints its report.
+pub fn gc(args: Vec<OsString>) -> Result<()> {
+    let mut dry_run = false;
+    let conn = crate::trash::Conn::parse(args, GC_HELP, |a, _| {
+        match a {
+            crate::trash::Other::Long(k) if k == "dry-run" => dry_run = true,
+            crate::trash::Other::Long(k) => bail!("solofs gc: unknown option --{k}"),
+            crate::trash::Other::Value(v) => bail!("solofs gc: unexpected argument {v:?}"),
+        }
+        Ok(())
+    })?;
+    let Some(conn) = conn else { return Ok(()) };
+    let c = conn.connect("gc")?;
+    let refused = |e| anyhow::anyhow!("the server refused: {e} (gc needs the volume secret)");
+    let mut report = c.gc(true, dry_run).map_err(refused)?;
+    while report.starts_with("running") {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        report = c.gc(false, dry_run).map_err(refused)?;
+    }
+    print!("{}", report.split_once('\n').map_or("", |x| x.1));
+    Ok(())
+}

@@ -16,6 +16,7 @@ fn every_command_has_help() {
         "trash",
         "config",
         "status",
+        "gc",
         "stats",
         "fsck",
         "dump",

@@ -472,6 +472,15 @@ impl Client {
             b => Err(unexpected(b)),
         }
     }
+    /// Online garbage collection (`solofs gc`): `start` asks for a run
+    /// (`dry_run`: report only); answers the report so far (its first
+    /// line `running` or `done`). Root on the volume secret only.
+    pub fn gc(&self, start: bool, dry_run: bool) -> Result<String> {
+        match self.call(&Cred::root(), Op::Gc { start, dry_run })? {
+            Body::Bytes(b) => Ok(String::from_utf8_lossy(&b).into_owned()),
+            b => Err(unexpected(b)),
+        }
+    }
     /// Sets an extended attribute.
     pub fn setxattr(
         &self,

@@ -47,6 +47,7 @@ fn bound(op: &Op) -> Option<(u64, Option<Access>)> {
         | Op::ReaddirPlus { .. }
         | Op::Statfs
         | Op::Status
+        | Op::Gc { .. }
         | Op::Getxattr { .. }
         | Op::Setxattr { .. }
         | Op::Listxattr { .. }

@@ -500,6 +500,10 @@ mod tests {
                 to: Loc::At(1, b"kept".to_vec()),
             },
             Op::Status,
+            Op::Gc {
+                start: true,
+                dry_run: false,
+            },
         ] {
             seen.insert(op.code());
             roundtrip(op);

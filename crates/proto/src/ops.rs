@@ -283,6 +283,11 @@ ops! {
     /// as text: `Bytes`. Only for root on the volume secret (a client key
     /// gets `EACCES`, another user `EPERM`).
     36 Status status read;
+    /// Online garbage collection (`solofs gc`): `start` asks for a run
+    /// (`dry_run`: report only); every call answers the report so far as
+    /// text (`Bytes`, its first line `running` or `done`). Only for root
+    /// on the volume secret.
+    37 Gc gc read { start: bool, dry_run: bool };
 }
 
 impl Op {
@@ -324,6 +329,7 @@ impl Op {
             | Op::ReaddirPlus { .. }
             | Op::Statfs
             | Op::Status
+            | Op::Gc { .. }
             | Op::Getxattr { .. }
             | Op::Setxattr { .. }
             | Op::Listxattr { .. }

@@ -37,6 +37,12 @@ pub(crate) fn run_batch(
         trash: Some(&shared.trash),
         opened: &|ino| shared.opens.is_open(ino),
         status: Some(&|| crate::status::render(shared)),
+        gc: Some(&|start, dry| {
+            if start && !dry {
+                shared.trash.sweep_soon();
+            }
+            shared.gc.call(start, dry, shared.cfg.blocks.is_some())
+        }),
     };
     execute(shared, &side, m, record, retried, reqs, replies);
     let done = &replies[first..];
@@ -143,6 +149,7 @@ fn register(opens: &ConnOpens, reqs: &[Request], done: &[Reply]) {
             | Op::ReaddirPlus { .. }
             | Op::Statfs
             | Op::Status
+            | Op::Gc { .. }
             | Op::Getxattr { .. }
             | Op::Setxattr { .. }
             | Op::Listxattr { .. }

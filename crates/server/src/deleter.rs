@@ -7,7 +7,6 @@ use crate::opens::Opens;
 use solofs_data::BlockStore;
 use solofs_meta::{Engine, FreeJob};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Counters of the deleter (metrics).
@@ -26,24 +25,23 @@ pub struct DeleterStats {
 /// How long a graceful stop lets the deleter finish the queue.
 const DRAIN: Duration = Duration::from_secs(10);
 
-pub(crate) fn run(
-    engine: Arc<Engine>,
-    store: BlockStore,
-    opens: Arc<Opens>,
-    stop: &AtomicBool,
-    grace: Duration,
-    stats: &DeleterStats,
-) {
+pub(crate) fn run(shared: &crate::Shared, store: BlockStore) {
+    let (engine, opens, stop) = (&shared.engine, &shared.opens, &shared.stop);
+    let (grace, stats) = (shared.cfg.free_grace, &shared.deleter);
     let started = Instant::now();
     let mut waiting: Vec<FreeJob> = Vec::new();
     let mut earlier_taken = false;
     let d = Deleter {
-        engine: &engine,
+        engine,
         store: &store,
-        opens: &opens,
+        opens,
         stats,
     };
     while !stop.load(Ordering::SeqCst) {
+        if let Some(dry_run) = shared.gc.take() {
+            let hours = shared.trash.expired_hours(engine).1.len();
+            shared.gc.run(engine, &store, opens, dry_run, hours);
+        }
         let earlier = !earlier_taken && started.elapsed() >= grace;
         let read = d.take(earlier, &mut waiting);
         earlier_taken |= earlier && read;

@@ -55,6 +55,8 @@ pub(crate) struct Side<'a> {
     pub opened: &'a dyn Fn(u64) -> bool,
     /// The server's report of itself (`None`: none here).
     pub status: Option<&'a dyn Fn() -> String>,
+    /// Online garbage collection: `(start, dry_run)` → the report.
+    pub gc: Option<&'a dyn Fn(bool, bool) -> String>,
 }
 
 /// Runs one request of a connection that holds no opens and no locks
@@ -66,6 +68,7 @@ pub fn execute(e: &Engine, req: &Request) -> Reply {
         trash: None,
         opened: &|_| false,
         status: None,
+        gc: None,
     };
     execute_with(e, req, &side)
 }
@@ -128,6 +131,14 @@ impl Exec<'_> {
         self.side
             .locks
             .ok_or(crate::Error::Errno(crate::filelocks::ENOLCK))
+    }
+    /// What only root (on the volume secret: keys are refused before)
+    /// may call, if this side has it.
+    fn admin<T>(&self, f: Option<T>) -> Result<T> {
+        if !self.c.is_root() {
+            return Err(Error::Perm.into());
+        }
+        f.ok_or(crate::Error::Errno(solofs_meta::errno::EOPNOTSUPP))
     }
     /// A directory's attributes right after a name left it (the mount
     /// keeps them: the kernel asks for them before its next change there).
@@ -265,14 +276,12 @@ impl Serve for Exec<'_> {
         Ok(Body::StatFs(self.e.statfs()?))
     }
     fn status(&self) -> Result<Body> {
-        if !self.c.is_root() {
-            return Err(Error::Perm.into());
-        }
-        let f = self
-            .side
-            .status
-            .ok_or(crate::Error::Errno(solofs_meta::errno::EOPNOTSUPP))?;
+        let f = self.admin(self.side.status)?;
         Ok(Body::Bytes(f().into_bytes()))
+    }
+    fn gc(&self, start: &bool, dry_run: &bool) -> Result<Body> {
+        let f = self.admin(self.side.gc)?;
+        Ok(Body::Bytes(f(*start, *dry_run).into_bytes()))
     }
     fn getxattr(&self, target: &Target, name: &Vec<u8>) -> Result<Body> {
         Ok(Body::Bytes(self.e.getxattr(
@@ -497,6 +506,7 @@ pub fn resolve_retry(e: &Engine, req: &Request, rep: Reply) -> Reply {
         | Op::ReaddirPlus { .. }
         | Op::Statfs
         | Op::Status
+        | Op::Gc { .. }
         | Op::Getxattr { .. }
         | Op::Setxattr { .. }
         | Op::Listxattr { .. }

@@ -377,7 +377,7 @@ impl Caps {
                 }
                 Ok(())
             }
-            Op::Status => Err(crate::Error::Errno(solofs_meta::errno::EACCES)),
+            Op::Status | Op::Gc { .. } => Err(crate::Error::Errno(solofs_meta::errno::EACCES)),
             Op::Noop
             | Op::Statfs
             | Op::Rewatch
@@ -454,6 +454,7 @@ fn set_of(op: &mut Op) -> Option<&mut solofs_meta::SetAttr> {
         | Op::ReaddirPlus { .. }
         | Op::Statfs
         | Op::Status
+        | Op::Gc { .. }
         | Op::Getxattr { .. }
         | Op::Setxattr { .. }
         | Op::Listxattr { .. }

@@ -21,6 +21,7 @@ mod deleter;
 mod error;
 mod exec;
 mod filelocks;
+mod gc;
 pub mod keys;
 mod local;
 pub mod metrics;
@@ -176,6 +177,8 @@ pub(crate) struct Shared {
     pub snapshots: snapshots::SnapshotStats,
     /// Where removals go (trash.rs).
     pub trash: trash::Trash,
+    /// Online garbage collection runs (gc.rs).
+    pub gc: gc::Gc,
     /// When the server started, and the address it listens on.
     pub started: std::time::SystemTime,
     pub listening: String,
@@ -326,6 +329,7 @@ impl Server {
             watch,
             snapshots: Default::default(),
             trash: Default::default(),
+            gc: Default::default(),
             started: std::time::SystemTime::now(),
             listening: listener
                 .local_addr()
@@ -394,14 +398,7 @@ impl Server {
                 std::thread::Builder::new()
                     .name("solofs-deleter".into())
                     .spawn(move || {
-                        deleter::run(
-                            shared.engine.clone(),
-                            store,
-                            shared.opens.clone(),
-                            &shared.stop,
-                            shared.cfg.free_grace,
-                            &shared.deleter,
-                        );
+                        deleter::run(&shared, store);
                     })?,
             );
         }
@@ -589,7 +586,8 @@ fn trash_sweeper(shared: &Arc<Shared>, m: Arc<metrics::Metrics>) {
     use solofs_proto::InProcess;
     let mut last: Option<Instant> = None;
     while !shared.stop.load(Ordering::SeqCst) {
-        if last.is_none_or(|t| t.elapsed() >= shared.cfg.trash_sweep) {
+        let soon = shared.trash.take_soon();
+        if soon || last.is_none_or(|t| t.elapsed() >= shared.cfg.trash_sweep) {
             last = Some(Instant::now());
             let (root, hours) = shared.trash.expired_hours(&shared.engine);
             if hours.is_empty() {

@@ -46,6 +46,8 @@ pub struct Trash {
     pub moved: AtomicU64,
     /// Entries freed by expiry.
     pub expired: AtomicU64,
+    /// A sweep is asked for now.
+    soon: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -221,6 +223,16 @@ impl Trash {
     /// The days removed entries are kept (0: no trash).
     pub fn days(&self, e: &Engine) -> u32 {
         self.setting(e).1
+    }
+
+    /// Asks the sweeper to look now (`solofs gc`).
+    pub fn sweep_soon(&self) {
+        self.soon.store(true, Ordering::Relaxed);
+    }
+
+    /// Was a sweep asked for (and the ask taken)?
+    pub fn take_soon(&self) -> bool {
+        self.soon.swap(false, Ordering::Relaxed)
     }
 
     /// The setting was changed: read it at the next use.

@@ -537,6 +537,7 @@ fn victims(e: &Engine, cred: &Cred, op: &Op) -> Vec<u64> {
         | Op::ReaddirPlus { .. }
         | Op::Statfs
         | Op::Status
+        | Op::Gc { .. }
         | Op::Getxattr { .. }
         | Op::Setxattr { .. }
         | Op::Listxattr { .. }
@@ -623,6 +624,7 @@ fn changed(e: &Engine, cred: &Cred, op: &Op, rep: &Reply, victims: &[u64], out: 
         | Op::ReaddirPlus { .. }
         | Op::Statfs
         | Op::Status
+        | Op::Gc { .. }
         | Op::Getxattr { .. }
         | Op::Listxattr { .. }
         | Op::Access { .. }
