@@ -57,6 +57,11 @@ fn mount_flag(a: &Arg, p: &mut lexopt::Parser, o: &mut MountOptions) -> Result<b
         "cache-dir" => o.vfs.cache_dir = Some(p.value()?.into()),
         "cache-size" => o.vfs.cache_size = Some(parse_size(&p.value()?.string()?)?),
         "small-cache" => o.vfs.small_cache = parse_size(&p.value()?.string()?)?,
+        "metrics" => {
+            let a = p.value()?.string()?;
+            serve::check_listen(&a, "--metrics")?;
+            let _ = MOUNT_METRICS.set(a);
+        }
         _ => return Ok(false),
     }
     Ok(true)
@@ -88,7 +93,7 @@ pub(crate) fn parse_size(s: &str) -> Result<u64> {
 }
 
 const MOUNT_FLAGS: &str =
-    "[--attr-timeout S] [--entry-timeout S] [--negative-timeout S] [--threads N] [--read-ahead BLOCKS] [--allow-other] [--cache-dir DIR] [--cache-size BYTES] [--small-cache BYTES] [--no-io-uring] [--sync-unlink]";
+    "[--attr-timeout S] [--entry-timeout S] [--negative-timeout S] [--threads N] [--read-ahead BLOCKS] [--allow-other] [--cache-dir DIR] [--cache-size BYTES] [--small-cache BYTES] [--no-io-uring] [--sync-unlink] [--metrics ADDR]";
 
 /// SIGINT/SIGTERM received (set by the signal handlers, cleared when a
 /// busy mount was detached and keeps serving).
@@ -271,6 +276,39 @@ pub fn check_can_mount() -> Result<()> {
     Ok(())
 }
 
+/// Where this process's mount serves its metrics (`--metrics ADDR`).
+static MOUNT_METRICS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Serves the mount's metrics page (its object-store traffic, the
+/// process) on `addr` from a thread of its own, for the process's life.
+fn serve_mount_metrics(addr: &str, store: Arc<solofs_data::StoreStats>) -> Result<()> {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind(addr)
+        .with_context(|| format!("binding the metrics address {addr}"))?;
+    eprintln!("mount metrics on http://{}/metrics", l.local_addr()?);
+    std::thread::Builder::new()
+        .name("solofs-metrics".into())
+        .spawn(move || {
+            for mut s in l.incoming().flatten() {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut req = [0u8; 2048];
+                let n = s.read(&mut req).unwrap_or(0);
+                let (status, body) = if req[..n].starts_with(b"GET /metrics") {
+                    let body = store.render() + &solofs_server::metrics::process_metrics();
+                    ("200 OK", body)
+                } else {
+                    ("404 Not Found", "try /metrics\n".to_string())
+                };
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        })?;
+    Ok(())
+}
+
 fn mount_client(
     client: Client,
     mnt: &Path,
@@ -278,6 +316,9 @@ fn mount_client(
 ) -> Result<fuser::BackgroundSession> {
     let store = solofs_fuse::block_store(&client).context("opening the volume's block store")?;
     store.probe()?;
+    if let Some(a) = MOUNT_METRICS.get() {
+        serve_mount_metrics(a, store.stats().clone())?;
+    }
     solofs_fuse::mount(client, store, mnt, opts)
         .with_context(|| format!("mounting at {}", mnt.display()))
 }

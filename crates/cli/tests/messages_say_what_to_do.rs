@@ -282,12 +282,7 @@ fn a_mount_started_before_its_server_waits_for_it() {
         return;
     }
     let s = Scratch::new("mount-first");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = common::free_loopback_addr();
     let mnt = s.path.with_extension("mnt");
     let starter = {
         let (data, addr) = (s.path.clone(), addr.clone());

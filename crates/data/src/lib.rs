@@ -27,6 +27,7 @@ pub use bytes::Bytes;
 use futures_util::StreamExt;
 use object_store::path::Path as ObjPath;
 use object_store::{GetResult, GetResultPayload, ObjectStore, ObjectStoreExt, PutPayload};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
@@ -110,6 +111,8 @@ fn runtime() -> &'static Runtime {
 #[derive(Clone)]
 pub struct BlockStore {
     store: Arc<dyn ObjectStore>,
+    /// Its traffic (shared by clones).
+    stats: Arc<StoreStats>,
     volume: String,
     block_size: u64,
     url: String,
@@ -121,6 +124,74 @@ pub struct BlockStore {
     /// (503 SlowDown, a restart) must not lose writes. Zero for `file://`
     /// (its errors, a full disk, do not pass by waiting).
     retry: std::time::Duration,
+}
+
+/// What a store request does (metrics).
+#[derive(Clone, Copy)]
+pub enum StoreOp {
+    /// A block written.
+    Put = 0,
+    /// A block read.
+    Get = 1,
+    /// Blocks deleted (each counts).
+    Delete = 2,
+    /// A listing of blocks.
+    List = 3,
+}
+
+const STORE_OPS: [&str; 4] = ["put", "get", "delete", "list"];
+
+/// One kind of request's counters.
+#[derive(Default)]
+pub struct OpCounts {
+    /// Requests (a delete or a list page counts once per call).
+    pub count: AtomicU64,
+    /// Of which failed.
+    pub errors: AtomicU64,
+    /// Bytes sent (put) or received (get).
+    pub bytes: AtomicU64,
+    /// Time spent, nanoseconds.
+    pub ns: AtomicU64,
+}
+
+/// The traffic of a block store and its clones (metrics pages).
+#[derive(Default)]
+pub struct StoreStats {
+    /// By [`StoreOp`].
+    pub ops: [OpCounts; 4],
+}
+
+impl StoreStats {
+    fn record(&self, op: StoreOp, t0: std::time::Instant, bytes: u64, ok: bool) {
+        let c = &self.ops[op as usize];
+        c.count.fetch_add(1, Ordering::Relaxed);
+        c.bytes.fetch_add(bytes, Ordering::Relaxed);
+        c.ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        if !ok {
+            c.errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Prometheus text: `solofs_store_requests_total`, `_errors_total`,
+    /// `_bytes_total` and `_seconds_total`, by operation.
+    pub fn render(&self) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        type Series = (&'static str, &'static str, fn(&OpCounts) -> f64);
+        let series: [Series; 4] = [
+            ("solofs_store_requests_total", "Object store requests, by operation.", |c| c.count.load(Ordering::Relaxed) as f64),
+            ("solofs_store_errors_total", "Object store requests that failed (after retries), by operation.", |c| c.errors.load(Ordering::Relaxed) as f64),
+            ("solofs_store_bytes_total", "Bytes sent to (put) and received from (get) the object store.", |c| c.bytes.load(Ordering::Relaxed) as f64),
+            ("solofs_store_seconds_total", "Time spent in object store requests (divided by the requests: the mean latency), by operation.", |c| c.ns.load(Ordering::Relaxed) as f64 / 1e9),
+        ];
+        for (name, help, f) in series {
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (i, op) in STORE_OPS.iter().enumerate() {
+                let _ = writeln!(s, "{name}{{op=\"{op}\"}} {}", f(&self.ops[i]));
+            }
+        }
+        s
+    }
 }
 
 /// How long a failed transfer is retried by default (as `solofs mount
@@ -357,6 +428,7 @@ impl BlockStore {
         let _rt = runtime().enter();
         Ok(BlockStore {
             store: open_store(url, creds)?,
+            stats: Default::default(),
             volume: volume.to_string(),
             block_size,
             url: url.to_string(),
@@ -376,6 +448,11 @@ impl BlockStore {
             self.retry = span;
         }
         self
+    }
+
+    /// Its traffic so far (all clones together).
+    pub fn stats(&self) -> &Arc<StoreStats> {
+        &self.stats
     }
 
     /// The block size.
@@ -463,16 +540,20 @@ impl BlockStore {
     /// Writes block `block` of `ino` (at most one block of bytes).
     pub fn put(&self, ino: u64, block: u64, data: Bytes) -> Result<()> {
         // Driven by the calling thread: no hop to a runtime worker and back.
+        let (t0, len) = (std::time::Instant::now(), data.len() as u64);
         let key = self.key(ino, block);
-        if self.local {
-            here(self.store.put(&key, PutPayload::from(data)))?;
+        let r = if self.local {
+            here(self.store.put(&key, PutPayload::from(data))).map(|_| ())
         } else {
             let payload = PutPayload::from(data);
-            runtime().block_on(retrying(self.retry, || {
-                self.store.put(&key, payload.clone())
-            }))?;
-        }
-        Ok(())
+            runtime()
+                .block_on(retrying(self.retry, || {
+                    self.store.put(&key, payload.clone())
+                }))
+                .map(|_| ())
+        };
+        self.stats.record(StoreOp::Put, t0, len, r.is_ok());
+        Ok(r?)
     }
 
     /// Starts writing a block in the background. A block shorter than the
@@ -484,18 +565,31 @@ impl BlockStore {
         if self.local && (data.len() as u64) < self.block_size {
             return PutTicket(Put::Done(self.put(ino, block, data)));
         }
-        let store = self.store.clone();
+        let (store, stats) = (self.store.clone(), self.stats.clone());
         let key = self.key(ino, block);
         let span = self.retry;
         PutTicket(Put::Running(runtime().spawn(async move {
+            let (t0, len) = (std::time::Instant::now(), data.len() as u64);
             let payload = PutPayload::from(data);
-            retrying(span, || store.put(&key, payload.clone())).await?;
+            let r = retrying(span, || store.put(&key, payload.clone())).await;
+            stats.record(StoreOp::Put, t0, len, r.is_ok());
+            r?;
             Ok(())
         })))
     }
 
     /// Reads a whole block; `None` if it does not exist (a hole).
     pub fn get(&self, ino: u64, block: u64) -> Result<Option<Bytes>> {
+        let t0 = std::time::Instant::now();
+        let r = self.get_now(ino, block);
+        let got = r
+            .as_ref()
+            .map_or(0, |b| b.as_ref().map_or(0, |b| b.len() as u64));
+        self.stats.record(StoreOp::Get, t0, got, r.is_ok());
+        r
+    }
+
+    fn get_now(&self, ino: u64, block: u64) -> Result<Option<Bytes>> {
         let key = self.key(ino, block);
         let get = async {
             let r = match retrying(self.retry, || self.store.get(&key)).await {
@@ -546,27 +640,34 @@ impl BlockStore {
 
     /// Starts reading a block in the background.
     pub fn get_async(&self, ino: u64, block: u64) -> GetTicket {
-        let store = self.store.clone();
+        let (store, stats) = (self.store.clone(), self.stats.clone());
         let key = self.key(ino, block);
         let span = self.retry;
         GetTicket(runtime().spawn(async move {
+            let t0 = std::time::Instant::now();
             let got = retrying(span, || async {
                 let r = store.get(&key).await?;
                 r.bytes().await
             });
-            match got.await {
+            let r = match got.await {
                 Ok(b) => Ok(Some(b)),
                 Err(object_store::Error::NotFound { .. }) => Ok(None),
                 Err(e) => Err(e.into()),
-            }
+            };
+            let n = r.as_ref().map_or(0, |b: &Option<Bytes>| {
+                b.as_ref().map_or(0, |b| b.len() as u64)
+            });
+            stats.record(StoreOp::Get, t0, n, r.is_ok());
+            r
         }))
     }
 
     /// Block numbers stored for `ino`, sorted.
     pub fn blocks(&self, ino: u64) -> Result<Vec<u64>> {
+        let t0 = std::time::Instant::now();
         let store = self.store.clone();
         let prefix = self.ino_prefix(ino);
-        runtime().block_on(async move {
+        let r = runtime().block_on(async move {
             let mut out = Vec::new();
             let mut s = store.list(Some(&prefix));
             while let Some(m) = s.next().await {
@@ -577,7 +678,9 @@ impl BlockStore {
             }
             out.sort_unstable();
             Ok(out)
-        })
+        });
+        self.stats.record(StoreOp::List, t0, 0, r.is_ok());
+        r
     }
 
     /// Deletes every stored block of `ino` numbered `first` or above;
@@ -589,6 +692,7 @@ impl BlockStore {
     /// Deletes every stored block of `ino` numbered from `first` up to
     /// (not including) `end`; returns how many went (a punched hole).
     pub fn delete_range(&self, ino: u64, first: u64, end: u64) -> Result<u64> {
+        let t0 = std::time::Instant::now();
         let doomed: Vec<u64> = self
             .blocks(ino)?
             .into_iter()
@@ -596,7 +700,7 @@ impl BlockStore {
             .collect();
         let store = self.store.clone();
         let keys: Vec<ObjPath> = doomed.iter().map(|&b| self.key(ino, b)).collect();
-        runtime().block_on(async move {
+        let r = runtime().block_on(async move {
             let mut n = 0;
             let mut s = futures_util::stream::iter(keys)
                 .map(|k| {
@@ -614,7 +718,15 @@ impl BlockStore {
                 n += 1;
             }
             Ok(n)
-        })
+        });
+        if !doomed.is_empty() {
+            self.stats.record(StoreOp::Delete, t0, 0, r.is_ok());
+            let n = r.as_ref().map_or(0u64, |n| *n).saturating_sub(1);
+            self.stats.ops[StoreOp::Delete as usize]
+                .count
+                .fetch_add(n, Ordering::Relaxed);
+        }
+        r
     }
 
     /// Copies blocks `(ino, block)` of volume `src` (in the same store)
@@ -646,9 +758,10 @@ impl BlockStore {
     /// Every ino that has blocks in this volume, with its block numbers
     /// (fsck).
     pub fn all_blocks(&self) -> Result<Vec<(u64, Vec<u64>)>> {
+        let t0 = std::time::Instant::now();
         let store = self.store.clone();
         let prefix = ObjPath::from(self.volume.as_str());
-        runtime().block_on(async move {
+        let r = runtime().block_on(async move {
             let mut map = std::collections::BTreeMap::<u64, Vec<u64>>::new();
             let mut s = store.list(Some(&prefix));
             while let Some(m) = s.next().await {
@@ -671,7 +784,9 @@ impl BlockStore {
                     (i, v)
                 })
                 .collect())
-        })
+        });
+        self.stats.record(StoreOp::List, t0, 0, r.is_ok());
+        r
     }
 }
 

@@ -268,6 +268,11 @@ pub(crate) fn render(shared: &Shared, ms: &[Arc<Metrics>]) -> String {
     let t = &shared.trash;
     let _ = writeln!(s, "# HELP solofs_trash_moved_total Removed entries kept in the trash (docs/trash.md).\n# TYPE solofs_trash_moved_total counter\nsolofs_trash_moved_total {}", t.moved.load(Ordering::Relaxed));
     let _ = writeln!(s, "# HELP solofs_trash_expired_total Trash entries freed by expiry.\n# TYPE solofs_trash_expired_total counter\nsolofs_trash_expired_total {}", t.expired.load(Ordering::Relaxed));
+    if let Some(b) = &shared.cfg.blocks {
+        // The server's own traffic (its deleter, gc); clients talk to the
+        // store directly (`solofs mount --metrics` shows a mount's).
+        s.push_str(&b.stats().render());
+    }
     s.push_str(&process_metrics());
     if let Some(m) = &shared.cfg.more_metrics {
         s.push_str(&(m.0)());

@@ -668,3 +668,9 @@ pub fn write_blocks(
     c.release(&me, a.ino, solofs_meta::Access::Write).unwrap();
     a.ino
 }
+
+/// A loopback address with a port nothing listens on now.
+pub fn free_loopback_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
