@@ -256,13 +256,17 @@ pub fn dump(args: Vec<std::ffi::OsString>) -> Result<()> {
         }
         _ => Box::new(std::io::stdout().lock()),
     };
+    let total = e.statfs().map_or(0, |s| s.inodes);
+    let progress = crate::progress::Progress::start("dump", "inodes", total);
+    let n = progress.counter();
     let r = if gzip {
         let mut z = flate2::write::GzEncoder::new(sink, flate2::Compression::fast());
-        write_dump(&e, BufWriter::with_capacity(1 << 20, &mut z))
+        write_dump(&e, BufWriter::with_capacity(1 << 20, &mut z), n)
             .and_then(|n| z.finish().map(|_| n).map_err(Into::into))
     } else {
-        write_dump(&e, BufWriter::with_capacity(1 << 20, sink))
+        write_dump(&e, BufWriter::with_capacity(1 << 20, sink), n)
     };
+    progress.finish();
     drop(e);
     if let Some(c) = copy {
         let _ = std::fs::remove_file(c);
@@ -272,8 +276,13 @@ pub fn dump(args: Vec<std::ffi::OsString>) -> Result<()> {
     Ok(())
 }
 
-/// Writes the stream; returns (inodes, names).
-pub fn write_dump<W: Write>(e: &Engine, w: W) -> Result<(u64, u64)> {
+/// Writes the stream, counting inodes in `progress`; returns (inodes,
+/// names).
+pub fn write_dump<W: Write>(
+    e: &Engine,
+    w: W,
+    progress: &std::sync::atomic::AtomicU64,
+) -> Result<(u64, u64)> {
     let mut o = Out {
         w,
         crc: !0,
@@ -289,7 +298,6 @@ pub fn write_dump<W: Write>(e: &Engine, w: W) -> Result<(u64, u64)> {
         b.extend_from_slice(&e.volume_id());
     })?;
     let root = Cred::root();
-    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let ra = e.getattr(ROOT_INO)?;
     let ri = Inode::read(e, &ra)?;
     o.rec(b'I', |b| ri.encode(b))?;
@@ -310,6 +318,7 @@ pub fn write_dump<W: Write>(e: &Engine, w: W) -> Result<(u64, u64)> {
                     let n = Inode::read(e, &a)?;
                     o.rec(b'I', |b| n.encode(b))?;
                     inodes += 1;
+                    progress.store(inodes, std::sync::atomic::Ordering::Relaxed);
                     if de.kind == FileType::Directory {
                         dirs.push_back(de.ino);
                     }
@@ -320,14 +329,8 @@ pub fn write_dump<W: Write>(e: &Engine, w: W) -> Result<(u64, u64)> {
                     put_u64(b, de.ino);
                 })?;
                 entries += 1;
-                if tty && entries % 65536 == 0 {
-                    eprint!("\r{entries} names, {inodes} inodes");
-                }
             }
         }
-    }
-    if tty {
-        eprint!("\r");
     }
     // The end: the counts, then the check of everything before it.
     let mut end = Vec::new();
@@ -369,11 +372,19 @@ pub fn load(args: Vec<std::ffi::OsString>) -> Result<()> {
     if std::fs::read_dir(&data).is_ok_and(|mut d| d.next().is_some()) {
         bail!("{} is not empty: load builds a new volume", data.display());
     }
-    let src: Box<dyn Read> = match &input {
+    let (src, size): (Box<dyn Read>, u64) = match &input {
         Some(f) if f.as_os_str() != "-" => {
-            Box::new(std::fs::File::open(f).with_context(|| format!("opening {}", f.display()))?)
+            let file =
+                std::fs::File::open(f).with_context(|| format!("opening {}", f.display()))?;
+            let size = file.metadata().map_or(0, |m| m.len());
+            (Box::new(file), size)
         }
-        _ => Box::new(std::io::stdin().lock()),
+        _ => (Box::new(std::io::stdin().lock()), 0),
+    };
+    let progress = crate::progress::Progress::start("load", "bytes read", size);
+    let src = Counted {
+        r: src,
+        n: progress.counter(),
     };
     let existed = data.exists();
     // A gzip stream (`dump --gzip`) is recognized by its first two bytes.
@@ -383,7 +394,9 @@ pub fn load(args: Vec<std::ffi::OsString>) -> Result<()> {
         true => Box::new(BufReader::new(flate2::read::GzDecoder::new(src))),
         false => Box::new(src),
     };
-    match read_dump(src, &data, durability, storage) {
+    let r = read_dump(src, &data, durability, storage);
+    progress.finish();
+    match r {
         Ok((i, n)) => {
             println!("loaded {i} inodes, {n} names into {}", data.display());
             Ok(())
@@ -660,4 +673,19 @@ fn finish(e: &Engine, n: &Inode) -> Result<()> {
     };
     e.setattr(&root, n.a.ino, &sa)?;
     Ok(())
+}
+
+/// A reader that counts the bytes it reads (load's progress).
+struct Counted<'a, R> {
+    r: R,
+    n: &'a std::sync::atomic::AtomicU64,
+}
+
+impl<R: Read> Read for Counted<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let k = self.r.read(buf)?;
+        self.n
+            .fetch_add(k as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(k)
+    }
 }

@@ -8,6 +8,7 @@ mod dump;
 mod keys;
 mod member;
 mod mount;
+mod progress;
 mod replicas;
 mod serve;
 mod status;
