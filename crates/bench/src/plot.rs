@@ -41,7 +41,7 @@ impl Canvas {
     }
     fn text(&mut self, mut x: usize, y: usize, s: &str, c: [u8; 3]) {
         for ch in s.chars() {
-            let g = glyph(ch.to_ascii_lowercase());
+            let g = glyph(ch);
             for (row, bits) in g.iter().enumerate() {
                 for col in 0..5 {
                     if bits & (0x10 >> col) != 0 {
@@ -57,6 +57,38 @@ impl Canvas {
 /// 5x7 glyphs (rows top to bottom, bit 4 = leftmost column).
 fn glyph(c: char) -> [u8; 7] {
     match c {
+        'A' => [14, 17, 17, 31, 17, 17, 17],
+        'B' => [30, 17, 17, 30, 17, 17, 30],
+        'C' => [14, 17, 16, 16, 16, 17, 14],
+        'D' => [28, 18, 17, 17, 17, 18, 28],
+        'E' => [31, 16, 16, 30, 16, 16, 31],
+        'F' => [31, 16, 16, 30, 16, 16, 16],
+        'G' => [14, 17, 16, 23, 17, 17, 15],
+        'H' => [17, 17, 17, 31, 17, 17, 17],
+        'I' => [14, 4, 4, 4, 4, 4, 14],
+        'J' => [7, 2, 2, 2, 2, 18, 12],
+        'K' => [17, 18, 20, 24, 20, 18, 17],
+        'L' => [16, 16, 16, 16, 16, 16, 31],
+        'M' => [17, 27, 21, 21, 17, 17, 17],
+        'N' => [17, 17, 25, 21, 19, 17, 17],
+        'O' => [14, 17, 17, 17, 17, 17, 14],
+        'P' => [30, 17, 17, 30, 16, 16, 16],
+        'Q' => [14, 17, 17, 17, 21, 18, 13],
+        'R' => [30, 17, 17, 30, 20, 18, 17],
+        'S' => [15, 16, 16, 14, 1, 1, 30],
+        'T' => [31, 4, 4, 4, 4, 4, 4],
+        'U' => [17, 17, 17, 17, 17, 17, 14],
+        'V' => [17, 17, 17, 17, 17, 10, 4],
+        'W' => [17, 17, 17, 21, 21, 21, 10],
+        'X' => [17, 17, 10, 4, 10, 17, 17],
+        'Y' => [17, 17, 10, 4, 4, 4, 4],
+        'Z' => [31, 1, 2, 4, 8, 16, 31],
+        '%' => [24, 25, 2, 4, 8, 19, 3],
+        '+' => [0, 4, 4, 31, 4, 4, 0],
+        '[' => [14, 8, 8, 8, 8, 8, 14],
+        ']' => [14, 2, 2, 2, 2, 2, 14],
+        '<' => [2, 4, 8, 16, 8, 4, 2],
+        '>' => [8, 4, 2, 1, 2, 4, 8],
         '0' => [14, 17, 19, 21, 25, 17, 14],
         '1' => [4, 12, 4, 4, 4, 4, 14],
         '2' => [14, 17, 1, 2, 4, 8, 31],
@@ -106,16 +138,61 @@ fn glyph(c: char) -> [u8; 7] {
     }
 }
 
+/// A value in at most 4 characters and 3 significant digits: `0.5`,
+/// `52`, `999`, `1.2k`, `15k`, `150k`, `1.5M`.
 fn fmt_si(v: f64) -> String {
-    if v >= 1e6 {
-        format!("{}m", v / 1e6)
+    let (x, suffix) = if v >= 1e9 {
+        (v / 1e9, "G")
+    } else if v >= 1e6 {
+        (v / 1e6, "M")
     } else if v >= 1e3 {
-        format!("{}k", v / 1e3)
-    } else if v >= 1.0 {
-        format!("{v}")
+        (v / 1e3, "k")
     } else {
-        format!("{v:.1}")
+        (v, "")
+    };
+    let digits = if x >= 10.0 || (suffix.is_empty() && x >= 1.0 && x.fract() == 0.0) {
+        0
+    } else {
+        1
+    };
+    let s = format!("{x:.digits$}");
+    // (Rounding may carry into the next unit's range: 999.6 -> 1000.)
+    let s = s.strip_suffix(".0").map_or(s.clone(), str::to_string);
+    format!("{s}{suffix}")
+}
+
+/// The values a log axis from 10^`lo` to 10^`hi` marks: every 1, 2 and 5
+/// while it spans few decades, every decade beyond.
+fn ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let steps: &[f64] = if hi - lo <= 3.0 {
+        &[1.0, 2.0, 5.0]
+    } else {
+        &[1.0]
+    };
+    (lo as i32..=hi as i32)
+        .flat_map(|e| steps.iter().map(move |s| s * 10f64.powi(e)))
+        .filter(|v| v.log10() <= hi + 1e-9)
+        .collect()
+}
+
+/// `name` cut into lines of at most `width` characters, at `-`, `_` or
+/// spaces where it can (nothing is dropped).
+fn wrap(name: &str, width: usize) -> Vec<String> {
+    let width = width.max(1);
+    let mut lines = Vec::new();
+    let mut rest = name;
+    while rest.chars().count() > width {
+        let head: String = rest.chars().take(width).collect();
+        let cut = head
+            .rfind(['-', '_', ' '])
+            .map(|i| i + 1)
+            .filter(|&i| i > 1)
+            .unwrap_or(head.len());
+        lines.push(rest[..cut].to_string());
+        rest = &rest[cut..];
     }
+    lines.push(rest.to_string());
+    lines
 }
 
 /// Draws one log-scale panel of bars (values per group per target).
@@ -151,10 +228,11 @@ fn panel(
         .max(lo + 1.0);
     let (x0, x1, y0, y1) = (60usize, W - 20, top + 14, top + height - 24);
     let ypos = |v: f64| y1 - (((v.log10() - lo) / (hi - lo)) * (y1 - y0) as f64) as usize;
-    for e in lo as i32..=hi as i32 {
-        let v = 10f64.powi(e);
+    for v in ticks(lo, hi) {
         let y = ypos(v);
-        cv.rect(x0, y, x1, y + 1, [220, 220, 220]);
+        let decade = (v.log10() - v.log10().round()).abs() < 1e-9;
+        let shade = if decade { 200 } else { 235 };
+        cv.rect(x0, y, x1, y + 1, [shade, shade, shade]);
         cv.text(4, y.saturating_sub(3), &fmt_si(v), [80, 80, 80]);
     }
     cv.rect(x0, y0, x0 + 1, y1, [0, 0, 0]);
@@ -173,16 +251,29 @@ fn panel(
         for (ti, v) in g.values.iter().enumerate() {
             if let Some(v) = get(v).filter(|v| *v > 0.0) {
                 let y = ypos(v.max(10f64.powf(lo)));
-                cv.rect(
-                    gx + ti * bw,
-                    y,
-                    gx + (ti + 1) * bw - 1,
-                    y1,
-                    COLORS[ti % COLORS.len()],
-                );
+                let bx = gx + ti * bw;
+                cv.rect(bx, y, bx + bw - 1, y1, COLORS[ti % COLORS.len()]);
+                // Its value above it: across if it fits, else one
+                // character under the other.
+                let label = fmt_si(v);
+                if label.len() * 6 <= bw + 2 {
+                    cv.text(bx, y.saturating_sub(9).max(y0), &label, [0, 0, 0]);
+                } else {
+                    let top = y.saturating_sub(8 * label.len() + 1).max(y0);
+                    for (k, ch) in label.chars().enumerate() {
+                        cv.text(
+                            bx + bw.saturating_sub(5) / 2,
+                            top + 8 * k,
+                            &ch.to_string(),
+                            [0, 0, 0],
+                        );
+                    }
+                }
             }
         }
-        cv.text(gx, y1 + 6, &g.phase[..g.phase.len().min(gw / 6)], [0, 0, 0]);
+        for (k, line) in wrap(&g.phase, (gw / 6).max(1)).iter().enumerate().take(2) {
+            cv.text(gx, y1 + 6 + 9 * k, line, [0, 0, 0]);
+        }
     }
 }
 
@@ -197,7 +288,7 @@ pub fn render(
     for (i, l) in labels.iter().enumerate() {
         let x = 10 + i * 330;
         cv.rect(x, 24, x + 10, 34, COLORS[i % COLORS.len()]);
-        cv.text(x + 14, 26, &l[..l.len().min(50)], [0, 0, 0]);
+        cv.text(x + 14, 26, l, [0, 0, 0]);
     }
     panel(
         &mut cv,
@@ -255,5 +346,25 @@ mod tests {
         let info = r.next_frame(&mut buf).unwrap();
         assert_eq!((info.width, info.height), (W as u32, H as u32));
         assert!(buf.chunks(3).any(|p| p == [0, 0, 0]));
+    }
+
+    #[test]
+    fn values_ticks_and_names_read_whole() {
+        let f: Vec<String> = [0.5, 52.0, 999.0, 1234.0, 14_900.0, 150_000.0, 1_500_000.0]
+            .iter()
+            .map(|&v| fmt_si(v))
+            .collect();
+        assert_eq!(f, ["0.5", "52", "999", "1.2k", "15k", "150k", "1.5M"]);
+        assert_eq!(
+            ticks(1.0, 3.0),
+            [10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0]
+        );
+        assert_eq!(ticks(0.0, 5.0).len(), 6);
+        assert_eq!(wrap("rename-across", 8), ["rename-", "across"]);
+        assert_eq!(wrap("stat", 8), ["stat"]);
+        assert_eq!(wrap("abcdefghij", 4).concat(), "abcdefghij");
+        // Upper case has glyphs of its own.
+        assert_ne!(glyph('A'), glyph('a'));
+        assert_ne!(glyph('S'), [0; 7]);
     }
 }
