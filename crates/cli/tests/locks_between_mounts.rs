@@ -484,8 +484,17 @@ fn appends_from_two_mounts_keep_every_line() {
         data,
         _s: _keep,
     } = two_mounts("append", &[], "log");
+    // A fourth process takes and drops a lock of byte 0 on each mount all
+    // along: each grant takes in the file as it was at the grant, and a
+    // grant handled late once moved an appender's end back (lost lines).
     let writer = r#"
 import fcntl, os, sys
+if sys.argv[3] == "locker":
+    fd = os.open(sys.argv[1], os.O_RDWR)
+    for i in range(200):
+        fcntl.lockf(fd, fcntl.LOCK_EX, 1, 0)
+        fcntl.lockf(fd, fcntl.LOCK_UN, 1, 0)
+    sys.exit(0)
 fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)
 if sys.argv[3] == "locked":
     fcntl.lockf(fd, fcntl.LOCK_EX)
@@ -500,6 +509,8 @@ for i in range(1000):
             (&la, &["a", "plain"]),
             (&lb, &["b", "plain"]),
             (&lb, &["c", "locked"]),
+            (&la, &["-", "locker"]),
+            (&lb, &["-", "locker"]),
         ],
     );
     eprintln!(

@@ -44,8 +44,11 @@ impl Vfs {
         };
         let a = self.locking.hold(cred, req)?;
         let r = (|| {
-            self.locking.take_in(cred, ino, a);
+            // Taken in and written under one hold of the file: a lock
+            // grant handled meanwhile on another thread cannot move the
+            // end this append writes at.
             let mut g = f.lock();
+            self.locking.take_in_held(cred, &mut g, a);
             let end = g.size;
             g.write(&self.store, end, data, now_ns())
                 .map_err(data_errno)?;

@@ -20,7 +20,7 @@
 use crate::blockcache::BlockCache;
 use crate::coherence::Coherence;
 use crate::convert::errno;
-use crate::file::OpenFile;
+use crate::file::{stamp, OpenFile, Stamped};
 use crate::{Error, Res};
 use parking_lot::Mutex;
 use solofs_client::{Client, ClientError, LockKind, LockReq, Locked, Target};
@@ -131,9 +131,10 @@ impl Locking {
         }
         self.owners.lock().entry(fh).or_default().insert(req.owner);
         if !sleep {
+            let sent = stamp();
             return done(match self.client.set_lock(cred, req, None) {
                 Ok(Locked::Now(a)) => {
-                    self.revalidate(cred, req.ino, a);
+                    self.revalidate(cred, req.ino, stamped(a, sent));
                     Ok(())
                 }
                 Ok(Locked::Queued(_)) => Err(Error::Io), // never without wait
@@ -155,8 +156,9 @@ impl Locking {
         let granted: solofs_client::Granted = Box::new(move |r| {
             let _ = tx.send((key, r));
         });
+        let sent = stamp();
         match self.client.set_lock(cred, req, Some(granted)) {
-            Ok(Locked::Now(a)) => self.finish_with(key, Ok(()), a),
+            Ok(Locked::Now(a)) => self.finish_with(key, Ok(()), stamped(a, sent)),
             Ok(Locked::Queued(token)) => {
                 if let Some(p) = self.pending.lock().get_mut(&key) {
                     p.token = Some(token);
@@ -169,7 +171,8 @@ impl Locking {
     /// Takes lock `req`, waiting on this thread as long as it takes (for
     /// the mount's own short critical sections); returns the file's
     /// attributes at the grant if they came with it.
-    pub fn hold(&self, cred: &Cred, req: LockReq) -> Res<Option<Attr>> {
+    pub fn hold(&self, cred: &Cred, req: LockReq) -> Res<Option<Stamped>> {
+        let sent = stamp();
         let (tx, rx) = channel();
         let granted: solofs_client::Granted = Box::new(move |r| {
             let _ = tx.send(r);
@@ -179,7 +182,7 @@ impl Locking {
             .set_lock(cred, req, Some(granted))
             .map_err(errno)?
         {
-            Locked::Now(a) => Ok(a),
+            Locked::Now(a) => Ok(stamped(a, sent)),
             Locked::Queued(_) => match rx.recv() {
                 Ok(r) => r.map(|()| None).map_err(errno),
                 Err(_) => Err(Error::Io), // the client went away
@@ -241,7 +244,7 @@ impl Locking {
 
     /// [`Locking::finish`], with the file's attributes if the grant
     /// brought them.
-    fn finish_with(&self, key: u64, r: solofs_client::Result<()>, a: Option<Attr>) {
+    fn finish_with(&self, key: u64, r: solofs_client::Result<()>, a: Option<Stamped>) {
         let Some(p) = self.pending.lock().remove(&key) else {
             return;
         };
@@ -258,7 +261,7 @@ impl Locking {
     /// the grant brought them): if another mount changed the file since
     /// this one took it in, what this mount and the kernel hold of it goes
     /// (the next read sees the other mount's bytes).
-    fn revalidate(&self, cred: &Cred, ino: u64, a: Option<Attr>) {
+    fn revalidate(&self, cred: &Cred, ino: u64, a: Option<Stamped>) {
         if self.take_in(cred, ino, a) {
             self.coh.drop_pages(ino);
         }
@@ -266,18 +269,29 @@ impl Locking {
 
     /// [`Locking::revalidate`] of this mount's own cache: returns whether
     /// the file changed (the caller has the kernel drop its pages).
-    pub fn take_in(&self, cred: &Cred, ino: u64, a: Option<Attr>) -> bool {
+    fn take_in(&self, cred: &Cred, ino: u64, a: Option<Stamped>) -> bool {
         let Some(f) = self.files.lock().get(&ino).cloned() else {
             return false; // not open here: nothing of it is cached
         };
-        let a = match a {
-            Some(a) => a,
-            None => match self.client.getattr(cred, Target::Ino(ino)) {
+        let mut g = f.lock();
+        self.take_in_held(cred, &mut g, a)
+    }
+
+    /// [`Locking::take_in`] of open file `g`, held by the caller until it
+    /// has used what was taken in (an append writes at the end it finds).
+    /// Attributes that may be older than the version `g` holds (asked for
+    /// before it was taken in: two grants on one file whose replies were
+    /// handled out of order) are not taken: the server is asked again, so
+    /// a late reply never brings back an older file.
+    pub fn take_in_held(&self, cred: &Cred, g: &mut OpenFile, a: Option<Stamped>) -> bool {
+        let a = match a.filter(|s| g.asked_since_seen(s.sent)) {
+            Some(s) => s.attr,
+            None => match self.client.getattr(cred, Target::Ino(g.ino)) {
                 Ok(a) => a,
                 Err(_) => return false,
             },
         };
-        let mut g = f.lock();
+        let ino = g.ino;
         if !g.changed(&a) {
             return false;
         }
@@ -347,4 +361,10 @@ fn signalled(tid: u32) -> bool {
     };
     let pending = mask("SigPnd:") | mask("ShdPnd:");
     pending & !mask("SigBlk:") & !mask("SigIgn:") != 0
+}
+
+/// A grant's attributes, if it brought them, with the stamp taken before
+/// its request was sent.
+fn stamped(a: Option<Attr>, sent: u64) -> Option<Stamped> {
+    a.map(|attr| Stamped { attr, sent })
 }

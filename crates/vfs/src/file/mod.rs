@@ -20,6 +20,7 @@ use solofs_data::{BlockStore, GetTicket, PutTicket, Result};
 use solofs_types::extents::Extents;
 use solofs_types::{Attr, Cred, SetAttr, TimeSet};
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 mod dirty;
@@ -92,12 +93,33 @@ pub(crate) struct OpenFile {
     /// The server's version of the file this mount last took in (an open,
     /// a lock): a lock granted later finds out whether it changed.
     seen: Option<Version>,
+    /// When `seen` was taken in ([`stamp`]): attributes asked for before
+    /// then may be older than it.
+    seen_at: u64,
     /// Byte ranges this mount wrote and sent since its last commit: the
     /// commit adds them to the server's data map of the file.
     pub sent: Extents,
     /// Made by `open(O_TMPFILE)` and not linked yet (the server keeps it
     /// under a hidden name; `linkat` names it with `link_tmpfile`).
     pub anonymous: bool,
+}
+
+/// This process's clock of events between the server and its mounts: a
+/// stamp taken before a request is sent is smaller than every stamp taken
+/// after its reply is handled.
+static CLOCK: AtomicU64 = AtomicU64::new(1);
+
+/// A new, larger stamp of [`CLOCK`].
+pub(crate) fn stamp() -> u64 {
+    CLOCK.fetch_add(1, Ordering::SeqCst)
+}
+
+/// Attributes from a reply, with the [`stamp`] taken before its request
+/// was sent.
+#[derive(Clone, Debug)]
+pub(crate) struct Stamped {
+    pub attr: Attr,
+    pub sent: u64,
 }
 
 /// The version of a file that attributes `a` describe.
@@ -146,6 +168,7 @@ impl OpenFile {
             inline: None,
             inlinable: size == 0,
             seen: None,
+            seen_at: 0,
             sent: Extents::new(),
             anonymous: false,
         }
@@ -160,6 +183,7 @@ impl OpenFile {
         }
         let v = version(a);
         self.seen = Some(v);
+        self.seen_at = stamp();
         self.cache = cache.map(|c| (c.clone(), v));
     }
 
@@ -167,7 +191,16 @@ impl OpenFile {
     pub fn saw(&mut self, a: &Attr) {
         if self.settled() {
             self.seen = Some(version(a));
+            self.seen_at = stamp();
         }
+    }
+
+    /// Were attributes asked for at `sent` ([`stamp`]) asked after this
+    /// mount took in the version it holds? Then they are at least as new
+    /// (the server's state only moves on); else they may be older, as a
+    /// reply that was slow to be handled can be.
+    pub fn asked_since_seen(&self, sent: u64) -> bool {
+        sent > self.seen_at
     }
 
     /// A lock was granted and the server's attributes are `a` now: has

@@ -148,3 +148,29 @@ fn open_file_matches_a_byte_model() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Attributes asked for before this mount took in the version it holds
+/// may be older than it (a lock grant whose reply was handled late, after
+/// another grant's): they are recognised, and those asked for after are
+/// not. Own commits count as taking in.
+#[test]
+fn replies_asked_before_the_held_version_are_recognised_as_maybe_older() {
+    let mut f = OpenFile::new(4096, attr(7, 10));
+    let early = stamp();
+    assert!(f.asked_since_seen(early), "nothing taken in yet");
+    f.use_cache(None, &attr(7, 20));
+    assert!(
+        !f.asked_since_seen(early),
+        "asked before the open's version"
+    );
+    let late = stamp();
+    assert!(f.asked_since_seen(late));
+    let mut b = attr(7, 30);
+    b.mtime = 5;
+    f.saw(&b);
+    assert!(
+        !f.asked_since_seen(late),
+        "asked before this mount's commit"
+    );
+    assert!(f.asked_since_seen(stamp()));
+}
