@@ -346,7 +346,13 @@ fn fsck(args: Vec<std::ffi::OsString>) -> Result<()> {
         _ => Engine::open(&path).with_context(|| format!("opening {}", path.display()))?,
     };
     let _remove = copy.map(RemoveOnDrop);
-    let mut r = e.fsck(repair)?;
+    // The walk counts each inode, then each index each entry: about
+    // three steps an inode.
+    let inodes = e.statfs()?.inodes.saturating_sub(1);
+    let progress = crate::progress::Progress::start("fsck", "steps", 3 * inodes);
+    let r = e.fsck_counting(repair, progress.counter());
+    progress.finish();
+    let mut r = r?;
     if repair {
         let sized = repair_sizes(&e, &r.problems)?;
         if sized > 0 {

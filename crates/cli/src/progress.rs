@@ -1,4 +1,4 @@
-//! A progress line on a terminal (`dump`, `load`): done of total, the
+//! A progress line on a terminal (`dump`, `load`, `fsck`): done of total, the
 //! share, the rate and the time left, redrawn twice a second by a thread
 //! of its own; nothing when standard error is not a terminal.
 
