@@ -279,12 +279,15 @@ pub fn check_can_mount() -> Result<()> {
 /// Where this process's mount serves its metrics (`--metrics ADDR`).
 static MOUNT_METRICS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
-/// Serves the mount's metrics page (its object-store traffic, the
-/// process) on `addr` from a thread of its own, for the process's life.
-fn serve_mount_metrics(addr: &str, store: Arc<solofs_data::StoreStats>) -> Result<()> {
+/// Serves the mount's metrics page (the kernel's requests, what the mount
+/// answered itself, its object-store traffic, the process) on `l` from a
+/// thread of its own, for the process's life.
+fn serve_mount_metrics(
+    l: std::net::TcpListener,
+    store: Arc<solofs_data::StoreStats>,
+    mount: solofs_fuse::MountMetrics,
+) -> Result<()> {
     use std::io::{Read, Write};
-    let l = std::net::TcpListener::bind(addr)
-        .with_context(|| format!("binding the metrics address {addr}"))?;
     eprintln!("mount metrics on http://{}/metrics", l.local_addr()?);
     std::thread::Builder::new()
         .name("solofs-metrics".into())
@@ -294,7 +297,9 @@ fn serve_mount_metrics(addr: &str, store: Arc<solofs_data::StoreStats>) -> Resul
                 let mut req = [0u8; 2048];
                 let n = s.read(&mut req).unwrap_or(0);
                 let (status, body) = if req[..n].starts_with(b"GET /metrics") {
-                    let body = store.render() + &solofs_server::metrics::process_metrics();
+                    let body = mount.render()
+                        + &store.render()
+                        + &solofs_server::metrics::process_metrics();
                     ("200 OK", body)
                 } else {
                     ("404 Not Found", "try /metrics\n".to_string())
@@ -316,11 +321,20 @@ fn mount_client(
 ) -> Result<fuser::BackgroundSession> {
     let store = solofs_fuse::block_store(&client).context("opening the volume's block store")?;
     store.probe()?;
-    if let Some(a) = MOUNT_METRICS.get() {
-        serve_mount_metrics(a, store.stats().clone())?;
+    let metrics = match MOUNT_METRICS.get() {
+        Some(a) => Some(
+            std::net::TcpListener::bind(a)
+                .with_context(|| format!("binding the metrics address {a}"))?,
+        ),
+        None => None,
+    };
+    let stats = store.stats().clone();
+    let (s, m) = solofs_fuse::mount(client, store, mnt, opts)
+        .with_context(|| format!("mounting at {}", mnt.display()))?;
+    if let Some(l) = metrics {
+        serve_mount_metrics(l, stats, m)?;
     }
-    solofs_fuse::mount(client, store, mnt, opts)
-        .with_context(|| format!("mounting at {}", mnt.display()))
+    Ok(s)
 }
 
 /// How the kernel's requests reach the mount, for its start-up line.

@@ -103,6 +103,8 @@ struct Inner {
     /// One connection slot per lane (`Options::lanes`).
     lanes: Vec<Mutex<Option<Arc<Conn>>>>,
     next_id: AtomicU64,
+    /// Requests run in this process's server (an in-process client).
+    local_requests: AtomicU64,
     volume: Mutex<Volume>,
     /// Files this client holds open: (lane, ino, flags) → (count, cred).
     /// A new connection of that lane registers them again.
@@ -184,6 +186,7 @@ impl Client {
                 opts,
                 lanes: (0..lanes).map(|_| Mutex::new(None)).collect(),
                 next_id: AtomicU64::new(1),
+                local_requests: AtomicU64::new(0),
                 volume: Mutex::new(volume),
                 opens: Mutex::new(HashMap::new()),
                 tmpfiles: Mutex::new(HashMap::new()),
@@ -422,11 +425,20 @@ impl Client {
         self.submit_on(self.lane_for(ops), ops)
     }
 
+    /// Requests sent to the server so far (retries of one count once).
+    pub fn requests_sent(&self) -> u64 {
+        self.inner.next_id.load(Ordering::Relaxed) - 1
+            + self.inner.local_requests.load(Ordering::Relaxed)
+    }
+
     /// [`Client::submit_async`] on lane `lane`.
     pub(crate) fn submit_on(&self, lane: usize, ops: &[(Cred, Op)]) -> Result<Ticket> {
         // After the unlinks answered early, on whatever lane (behind.rs).
         self.settle_behind();
         if let Some(local) = &self.inner.local {
+            self.inner
+                .local_requests
+                .fetch_add(ops.len() as u64, Ordering::Relaxed);
             let reqs = ops
                 .iter()
                 .map(|(cred, op)| Request {

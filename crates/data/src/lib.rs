@@ -152,7 +152,16 @@ pub struct OpCounts {
     pub bytes: AtomicU64,
     /// Time spent, nanoseconds.
     pub ns: AtomicU64,
+    /// Requests that took at most each of [`LATENCY_BOUNDS`] (not
+    /// cumulative: the page adds them up).
+    pub within: [AtomicU64; LATENCY_BOUNDS.len()],
 }
+
+/// Upper bounds of the store latency histogram, seconds: 1-2-5 steps
+/// from 100 µs to 10 s (an object store answers in that range).
+pub const LATENCY_BOUNDS: [f64; 16] = [
+    1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0,
+];
 
 /// The traffic of a block store and its clones (metrics pages).
 #[derive(Default)]
@@ -164,16 +173,22 @@ pub struct StoreStats {
 impl StoreStats {
     fn record(&self, op: StoreOp, t0: std::time::Instant, bytes: u64, ok: bool) {
         let c = &self.ops[op as usize];
+        let took = t0.elapsed();
         c.count.fetch_add(1, Ordering::Relaxed);
         c.bytes.fetch_add(bytes, Ordering::Relaxed);
-        c.ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        c.ns.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+        let secs = took.as_secs_f64();
+        if let Some(i) = LATENCY_BOUNDS.iter().position(|&b| secs <= b) {
+            c.within[i].fetch_add(1, Ordering::Relaxed);
+        }
         if !ok {
             c.errors.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Prometheus text: `solofs_store_requests_total`, `_errors_total`,
-    /// `_bytes_total` and `_seconds_total`, by operation.
+    /// `_bytes_total` and `_seconds_total`, and the histogram
+    /// `solofs_store_request_seconds`, by operation.
     pub fn render(&self) -> String {
         use std::fmt::Write as _;
         let mut s = String::new();
@@ -189,6 +204,27 @@ impl StoreStats {
             for (i, op) in STORE_OPS.iter().enumerate() {
                 let _ = writeln!(s, "{name}{{op=\"{op}\"}} {}", f(&self.ops[i]));
             }
+        }
+        let name = "solofs_store_request_seconds";
+        let _ = writeln!(
+            s,
+            "# HELP {name} Object store request latency, by operation.\n# TYPE {name} histogram"
+        );
+        for (i, op) in STORE_OPS.iter().enumerate() {
+            let c = &self.ops[i];
+            let mut cum = 0;
+            for (b, n) in LATENCY_BOUNDS.iter().zip(&c.within) {
+                cum += n.load(Ordering::Relaxed);
+                let _ = writeln!(s, "{name}_bucket{{op=\"{op}\",le=\"{b}\"}} {cum}");
+            }
+            let count = c.count.load(Ordering::Relaxed);
+            let _ = writeln!(s, "{name}_bucket{{op=\"{op}\",le=\"+Inf\"}} {count}");
+            let _ = writeln!(
+                s,
+                "{name}_sum{{op=\"{op}\"}} {}",
+                c.ns.load(Ordering::Relaxed) as f64 / 1e9
+            );
+            let _ = writeln!(s, "{name}_count{{op=\"{op}\"}} {count}");
         }
         s
     }

@@ -2,6 +2,7 @@
 //! replied to.
 
 use crate::convert::*;
+use crate::counts::{op, Counts};
 use fuser::{
     AccessFlags, FileHandle, Filesystem, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
     RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
@@ -21,13 +22,23 @@ use std::time::SystemTime;
 pub struct SoloFs {
     vfs: Arc<Vfs>,
     io_uring: bool,
+    counts: Arc<Counts>,
 }
 
 impl SoloFs {
     /// The file system over `vfs` (`io_uring`: ask the kernel for FUSE
     /// over io_uring).
     pub fn new(vfs: Arc<Vfs>, io_uring: bool) -> SoloFs {
-        SoloFs { vfs, io_uring }
+        SoloFs {
+            vfs,
+            io_uring,
+            counts: Arc::default(),
+        }
+    }
+
+    /// Its requests by type, counted as they come.
+    pub fn counts(&self) -> Arc<Counts> {
+        self.counts.clone()
     }
 
     /// The caller of `req`.
@@ -111,6 +122,7 @@ impl Filesystem for SoloFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+        self.counts.add(op::LOOKUP);
         let ctx = self.ctx(req);
         match self.vfs.lookup(&ctx, parent.0, n.as_bytes()) {
             Ok(c) => {
@@ -126,6 +138,7 @@ impl Filesystem for SoloFs {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.counts.add(op::GETATTR);
         let ctx = self.ctx(req);
         attr(reply, self.vfs.getattr(&ctx, ino.0));
     }
@@ -148,6 +161,7 @@ impl Filesystem for SoloFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.counts.add(op::SETATTR);
         let ctx = self.ctx(req);
         let sa = SetAttr {
             mode,
@@ -162,6 +176,7 @@ impl Filesystem for SoloFs {
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.counts.add(op::READLINK);
         match self.vfs.readlink(&self.ctx(req), ino.0) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(e)),
@@ -178,6 +193,7 @@ impl Filesystem for SoloFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.counts.add(op::MKNOD);
         let ctx = self.ctx(req);
         let mode = mode & !(umask & 0o777);
         entry(
@@ -196,12 +212,14 @@ impl Filesystem for SoloFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        self.counts.add(op::MKDIR);
         let ctx = self.ctx(req);
         let mode = mode & !(umask & 0o777);
         entry(reply, self.vfs.mkdir(&ctx, parent.0, n.as_bytes(), mode));
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        self.counts.add(op::UNLINK);
         empty(
             reply,
             self.vfs.unlink(&self.ctx(req), parent.0, n.as_bytes()),
@@ -209,6 +227,7 @@ impl Filesystem for SoloFs {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        self.counts.add(op::RMDIR);
         empty(
             reply,
             self.vfs.rmdir(&self.ctx(req), parent.0, n.as_bytes()),
@@ -223,6 +242,7 @@ impl Filesystem for SoloFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        self.counts.add(op::SYMLINK);
         let ctx = self.ctx(req);
         let target = target.as_os_str().as_bytes();
         entry(
@@ -242,6 +262,7 @@ impl Filesystem for SoloFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.counts.add(op::RENAME);
         let mut f = 0;
         if flags.contains(RenameFlags::RENAME_NOREPLACE) {
             f |= solofs_types::RENAME_NOREPLACE;
@@ -265,6 +286,7 @@ impl Filesystem for SoloFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.counts.add(op::LINK);
         let ctx = self.ctx(req);
         entry(
             reply,
@@ -273,6 +295,7 @@ impl Filesystem for SoloFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.counts.add(op::OPEN);
         match self.vfs.open(&self.ctx(req), ino.0, flags.0) {
             Ok(o) => reply.opened(FileHandle(o.fh), fopen_flags(&o)),
             Err(e) => reply.error(errno(e)),
@@ -290,6 +313,7 @@ impl Filesystem for SoloFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.counts.add(op::READ);
         match self.vfs.read(ino.0, offset, size) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno(e)),
@@ -308,6 +332,7 @@ impl Filesystem for SoloFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.counts.add(op::WRITE);
         let ctx = self.ctx(req);
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         match self.vfs.write(&ctx, ino.0, offset, data, flags.0, kill) {
@@ -324,6 +349,7 @@ impl Filesystem for SoloFs {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        self.counts.add(op::FLUSH);
         empty(
             reply,
             self.vfs.flush(&self.ctx(req), ino.0, fh.0, lock_owner.0),
@@ -340,6 +366,7 @@ impl Filesystem for SoloFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.counts.add(op::RELEASE);
         let ctx = self.ctx(req);
         empty(
             reply,
@@ -359,6 +386,7 @@ impl Filesystem for SoloFs {
         pid: u32,
         reply: ReplyLock,
     ) {
+        self.counts.add(op::GETLK);
         let Some(lr) = lock_req(ino.0, lock_owner.0, start, end, typ, pid) else {
             return reply.error(Errno::EINVAL);
         };
@@ -382,6 +410,7 @@ impl Filesystem for SoloFs {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
+        self.counts.add(op::SETLK);
         let Some(lr) = lock_req(ino.0, lock_owner.0, start, end, typ, pid) else {
             return reply.error(Errno::EINVAL);
         };
@@ -397,6 +426,7 @@ impl Filesystem for SoloFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.counts.add(op::FSYNC);
         empty(reply, self.vfs.fsync(&self.ctx(req), ino.0));
     }
 
@@ -408,10 +438,12 @@ impl Filesystem for SoloFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.counts.add(op::FSYNCDIR);
         empty(reply, self.vfs.fsyncdir(ino.0));
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.counts.add(op::OPENDIR);
         // The kernel checked read permission (`default_permissions`).
         match self.vfs.opendir(&self.ctx(req), ino.0) {
             Ok(fh) => reply.opened(FileHandle(fh), fuser::FopenFlags::empty()),
@@ -420,6 +452,7 @@ impl Filesystem for SoloFs {
     }
 
     fn releasedir(&self, _: &Request, _: INodeNo, fh: FileHandle, _: OpenFlags, reply: ReplyEmpty) {
+        self.counts.add(op::RELEASEDIR);
         self.vfs.releasedir(fh.0);
         reply.ok()
     }
@@ -432,6 +465,7 @@ impl Filesystem for SoloFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        self.counts.add(op::READDIR);
         let ctx = self.ctx(req);
         let r = self
             .vfs
@@ -452,6 +486,7 @@ impl Filesystem for SoloFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        self.counts.add(op::READDIRPLUS);
         let ctx = self.ctx(req);
         let r = self
             .vfs
@@ -473,6 +508,7 @@ impl Filesystem for SoloFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.counts.add(op::STATFS);
         match self.vfs.statfs() {
             Ok(s) => reply.statfs(
                 s.blocks,
@@ -498,6 +534,7 @@ impl Filesystem for SoloFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.counts.add(op::FALLOCATE);
         let ctx = self.ctx(req);
         empty(reply, self.vfs.fallocate(&ctx, ino.0, offset, length, mode));
     }
@@ -511,6 +548,7 @@ impl Filesystem for SoloFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
+        self.counts.add(op::LSEEK);
         match self.vfs.lseek(&self.ctx(req), ino.0, offset, whence) {
             Ok(at) => reply.offset(at),
             Err(e) => reply.error(errno(e)),
@@ -527,6 +565,7 @@ impl Filesystem for SoloFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        self.counts.add(op::SETXATTR);
         let ctx = self.ctx(req);
         let r = self
             .vfs
@@ -535,11 +574,13 @@ impl Filesystem for SoloFs {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
+        self.counts.add(op::GETXATTR);
         let r = self.vfs.getxattr(&self.ctx(req), ino.0, n.as_bytes());
         xattr(reply, size, r);
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.counts.add(op::LISTXATTR);
         let r = self.vfs.listxattr(&self.ctx(req), ino.0).map(|names| {
             let mut out = Vec::new();
             for n in names {
@@ -552,6 +593,7 @@ impl Filesystem for SoloFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        self.counts.add(op::REMOVEXATTR);
         empty(
             reply,
             self.vfs.removexattr(&self.ctx(req), ino.0, n.as_bytes()),
@@ -559,6 +601,7 @@ impl Filesystem for SoloFs {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        self.counts.add(op::ACCESS);
         empty(
             reply,
             self.vfs.access(&self.ctx(req), ino.0, mask.bits() as u32),
@@ -574,6 +617,7 @@ impl Filesystem for SoloFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.counts.add(op::TMPFILE);
         let ctx = self.ctx(req);
         let mode = mode & !(umask & 0o777) & 0o7777;
         created(reply, self.vfs.tmpfile(&ctx, parent.0, mode, flags));
@@ -589,6 +633,7 @@ impl Filesystem for SoloFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.counts.add(op::CREATE);
         let ctx = self.ctx(req);
         let mode = mode & !(umask & 0o777) & 0o7777;
         created(

@@ -11,6 +11,8 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 mod convert;
+mod counts;
+pub use counts::Counts;
 mod fs;
 
 pub use fs::SoloFs;
@@ -70,21 +72,37 @@ pub fn session_config(name: &str, threads: usize, allow_other: bool) -> fuser::C
 
 /// Mounts the volume `client` is connected to at `mountpoint` and serves it
 /// in background threads until the returned session is dropped or
-/// unmounted.
+/// unmounted; with what its metrics page shows.
 pub fn mount(
     client: Client,
     store: BlockStore,
     mountpoint: &Path,
     opts: MountOptions,
-) -> std::io::Result<fuser::BackgroundSession> {
+) -> std::io::Result<(fuser::BackgroundSession, MountMetrics)> {
     let cfg = session_config("solofs", opts.threads, opts.allow_other);
     if opts.io_uring {
         kernel_uring();
     }
     let vfs = Arc::new(Vfs::new(client, store, opts.vfs));
-    let s = fuser::spawn_mount(SoloFs::new(vfs.clone(), opts.io_uring), mountpoint, &cfg)?;
+    let fs = SoloFs::new(vfs.clone(), opts.io_uring);
+    let counts = fs.counts();
+    let s = fuser::spawn_mount(fs, mountpoint, &cfg)?;
     vfs.set_invalidator(Box::new(Kernel(s.notifier())));
-    Ok(s)
+    Ok((s, MountMetrics { vfs, counts }))
+}
+
+/// A mount's own metrics: the kernel's requests by type, what the mount
+/// answered itself and what it asked the server.
+pub struct MountMetrics {
+    vfs: Arc<Vfs>,
+    counts: Arc<Counts>,
+}
+
+impl MountMetrics {
+    /// Prometheus text.
+    pub fn render(&self) -> String {
+        self.counts.render() + &self.vfs.metrics()
+    }
 }
 
 /// The kernel's switch for FUSE over io_uring (Linux 6.14+), off by default.

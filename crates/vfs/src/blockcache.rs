@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 const MAGIC: u64 = 0x4342_5346_4f4c_4f53; // "SOLOFSBC"
 const HEADER: usize = 48;
@@ -80,6 +81,8 @@ pub struct BlockCache {
     dir: PathBuf,
     cap: u64,
     index: Mutex<Index>,
+    hits: AtomicU64,
+    misses: AtomicU64,
 }
 
 /// A hash of the bytes, eight at a time (finds torn and flipped bytes; not
@@ -129,6 +132,8 @@ impl BlockCache {
             dir: dir.to_path_buf(),
             cap,
             index: Mutex::new(index),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
         };
         c.evict();
         Ok(c)
@@ -141,6 +146,26 @@ impl BlockCache {
     /// The bytes of block `block` of `ino` at version `v`, if cached and
     /// intact.
     pub fn get(&self, ino: u64, block: u64, v: Version) -> Option<Bytes> {
+        let got = self.lookup(ino, block, v);
+        let n = if got.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        n.fetch_add(1, Ordering::Relaxed);
+        got
+    }
+
+    /// Reads answered and not (`get`), and the bytes held.
+    pub fn counts(&self) -> (u64, u64, u64) {
+        (
+            self.hits.load(Ordering::Relaxed),
+            self.misses.load(Ordering::Relaxed),
+            self.used(),
+        )
+    }
+
+    fn lookup(&self, ino: u64, block: u64, v: Version) -> Option<Bytes> {
         if !self.index.lock().touch((ino, block), None) {
             return None;
         }

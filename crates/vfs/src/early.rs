@@ -28,6 +28,7 @@ use parking_lot::Mutex;
 use solofs_client::{at, ClientError, Notice, Removed};
 use solofs_types::{Cred, FileType};
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The errors of unlinks answered early, by directory, until an `fsync`
@@ -58,12 +59,15 @@ impl Vfs {
             f
         });
         let (attrs, coh, failed) = (self.attrs.clone(), self.coh.clone(), self.failed.clone());
+        let stats = self.stats.clone();
+        self.stats.early_pending.fetch_add(1, Ordering::Relaxed);
         let smalls = self.smalls.clone();
         let (begun, owned) = (self.coh.begun(), name.to_vec());
         let sent = self.client.unlink_behind(
             cred,
             at(parent, name),
             Box::new(move |r, last| {
+                stats.early_pending.fetch_sub(1, Ordering::Relaxed);
                 replied(
                     &attrs,
                     &smalls,
@@ -76,6 +80,10 @@ impl Vfs {
                 )
             }),
         );
+        match sent {
+            Ok(()) => self.stats.early_unlinks.fetch_add(1, Ordering::Relaxed),
+            Err(_) => self.stats.early_pending.fetch_sub(1, Ordering::Relaxed) as u64,
+        };
         let answer = sent.map(|()| Removed {
             dir: Some(dir),
             kept,

@@ -99,6 +99,7 @@ impl Vfs {
             failed: Default::default(),
             gone_dirs: Default::default(),
             misses: Default::default(),
+            stats: Default::default(),
         }
     }
 
@@ -193,6 +194,7 @@ impl Vfs {
     pub(crate) fn open_file(&self, cred: &Cred, ino: u64, flags: i32) -> Res<(u64, Attr)> {
         let access = Access::from_open_flags(flags);
         if let Some(r) = self.open_here(ino, flags) {
+            self.stats.opens_here.fetch_add(1, Ordering::Relaxed);
             return Ok(r);
         }
         if let Some(f) = self.file(ino) {

@@ -9,6 +9,7 @@ use crate::file::{version, OpenFile};
 use crate::{Res, Vfs};
 use solofs_client::{ClientError, Made, Removed, Target};
 use solofs_types::{Attr, Cred, SetAttr, TimeSet, Xattrs};
+use std::sync::atomic::Ordering;
 
 impl Vfs {
     /// Server attributes overlaid with what this mount has not flushed.
@@ -192,8 +193,10 @@ impl Vfs {
 
     pub(crate) fn getattr_of(&self, cred: &Cred, ino: u64) -> Res<Attr> {
         if let Some(a) = self.attrs.get(ino) {
+            self.stats.attr_here.fetch_add(1, Ordering::Relaxed);
             return Ok(a);
         }
+        self.stats.attr_server.fetch_add(1, Ordering::Relaxed);
         match self.client.getattr(cred, Target::Ino(ino)) {
             Ok(a) => {
                 self.keep(&a);

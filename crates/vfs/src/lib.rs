@@ -39,6 +39,7 @@ mod paths;
 mod releases;
 mod smalls;
 mod space;
+mod stats;
 
 pub use blockcache::{BlockCache, Version};
 pub use coherence::{Cached, Invalidate, Ttl};
@@ -167,6 +168,8 @@ pub struct Vfs {
     pub(crate) gone_dirs: known::GoneDirs,
     /// Lookups by path that missed, per directory (paths.rs).
     pub(crate) misses: paths::Misses,
+    /// What it answered itself (stats.rs).
+    pub(crate) stats: Arc<stats::Stats>,
 }
 
 /// Opens the read cache `opts` asks for, for the volume `client` is

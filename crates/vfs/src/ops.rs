@@ -7,6 +7,7 @@ use crate::helpers::{direct_io, foreign_xattr, plain_xattr};
 use crate::{Cached, Ctx, Error, LockDone, Res, Vfs};
 use solofs_client::{at, LockReq, Target};
 use solofs_types::{Attr, SetAttr, TimeSet};
+use std::sync::atomic::Ordering;
 
 /// An open file's handle and how the front end should treat it.
 #[derive(Clone, Debug)]
@@ -53,8 +54,10 @@ impl Vfs {
             && self.client.notices_settled()
             && self.new_dirs.absent(parent, name)
         {
+            self.stats.lookup_here.fetch_add(1, Ordering::Relaxed);
             Err(Error::NotFound)
         } else {
+            self.stats.lookup_server.fetch_add(1, Ordering::Relaxed);
             self.fresh(self.client.lookup(&ctx.cred, at(parent, name)))
         };
         match r {
