@@ -167,7 +167,7 @@ fn mkfs(args: Vec<std::ffi::OsString>) -> Result<()> {
                     .context("--trash-days is a whole number of days (0: no trash)")?
             }
             Long("help") | Short('h') => {
-                println!("solofs mkfs (--data DIR | POOL) [--storage URL] [--block-size BYTES] [--shards N] [--durability process|pmem|sync] [--inline-max BYTES] [--trash-days N]\n  --inline-max BYTES  files up to this size keep their bytes in the metadata pool, not the object store (default 4096; 0: never)\n  --trash-days N      removed files are kept in /.trash for N days (default 1; 0: freed at once; solofs config changes it)");
+                println!("solofs mkfs (--data DIR | POOL) [--storage URL] [--block-size BYTES] [--shards N] [--durability process|pmem|sync] [--inline-max BYTES] [--trash-days N]\n  --block-size BYTES  data block (object) size, a power of two from 4096 to 64 MiB (default 1048576)\n  --inline-max BYTES  files up to this size keep their bytes in the metadata pool, not the object store (default 4096; 0: never)\n  --trash-days N      removed files are kept in /.trash for N days (default 1; 0: freed at once; solofs config changes it)");
                 return Ok(());
             }
             Value(v) if path.is_none() => path = Some(v.into()),

@@ -50,7 +50,7 @@ fn mount_flag(a: &Arg, p: &mut lexopt::Parser, o: &mut MountOptions) -> Result<b
         "entry-timeout" => o.vfs.entry_timeout = secs(p)?,
         "negative-timeout" => o.vfs.negative_timeout = secs(p)?,
         "threads" => o.threads = p.value()?.parse()?,
-        "read-ahead" => o.vfs.read_ahead = p.value()?.parse()?,
+        "read-ahead" => o.vfs.read_ahead = Some(p.value()?.parse()?),
         "allow-other" => o.allow_other = true,
         "no-io-uring" => o.io_uring = false,
         "sync-unlink" => o.vfs.early_unlink = false,

@@ -191,6 +191,14 @@ impl Vfs {
         Ok(self.coh.cached(self.local(r?)))
     }
 
+    /// Blocks a sequential reader reads ahead: as set, or 8 MiB of them
+    /// (at least 2).
+    pub(crate) fn read_ahead(&self) -> u64 {
+        self.opts
+            .read_ahead
+            .unwrap_or_else(|| ((8 << 20) / self.store.block_size().max(1)).max(2))
+    }
+
     pub(crate) fn open_file(&self, cred: &Cred, ino: u64, flags: i32) -> Res<(u64, Attr)> {
         let access = Access::from_open_flags(flags);
         if let Some(r) = self.open_here(ino, flags) {

@@ -72,8 +72,9 @@ pub struct Options {
     /// name another client creates is found by the next lookup here once
     /// its create was acknowledged; docs/data.md).
     pub negative_timeout: Duration,
-    /// Blocks read ahead of a sequential reader.
-    pub read_ahead: u64,
+    /// Blocks read ahead of a sequential reader (`None`: 8 MiB of them,
+    /// at least 2).
+    pub read_ahead: Option<u64>,
     /// Where read blocks are kept (`None`: the default; kept only for S3
     /// volumes, in `$XDG_CACHE_HOME/solofs` or `~/.cache/solofs`). Each
     /// volume gets its own directory below it.
@@ -116,7 +117,7 @@ impl Default for Options {
             attr_timeout: DEFAULT_TIMEOUT,
             entry_timeout: DEFAULT_TIMEOUT,
             negative_timeout: Duration::ZERO,
-            read_ahead: 2,
+            read_ahead: None,
             cache_dir: None,
             cache_size: None,
             small_cache: DEFAULT_SMALL_CACHE,

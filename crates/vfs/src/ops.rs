@@ -244,9 +244,7 @@ impl Vfs {
         if self.client.revoked() {
             return Err(Error::Access);
         }
-        let r = f
-            .lock()
-            .read(&self.store, offset, size, self.opts.read_ahead);
+        let r = f.lock().read(&self.store, offset, size, self.read_ahead());
         r.map_err(data_errno)
     }
 

@@ -72,7 +72,7 @@ impl Default for Config {
             shards: 4,
             durability: Durability::Process,
             reserve: 1 << 40,
-            block_size: 4 << 20,
+            block_size: 1 << 20,
             storage: String::new(),
             inline_max: DEFAULT_INLINE_MAX,
             volume_id: None,
