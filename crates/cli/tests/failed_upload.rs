@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{MountProc, SmallFs};
+use common::{MountProc, SmallFs, BIN};
 use std::io::Write;
 
 fn pattern(n: usize, salt: u8) -> Vec<u8> {
@@ -23,11 +23,14 @@ fn failed_block_puts_never_commit_their_size() {
     let _ = std::fs::remove_dir_all(&base);
     std::fs::create_dir_all(&base).unwrap();
     let storage = format!("file://{}", small.path.join("blocks").display());
-    let (up, addr) = MountProc::up(
-        &base.join("data"),
-        &base.join("mnt"),
-        &["--storage", &storage],
-    );
+    // No trash: the removal below is to free the space.
+    let out = std::process::Command::new(BIN)
+        .args(["mkfs", "--trash-days", "0", "--storage", &storage, "--data"])
+        .arg(base.join("data"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mkfs: {out:?}");
+    let (up, addr) = MountProc::up(&base.join("data"), &base.join("mnt"), &[]);
     let other = MountProc::start(&addr, &base.join("data/secret"), &base.join("mnt2"), &[]);
     let data = pattern(40 << 20, 0x5a);
     let p = up.mnt.join("big");

@@ -199,7 +199,7 @@ fn up_and_a_remote_mount_see_each_others_changes() {
 }
 
 #[test]
-fn a_mount_the_server_cannot_watch_falls_back_to_short_timeouts() {
+fn past_the_watch_cap_files_are_let_go_and_directories_fall_back_to_short_timeouts() {
     if !is_root() {
         eprintln!("skipped: FUSE mounts need root here");
         return;
@@ -227,19 +227,33 @@ fn a_mount_the_server_cannot_watch_falls_back_to_short_timeouts() {
     for i in 0..100 {
         std::fs::write(many.join(format!("x{i}")), "x").unwrap();
     }
-    // b looks at more than the server watches for it: it is told, and
-    // caches briefly from then on; changes are still seen (within the
-    // short timeout of 1 s at worst).
+    let page = || metrics_page(&srv.metrics);
+    let full = || metric_sum(&page(), "solofs_notices_total{kind=\"full\"}");
+    // b looks at more files than the server watches for it: the least
+    // recently used are let go (b is told and drops them), and a change
+    // to one of them is seen at once.
     for i in 0..100 {
         std::fs::metadata(b.mnt.join(format!("many/x{i}"))).unwrap();
     }
-    let full = || {
-        metric_sum(
-            &metrics_page(&srv.metrics),
-            "solofs_notices_total{kind=\"full\"}",
-        )
-    };
-    // a made more than 40 inodes, b looked at more: each is told once.
+    assert_eq!(full(), 0, "files alone never make a connection full");
+    assert!(metric_sum(&page(), "solofs_watch_evicted_total") >= 100);
+    std::fs::set_permissions(many.join("x0"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(
+        mode(&b.mnt.join("many/x0")),
+        0o600,
+        "a file let go was served stale"
+    );
+    // Directories are never let go: b looks at more of them than the cap,
+    // and is told it is no longer watched; it caches briefly from then on,
+    // and changes are still seen (within the short timeout of 1 s at
+    // worst).
+    for i in 0..60 {
+        std::fs::create_dir(many.join(format!("d{i}"))).unwrap();
+    }
+    for i in 0..60 {
+        std::fs::metadata(b.mnt.join(format!("many/d{i}"))).unwrap();
+    }
+    // a made more than 40 directories, b looked at more: each is told once.
     assert_eq!(
         full(),
         2,

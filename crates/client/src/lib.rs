@@ -153,10 +153,25 @@ impl Client {
     /// Connects with explicit options.
     pub fn connect_with(addr: &str, secret: &[u8], opts: Options) -> Result<Client> {
         let c = Client::with(addr, secret, opts, Volume::default(), None);
+        // A replica set may be between leaders (none accepts clients):
+        // its members are tried again for the retry window, as a call
+        // would be. One server that is not there is said at once.
+        let set = addr.contains(',');
+        let deadline = std::time::Instant::now() + c.inner.opts.retry;
         // All lanes at once, so the server's round robin puts them on
         // different workers.
         for lane in 0..c.inner.lanes.len() {
-            c.conn(lane)?;
+            loop {
+                match c.conn(lane) {
+                    Ok(_) => break,
+                    Err(
+                        ClientError::Io(_) | ClientError::ConnectionLost | ClientError::Timeout,
+                    ) if set && std::time::Instant::now() < deadline => {
+                        std::thread::sleep(std::time::Duration::from_millis(50));
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
         }
         Ok(c)
     }

@@ -43,6 +43,14 @@ pub enum Notice {
         /// The request's token.
         token: u64,
     },
+    /// The server no longer watches `ino` for this connection (it let it
+    /// go at its watch cap, least recently used first): what the client
+    /// keeps of it must go, as after a change. Not a change: replies in
+    /// flight about other inodes are not affected (since version 14).
+    Unwatched {
+        /// The inode.
+        ino: u64,
+    },
 }
 
 const ENTRY: u8 = 1;
@@ -52,6 +60,7 @@ const FULL: u8 = 4;
 const LOST: u8 = 5;
 const WATCHING: u8 = 6;
 const GRANTED: u8 = 7;
+const UNWATCHED: u8 = 8;
 
 impl Notice {
     /// Appends the encoded notice.
@@ -75,6 +84,10 @@ impl Notice {
                 w.u8(GRANTED);
                 w.u64(*token);
             }
+            Notice::Unwatched { ino } => {
+                w.u8(UNWATCHED);
+                w.u64(*ino);
+            }
         }
     }
 
@@ -91,6 +104,7 @@ impl Notice {
             LOST => Notice::Lost,
             WATCHING => Notice::Watching,
             GRANTED => Notice::Granted { token: r.u64()? },
+            UNWATCHED => Notice::Unwatched { ino: r.u64()? },
             _ => return Err(DecodeError("bad notice kind")),
         })
     }
@@ -138,6 +152,7 @@ mod tests {
             Notice::Stale,
             Notice::Full,
             Notice::Watching,
+            Notice::Unwatched { ino: 77 },
             Notice::Granted { token: 77 },
         ];
         let mut f = Vec::new();

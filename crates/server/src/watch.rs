@@ -6,9 +6,15 @@
 //! directory: its kernel may cache the attributes, and the lookup's
 //! answer, positive or negative. Each connection's set is its own (only
 //! its worker adds to it; no lock is shared on the read path) and has a
-//! cap: a connection at its cap is sent [`Notice::Full`] and watched no
-//! further until it asks to start over ([`solofs_proto::Op::Rewatch`],
-//! after its caches of that time expired).
+//! cap. At the cap the connection's least recently used inode that is
+//! not a directory is let go, with a [`Notice::Unwatched`] that drops
+//! what the client holds of it, as a change would ([`Held`]): a client that
+//! has touched many more inodes than the cap keeps caching what it uses.
+//! Directories are never let go (the kernel's names under them live on
+//! their notices); a connection whose directories alone reach the cap is
+//! sent [`Notice::Full`] and watched no further until it asks to start
+//! over ([`solofs_proto::Op::Rewatch`], after its caches of that time
+//! expired).
 //!
 //! A change (create, unlink, rename, setattr, a write commit, an xattr)
 //! names the entries and inodes it touched; every connection *of another
@@ -32,7 +38,7 @@ use mio::Waker;
 use parking_lot::{Mutex, RwLock};
 use solofs_meta::{Cred, Engine};
 use solofs_proto::{Body, Loc, Notice, NoticeSink, Op, Reply, Request, Target};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -71,6 +77,83 @@ impl std::hash::Hasher for InoHasher {
 
 type InoSet = HashSet<u64, std::hash::BuildHasherDefault<InoHasher>>;
 
+/// The inodes one connection's client may cache, by kind.
+#[derive(Default)]
+struct Held {
+    /// Directories: never let go.
+    dirs: InoSet,
+    /// Other inodes, each with whether it was asked for again since the
+    /// clock's hand last passed it.
+    files: HashMap<u64, bool, std::hash::BuildHasherDefault<InoHasher>>,
+    /// The clock: `files` in the order they were watched (an inode let go
+    /// otherwise stays here until the hand passes it).
+    ring: VecDeque<u64>,
+}
+
+impl Held {
+    fn len(&self) -> usize {
+        self.dirs.len() + self.files.len()
+    }
+
+    fn contains(&self, ino: &u64) -> bool {
+        self.dirs.contains(ino) || self.files.contains_key(ino)
+    }
+
+    /// Notes that a reply carried `ino` again; false if it is not watched.
+    fn touch(&mut self, ino: u64) -> bool {
+        if self.dirs.contains(&ino) {
+            return true;
+        }
+        match self.files.get_mut(&ino) {
+            Some(again) => {
+                *again = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn insert(&mut self, ino: u64, dir: bool) {
+        if dir {
+            self.dirs.insert(ino);
+            return;
+        }
+        // New, it counts as used: the hand passes it once before it may
+        // go (else a sweep that just cleared the older ones would take
+        // the newest first).
+        self.files.insert(ino, true);
+        self.ring.push_back(ino);
+        if self.ring.len() > 2 * self.files.len() + 1024 {
+            let files = &self.files;
+            self.ring.retain(|i| files.contains_key(i));
+        }
+    }
+
+    fn remove(&mut self, ino: &u64) -> bool {
+        self.dirs.remove(ino) || self.files.remove(ino).is_some()
+    }
+
+    /// Lets go of the least recently used inode that is not a directory
+    /// (CLOCK: one asked for again since the hand passed gets another
+    /// round); `None` if there is none.
+    fn evict(&mut self) -> Option<u64> {
+        while let Some(i) = self.ring.pop_front() {
+            match self.files.get_mut(&i) {
+                None => {} // let go already
+                Some(again) if *again => {
+                    *again = false;
+                    self.ring.push_back(i);
+                }
+                Some(_) => {
+                    self.files.remove(&i);
+                    return Some(i);
+                }
+            }
+        }
+        None
+    }
+}
+
 fn shard(ino: u64) -> usize {
     (ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize
 }
@@ -105,7 +188,7 @@ pub(crate) struct Watcher {
     client: u128,
     /// How many live connections that client has (shared by them).
     group: Arc<AtomicUsize>,
-    held: Mutex<InoSet>,
+    held: Mutex<Held>,
     full: AtomicBool,
     /// Queued notices, and the number of the last batch queued.
     outbox: Mutex<(Vec<Notice>, u64)>,
@@ -183,7 +266,7 @@ impl Watcher {
     pub fn rewatch(&self, w: &Watch) {
         let mut h = self.held.lock();
         w.total.fetch_sub(h.len(), Ordering::Relaxed);
-        *h = InoSet::default();
+        *h = Held::default();
         self.full.store(false, Ordering::Relaxed);
     }
 }
@@ -202,6 +285,8 @@ pub(crate) struct Watch {
     total_cap: usize,
     /// Notices sent: entry, inode, stale, full.
     sent: [AtomicU64; 4],
+    /// Inodes let go at the cap (each told as `inode`).
+    evicted: AtomicU64,
 }
 
 /// What a batch noted before it ran.
@@ -232,7 +317,13 @@ impl Watch {
             total: AtomicUsize::new(0),
             total_cap: cap.saturating_mul(16),
             sent: Default::default(),
+            evicted: AtomicU64::new(0),
         }
+    }
+
+    /// Inodes let go at a connection's cap so far.
+    pub fn evicted(&self) -> u64 {
+        self.evicted.load(Ordering::Relaxed)
     }
 
     /// Every connection's client id and what it is.
@@ -283,7 +374,7 @@ impl Watch {
             id,
             client,
             group,
-            held: Mutex::new(InoSet::default()),
+            held: Mutex::new(Held::default()),
             full: AtomicBool::new(false),
             outbox: Mutex::new((Vec::new(), 0)),
             written: AtomicU64::new(0),
@@ -372,36 +463,33 @@ impl Watch {
         let mut recorded = [false; SHARDS];
         {
             let mut h = me.held.lock();
-            let mut swept = false;
-            let mut add = |ino: u64| {
+            let mut add = |ino: u64, dir: bool| {
                 if ino == 0 || me.full.load(Ordering::Relaxed) {
                     return;
                 }
                 recorded[shard(ino)] = true;
-                if h.contains(&ino) {
+                if h.touch(ino) {
                     return;
                 }
-                if h.len() >= self.cap || self.total.load(Ordering::Relaxed) >= self.total_cap {
-                    // Inodes deleted since they were watched need no
-                    // watch: a client alone on the volume is told of
-                    // nothing, so its own removals were never forgotten.
-                    // Swept once on the way to the cap; a sweep that
-                    // leaves the set above 3/4 of it makes it full.
-                    if !swept {
-                        swept = true;
-                        let was = h.len();
-                        h.retain(|&i| e.getattr(i).is_ok());
-                        self.total.fetch_sub(was - h.len(), Ordering::Relaxed);
-                    }
-                    let room = h.len() < self.cap / 4 * 3
-                        && self.total.load(Ordering::Relaxed) < self.total_cap;
-                    if !room {
-                        me.full.store(true, Ordering::Relaxed);
-                        mine.push(Notice::Full);
-                        return;
+                // At the cap (this connection's, or all connections'
+                // together), one goes for each that comes; its notice
+                // reaches the client before these replies (the replies
+                // that carried it came before: the client drops them).
+                while h.len() >= self.cap || self.total.load(Ordering::Relaxed) >= self.total_cap {
+                    match h.evict() {
+                        Some(old) => {
+                            self.total.fetch_sub(1, Ordering::Relaxed);
+                            self.evicted.fetch_add(1, Ordering::Relaxed);
+                            mine.push(Notice::Unwatched { ino: old });
+                        }
+                        None => {
+                            me.full.store(true, Ordering::Relaxed);
+                            mine.push(Notice::Full);
+                            return;
+                        }
                     }
                 }
-                h.insert(ino);
+                h.insert(ino, dir);
                 self.total.fetch_add(1, Ordering::Relaxed);
             };
             for (q, rep) in reqs.iter().zip(replies) {
@@ -641,14 +729,16 @@ fn changed(e: &Engine, cred: &Cred, op: &Op, rep: &Reply, victims: &[u64], out: 
     }
 }
 
-/// Calls `add` with each inode a reply lets the client cache something of.
-fn held(op: &Op, rep: &Reply, add: &mut impl FnMut(u64)) {
+/// Calls `add` with each inode a reply lets the client cache something
+/// of, and whether it is a directory.
+fn held(op: &Op, rep: &Reply, add: &mut impl FnMut(u64, bool)) {
     // A name looked up, made or removed in a directory: the kernel may
     // cache the answer, a miss included.
     let named = matches!(rep.result, Ok(_) | Err(solofs_meta::errno::ENOENT));
     if named {
-        op.named_dirs(&mut *add);
+        op.named_dirs(|d| add(d, true));
     }
+    let dir = |a: &solofs_meta::Attr| a.mode & solofs_meta::S_IFMT == solofs_meta::S_IFDIR;
     let Ok(body) = &rep.result else {
         return;
     };
@@ -657,10 +747,10 @@ fn held(op: &Op, rep: &Reply, add: &mut impl FnMut(u64)) {
     match body {
         // (An open of a small file brings its attributes with its bytes:
         // the client keeps both.)
-        Body::Attr(a) | Body::Inline(a, _) => add(a.ino),
+        Body::Attr(a) | Body::Inline(a, _) => add(a.ino, dir(a)),
         Body::Created(a, p) => {
-            add(a.ino);
-            add(p.ino);
+            add(a.ino, dir(a));
+            add(p.ino, true);
         }
         Body::EntriesPlus(list, _) => {
             if let Op::ReaddirPlus {
@@ -668,10 +758,10 @@ fn held(op: &Op, rep: &Reply, add: &mut impl FnMut(u64)) {
                 ..
             } = op
             {
-                add(*d);
+                add(*d, true);
             }
             for (_, a) in list {
-                add(a.ino);
+                add(a.ino, dir(a));
             }
         }
         // The client keeps nothing of these under the watch (a data

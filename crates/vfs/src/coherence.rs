@@ -235,7 +235,12 @@ impl Coherence {
         let mut untracked = false;
         {
             let _g = self.gate.write();
-            self.seq.fetch_add(1, Ordering::AcqRel);
+            // A watch let go is not a change: replies in flight about
+            // other inodes may still be cached (this connection's replies
+            // that carried the inode came before the notice).
+            if list.iter().any(|n| !matches!(n, Notice::Unwatched { .. })) {
+                self.seq.fetch_add(1, Ordering::AcqRel);
+            }
             for n in list {
                 match n {
                     Notice::Entry { parent, name } => {
@@ -244,9 +249,9 @@ impl Coherence {
                         self.new_dirs.forget(*parent);
                         kernel.push(n.clone());
                     }
-                    Notice::Inode { ino } => {
+                    Notice::Inode { ino } | Notice::Unwatched { ino } => {
                         self.attrs.forget(*ino);
-                        kernel.push(n.clone());
+                        kernel.push(Notice::Inode { ino: *ino });
                     }
                     Notice::Stale | Notice::Granted { .. } => {}
                     Notice::Full | Notice::Lost => {

@@ -681,3 +681,77 @@ fn a_name_made_by_another_client_is_found_as_soon_as_its_create_is_answered() {
     a.shutdown();
     b.shutdown();
 }
+
+/// A client that uses more inodes than the server watches for it keeps
+/// caching what it uses: at the cap the server lets the least recently
+/// used go (not directories) and tells the client, which drops them; so
+/// what was let go is asked again and never served stale, and what is in
+/// use is still answered without the server.
+#[test]
+fn past_the_watch_cap_the_least_recently_used_go_and_are_never_stale() {
+    let vol = Volume::start_with("watch-lru", 300);
+    let a = vol.local();
+    let b = vol.remote();
+    let (ca, cb) = (root(&a), root(&b));
+    let mut files: Vec<Vec<u64>> = Vec::new();
+    for d in 0..3 {
+        let dir = a
+            .mkdir(&ca, ROOT_INO, format!("d{d}").as_bytes(), 0o755)
+            .unwrap()
+            .into_value()
+            .ino;
+        files.push(
+            (0..200)
+                .map(|i| {
+                    a.mknod(
+                        &ca,
+                        dir,
+                        format!("f{i}").as_bytes(),
+                        libc::S_IFREG | 0o644,
+                        0,
+                    )
+                    .unwrap()
+                    .into_value()
+                    .ino
+                })
+                .collect(),
+        );
+    }
+    // b uses 600 files, twice what the server watches for it.
+    for list in &files {
+        for &ino in list {
+            b.getattr(&cb, ino).unwrap();
+        }
+    }
+    // The last 200 are in use: answered here.
+    let before = vol.requests();
+    for &ino in &files[2] {
+        b.getattr(&cb, ino).unwrap();
+    }
+    assert_eq!(vol.requests() - before, 0, "files in use asked again");
+    // The first were let go: asked again, once each.
+    let before = vol.requests();
+    for &ino in &files[0][..50] {
+        b.getattr(&cb, ino).unwrap();
+    }
+    assert_eq!(vol.requests() - before, 50, "files let go answered here");
+    // A change to a file let go since is seen at once.
+    let old = files[0][100];
+    let sa = solofs_vfs::SetAttr {
+        mode: Some(0o600),
+        ..Default::default()
+    };
+    a.setattr(&ca, old, sa, None).unwrap();
+    let got = b.getattr(&cb, old).unwrap().into_value();
+    assert_eq!(got.mode & 0o7777, 0o600, "a file let go served stale");
+    // And one to a file in use is told as before.
+    let used = files[2][199];
+    let sa = solofs_vfs::SetAttr {
+        mode: Some(0o640),
+        ..Default::default()
+    };
+    a.setattr(&ca, used, sa, None).unwrap();
+    within("the change of a file in use", || {
+        b.getattr(&cb, used).unwrap().into_value().mode & 0o7777 == 0o640
+    });
+}
