@@ -209,6 +209,7 @@ impl Vfs {
             self.send_held(&mut f.lock())?;
         }
         let before = self.attrs.get(ino).map(|b| crate::file::version(&b));
+        let sent = crate::file::stamp();
         let (a, data) = self
             .client
             .open_data(cred, ino, access)
@@ -224,11 +225,18 @@ impl Vfs {
         }
         let data = data.map(bytes::Bytes::from);
         self.small(&a, data.as_ref());
-        Ok((self.opened(ino, access, &a, data, false), a))
+        let fh = self.opened(ino, access, &a, data, false, Some((sent, cred)));
+        Ok((fh, a))
     }
 
     /// Notes an open the server agreed to (`here`: that this mount
-    /// answered, smalls.rs); returns the file handle.
+    /// answered, smalls.rs); returns the file handle. `asked`: when the
+    /// open's request was sent ([`crate::file::stamp`]) and by whom. If
+    /// the file is open here already and took in a version after that (a
+    /// lock granted meanwhile), the open's attributes may be older than
+    /// it: the file is taken in from the server again instead, so a late
+    /// reply never brings back an older file (as for lock grants,
+    /// locking.rs).
     pub(crate) fn opened(
         &self,
         ino: u64,
@@ -236,6 +244,7 @@ impl Vfs {
         a: &Attr,
         inline: Option<bytes::Bytes>,
         here: bool,
+        asked: Option<(u64, &Cred)>,
     ) -> u64 {
         loop {
             let f = self
@@ -264,8 +273,15 @@ impl Vfs {
             g.handles += 1;
             g.writers += access.writes() as u32;
             g.inline_max = self.inline_max;
-            g.refresh_with(a.size, inline);
-            g.use_cache(self.blocks.as_ref(), a);
+            match asked.filter(|&(sent, _)| !g.asked_since_seen(sent)) {
+                Some((_, cred)) => {
+                    self.locking.take_in_held(cred, &mut g, None);
+                }
+                None => {
+                    g.refresh_with(a.size, inline);
+                    g.use_cache(self.blocks.as_ref(), a);
+                }
+            }
             g.attr.mode = a.mode;
             break;
         }
@@ -413,7 +429,7 @@ impl Vfs {
             .tmpfile(&ctx.cred, parent, mode, acc)
             .map_err(errno)?;
         self.attrs.forget(parent);
-        let fh = self.opened(a.ino, acc, &a, None, false);
+        let fh = self.opened(a.ino, acc, &a, None, false, None);
         if let Some(f) = self.file(a.ino) {
             let mut g = f.lock();
             g.no_xattrs = g.handles == 1;
@@ -447,7 +463,7 @@ impl Vfs {
                 self.coh
                     .gated(|t| self.attrs.name(parent, name, m.attr.ino, t.entry));
                 let a = m.attr;
-                let fh = self.opened(a.ino, acc, &a, None, false);
+                let fh = self.opened(a.ino, acc, &a, None, false, None);
                 if let Some(f) = self.file(a.ino) {
                     // New: no extended attributes (until this mount sets
                     // one; another mount's would be seen after the close).

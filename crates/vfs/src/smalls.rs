@@ -146,7 +146,7 @@ impl Vfs {
             0 => None,
             _ => Some(self.smalls.get(ino, version(&a))?),
         };
-        Some((self.opened(ino, Access::Read, &a, data, true), a))
+        Some((self.opened(ino, Access::Read, &a, data, true, None), a))
     }
 
     /// Keeps attributes a reply carried, under the timeouts and watch `t`.
