@@ -2,7 +2,7 @@
 //! replied to.
 
 use crate::convert::*;
-use crate::counts::{op, Counts};
+use crate::counts::{Counts, Type};
 use fuser::{
     AccessFlags, FileHandle, Filesystem, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
     RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
@@ -122,7 +122,7 @@ impl Filesystem for SoloFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
-        self.counts.add(op::LOOKUP);
+        self.counts.add(Type::lookup);
         let ctx = self.ctx(req);
         match self.vfs.lookup(&ctx, parent.0, n.as_bytes()) {
             Ok(c) => {
@@ -138,7 +138,7 @@ impl Filesystem for SoloFs {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.counts.add(op::GETATTR);
+        self.counts.add(Type::getattr);
         let ctx = self.ctx(req);
         attr(reply, self.vfs.getattr(&ctx, ino.0));
     }
@@ -161,7 +161,7 @@ impl Filesystem for SoloFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        self.counts.add(op::SETATTR);
+        self.counts.add(Type::setattr);
         let ctx = self.ctx(req);
         let sa = SetAttr {
             mode,
@@ -176,7 +176,7 @@ impl Filesystem for SoloFs {
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.counts.add(op::READLINK);
+        self.counts.add(Type::readlink);
         match self.vfs.readlink(&self.ctx(req), ino.0) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(e)),
@@ -193,7 +193,7 @@ impl Filesystem for SoloFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        self.counts.add(op::MKNOD);
+        self.counts.add(Type::mknod);
         let ctx = self.ctx(req);
         let mode = mode & !(umask & 0o777);
         entry(
@@ -212,14 +212,14 @@ impl Filesystem for SoloFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        self.counts.add(op::MKDIR);
+        self.counts.add(Type::mkdir);
         let ctx = self.ctx(req);
         let mode = mode & !(umask & 0o777);
         entry(reply, self.vfs.mkdir(&ctx, parent.0, n.as_bytes(), mode));
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        self.counts.add(op::UNLINK);
+        self.counts.add(Type::unlink);
         empty(
             reply,
             self.vfs.unlink(&self.ctx(req), parent.0, n.as_bytes()),
@@ -227,7 +227,7 @@ impl Filesystem for SoloFs {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        self.counts.add(op::RMDIR);
+        self.counts.add(Type::rmdir);
         empty(
             reply,
             self.vfs.rmdir(&self.ctx(req), parent.0, n.as_bytes()),
@@ -242,7 +242,7 @@ impl Filesystem for SoloFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        self.counts.add(op::SYMLINK);
+        self.counts.add(Type::symlink);
         let ctx = self.ctx(req);
         let target = target.as_os_str().as_bytes();
         entry(
@@ -262,7 +262,7 @@ impl Filesystem for SoloFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        self.counts.add(op::RENAME);
+        self.counts.add(Type::rename);
         let mut f = 0;
         if flags.contains(RenameFlags::RENAME_NOREPLACE) {
             f |= solofs_types::RENAME_NOREPLACE;
@@ -286,7 +286,7 @@ impl Filesystem for SoloFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        self.counts.add(op::LINK);
+        self.counts.add(Type::link);
         let ctx = self.ctx(req);
         entry(
             reply,
@@ -295,7 +295,7 @@ impl Filesystem for SoloFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.counts.add(op::OPEN);
+        self.counts.add(Type::open);
         match self.vfs.open(&self.ctx(req), ino.0, flags.0) {
             Ok(o) => reply.opened(FileHandle(o.fh), fopen_flags(&o)),
             Err(e) => reply.error(errno(e)),
@@ -313,7 +313,7 @@ impl Filesystem for SoloFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.counts.add(op::READ);
+        self.counts.add(Type::read);
         match self.vfs.read(ino.0, offset, size) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno(e)),
@@ -332,7 +332,7 @@ impl Filesystem for SoloFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.counts.add(op::WRITE);
+        self.counts.add(Type::write);
         let ctx = self.ctx(req);
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         match self.vfs.write(&ctx, ino.0, offset, data, flags.0, kill) {
@@ -349,7 +349,7 @@ impl Filesystem for SoloFs {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        self.counts.add(op::FLUSH);
+        self.counts.add(Type::flush);
         empty(
             reply,
             self.vfs.flush(&self.ctx(req), ino.0, fh.0, lock_owner.0),
@@ -366,7 +366,7 @@ impl Filesystem for SoloFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.counts.add(op::RELEASE);
+        self.counts.add(Type::release);
         let ctx = self.ctx(req);
         empty(
             reply,
@@ -386,7 +386,7 @@ impl Filesystem for SoloFs {
         pid: u32,
         reply: ReplyLock,
     ) {
-        self.counts.add(op::GETLK);
+        self.counts.add(Type::getlk);
         let Some(lr) = lock_req(ino.0, lock_owner.0, start, end, typ, pid) else {
             return reply.error(Errno::EINVAL);
         };
@@ -410,7 +410,7 @@ impl Filesystem for SoloFs {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
-        self.counts.add(op::SETLK);
+        self.counts.add(Type::setlk);
         let Some(lr) = lock_req(ino.0, lock_owner.0, start, end, typ, pid) else {
             return reply.error(Errno::EINVAL);
         };
@@ -426,7 +426,7 @@ impl Filesystem for SoloFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.counts.add(op::FSYNC);
+        self.counts.add(Type::fsync);
         empty(reply, self.vfs.fsync(&self.ctx(req), ino.0));
     }
 
@@ -438,12 +438,12 @@ impl Filesystem for SoloFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.counts.add(op::FSYNCDIR);
+        self.counts.add(Type::fsyncdir);
         empty(reply, self.vfs.fsyncdir(ino.0));
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.counts.add(op::OPENDIR);
+        self.counts.add(Type::opendir);
         // The kernel checked read permission (`default_permissions`).
         match self.vfs.opendir(&self.ctx(req), ino.0) {
             Ok(fh) => reply.opened(FileHandle(fh), fuser::FopenFlags::empty()),
@@ -452,7 +452,7 @@ impl Filesystem for SoloFs {
     }
 
     fn releasedir(&self, _: &Request, _: INodeNo, fh: FileHandle, _: OpenFlags, reply: ReplyEmpty) {
-        self.counts.add(op::RELEASEDIR);
+        self.counts.add(Type::releasedir);
         self.vfs.releasedir(fh.0);
         reply.ok()
     }
@@ -465,7 +465,7 @@ impl Filesystem for SoloFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        self.counts.add(op::READDIR);
+        self.counts.add(Type::readdir);
         let ctx = self.ctx(req);
         let r = self
             .vfs
@@ -486,7 +486,7 @@ impl Filesystem for SoloFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        self.counts.add(op::READDIRPLUS);
+        self.counts.add(Type::readdirplus);
         let ctx = self.ctx(req);
         let r = self
             .vfs
@@ -508,7 +508,7 @@ impl Filesystem for SoloFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.counts.add(op::STATFS);
+        self.counts.add(Type::statfs);
         match self.vfs.statfs() {
             Ok(s) => reply.statfs(
                 s.blocks,
@@ -534,7 +534,7 @@ impl Filesystem for SoloFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.counts.add(op::FALLOCATE);
+        self.counts.add(Type::fallocate);
         let ctx = self.ctx(req);
         empty(reply, self.vfs.fallocate(&ctx, ino.0, offset, length, mode));
     }
@@ -548,7 +548,7 @@ impl Filesystem for SoloFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        self.counts.add(op::LSEEK);
+        self.counts.add(Type::lseek);
         match self.vfs.lseek(&self.ctx(req), ino.0, offset, whence) {
             Ok(at) => reply.offset(at),
             Err(e) => reply.error(errno(e)),
@@ -565,7 +565,7 @@ impl Filesystem for SoloFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        self.counts.add(op::SETXATTR);
+        self.counts.add(Type::setxattr);
         let ctx = self.ctx(req);
         let r = self
             .vfs
@@ -574,13 +574,13 @@ impl Filesystem for SoloFs {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
-        self.counts.add(op::GETXATTR);
+        self.counts.add(Type::getxattr);
         let r = self.vfs.getxattr(&self.ctx(req), ino.0, n.as_bytes());
         xattr(reply, size, r);
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.counts.add(op::LISTXATTR);
+        self.counts.add(Type::listxattr);
         let r = self.vfs.listxattr(&self.ctx(req), ino.0).map(|names| {
             let mut out = Vec::new();
             for n in names {
@@ -593,7 +593,7 @@ impl Filesystem for SoloFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        self.counts.add(op::REMOVEXATTR);
+        self.counts.add(Type::removexattr);
         empty(
             reply,
             self.vfs.removexattr(&self.ctx(req), ino.0, n.as_bytes()),
@@ -601,7 +601,7 @@ impl Filesystem for SoloFs {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        self.counts.add(op::ACCESS);
+        self.counts.add(Type::access);
         empty(
             reply,
             self.vfs.access(&self.ctx(req), ino.0, mask.bits() as u32),
@@ -617,7 +617,7 @@ impl Filesystem for SoloFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        self.counts.add(op::TMPFILE);
+        self.counts.add(Type::tmpfile);
         let ctx = self.ctx(req);
         let mode = mode & !(umask & 0o777) & 0o7777;
         created(reply, self.vfs.tmpfile(&ctx, parent.0, mode, flags));
@@ -633,7 +633,7 @@ impl Filesystem for SoloFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        self.counts.add(op::CREATE);
+        self.counts.add(Type::create);
         let ctx = self.ctx(req);
         let mode = mode & !(umask & 0o777) & 0o7777;
         created(

@@ -259,35 +259,30 @@ impl Engine {
         for o in v.index_objects()? {
             sets.reach.insert(o);
         }
-        // The two indexes, one core each.
-        let by_name = || -> Result<Vec<Problem>> {
+        // The two indexes, one core each: every entry points at an object
+        // the walk found and sits where its key routes it (an entry whose
+        // name is damaged has no key to route by).
+        let index = |kind: IndexKind| -> Result<Vec<Problem>> {
+            let (found, unroutable) = match kind {
+                IndexKind::Name => (&sets.entries, &damaged),
+                IndexKind::Ino => (&sets.inodes, &HashSet::new()),
+            };
+            let key_of = |o| match kind {
+                IndexKind::Name => v.name_key_of(o),
+                IndexKind::Ino => v.ino_key_of(o),
+            };
             let (mut p, mut n) = (Vec::new(), 0u64);
-            let name_key = |o| v.name_key_of(o);
-            v.for_each_index_entry(IndexKind::Name, &name_key, &mut |o, routed| {
+            v.for_each_index_entry(kind, &key_of, &mut |o, routed| {
                 n += 1;
                 if n % 4096 == 0 {
                     done.fetch_add(4096, Ordering::Relaxed);
                 }
-                if !sets.entries.contains(o) {
-                    p.push(Problem::StrayNameEntry { obj: o });
-                } else if !damaged.contains(&o) && !routed()? {
-                    p.push(Problem::Misrouted { obj: o });
-                }
-                Ok(())
-            })?;
-            Ok(p)
-        };
-        let by_ino = || -> Result<Vec<Problem>> {
-            let (mut p, mut n) = (Vec::new(), 0u64);
-            let ino_key = |o| v.ino_key_of(o);
-            v.for_each_index_entry(IndexKind::Ino, &ino_key, &mut |o, routed| {
-                n += 1;
-                if n % 4096 == 0 {
-                    done.fetch_add(4096, Ordering::Relaxed);
-                }
-                if !sets.inodes.contains(o) {
-                    p.push(Problem::StrayInoEntry { obj: o });
-                } else if !routed()? {
+                if !found.contains(o) {
+                    p.push(match kind {
+                        IndexKind::Name => Problem::StrayNameEntry { obj: o },
+                        IndexKind::Ino => Problem::StrayInoEntry { obj: o },
+                    });
+                } else if !unroutable.contains(&o) && !routed()? {
                     p.push(Problem::Misrouted { obj: o });
                 }
                 Ok(())
@@ -295,8 +290,8 @@ impl Engine {
             Ok(p)
         };
         let (a, b) = std::thread::scope(|s| {
-            let a = s.spawn(by_name);
-            let b = by_ino();
+            let a = s.spawn(|| index(IndexKind::Name));
+            let b = index(IndexKind::Ino);
             (a.join(), b)
         });
         let a = a.unwrap_or_else(|_| Err(Error::Corrupt("fsck: an index walker panicked".into())));

@@ -237,7 +237,7 @@ pub(crate) fn render(shared: &Shared, ms: &[Arc<Metrics>]) -> String {
     );
     let _ = writeln!(
         s,
-        "# HELP solofs_watch_evicted_total Inodes a connection at its watch cap let go (least recently used first; each told to its client as an inode notice).\n# TYPE solofs_watch_evicted_total counter\nsolofs_watch_evicted_total {}",
+        "# HELP solofs_watch_evicted_total Inodes a connection at its watch cap let go (least recently used first; each told to its client as an unwatched notice).\n# TYPE solofs_watch_evicted_total counter\nsolofs_watch_evicted_total {}",
         shared.watch.evicted()
     );
     let _ = writeln!(

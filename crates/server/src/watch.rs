@@ -285,7 +285,7 @@ pub(crate) struct Watch {
     total_cap: usize,
     /// Notices sent: entry, inode, stale, full.
     sent: [AtomicU64; 4],
-    /// Inodes let go at the cap (each told as `inode`).
+    /// Inodes let go at the cap (each told as `unwatched`).
     evicted: AtomicU64,
 }
 
