@@ -66,6 +66,13 @@ fn facts(p: &Path) -> (u32, u32, u64, i64, Vec<u8>) {
     (m.mode(), m.uid(), m.size(), m.mtime(), bytes)
 }
 
+/// An unlink through the mount may be answered before the server ran it
+/// (an early unlink); an `fsync` of its directory waits for the server, so
+/// another connection sees it after this.
+fn settled(dir: &Path) {
+    std::fs::File::open(dir).unwrap().sync_all().unwrap();
+}
+
 fn big(seed: u8) -> Vec<u8> {
     (0..300_000u32)
         .map(|i| (i as u8).wrapping_mul(seed))
@@ -164,6 +171,7 @@ fn removed_files_come_back_from_the_trash_and_expire_with_their_blocks() {
     let with_file = blocks(&s.path);
     assert!(with_file > 0);
     std::fs::remove_file(mnt.join("doomed")).unwrap();
+    settled(&mnt);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(
         blocks(&s.path),
@@ -205,12 +213,14 @@ fn a_volume_without_trash_frees_at_once_and_can_get_one_later() {
     let cmd = |what: &[&str]| admin(&server.addr, &secret, what);
     std::fs::write(mnt.join("f"), b"x").unwrap();
     std::fs::remove_file(mnt.join("f")).unwrap();
+    settled(&mnt);
     assert!(cmd(&["trash", "list"]).contains("0 entries"));
     // Turned on online: the next removal is kept.
     assert!(cmd(&["config", "--trash-days", "2"]).contains("trash-days: 2"));
     std::thread::sleep(Duration::from_secs(3));
     std::fs::write(mnt.join("g"), b"y").unwrap();
     std::fs::remove_file(mnt.join("g")).unwrap();
+    settled(&mnt);
     let list = cmd(&["trash", "list"]);
     assert!(
         list.contains("-g\tfile\t1 bytes") && list.contains("1 entries"),
