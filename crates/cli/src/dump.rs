@@ -356,11 +356,7 @@ pub fn load(args: Vec<std::ffi::OsString>) -> Result<()> {
             Long("data") => data = Some(p.value()?.into()),
             Long("input") | Short('i') => input = Some(p.value()?.into()),
             Long("storage") => storage = Some(p.value()?.parse()?),
-            Long("durability") => {
-                let v: String = p.value()?.parse()?;
-                durability = solofs_meta::Durability::parse(&v)
-                    .context("durability is process, pmem or sync")?;
-            }
+            Long("durability") => durability = durability_value(&mut p)?,
             Long("help") | Short('h') => {
                 println!("solofs load --data DIR [-i FILE] [--storage URL] [--durability process|pmem|sync]\n  builds a new volume in DIR (absent or empty) from a dump (default: standard input);\n  it gets a volume id of its own and copies the dumped files' blocks to its own\n  names, in the store where the dumped volume's are (or --storage URL, where\n  they are now): deleting in one volume never touches the other's data");
                 return Ok(());
@@ -386,7 +382,6 @@ pub fn load(args: Vec<std::ffi::OsString>) -> Result<()> {
         r: src,
         n: progress.counter(),
     };
-    let existed = data.exists();
     // A gzip stream (`dump --gzip`) is recognized by its first two bytes.
     let mut src = BufReader::with_capacity(1 << 20, src);
     let gz = std::io::BufRead::fill_buf(&mut src).is_ok_and(|b| b.starts_with(&[0x1f, 0x8b]));
@@ -394,24 +389,42 @@ pub fn load(args: Vec<std::ffi::OsString>) -> Result<()> {
         true => Box::new(BufReader::new(flate2::read::GzDecoder::new(src))),
         false => Box::new(src),
     };
-    let r = read_dump(src, &data, durability, storage);
+    let r = load_stream(src, &data, durability, storage);
     progress.finish();
-    match r {
-        Ok((i, n)) => {
-            println!("loaded {i} inodes, {n} names into {}", data.display());
-            Ok(())
-        }
+    let (i, n) = r?;
+    println!("loaded {i} inodes, {n} names into {}", data.display());
+    Ok(())
+}
+
+/// The value of `--durability`.
+pub fn durability_value(p: &mut lexopt::Parser) -> Result<solofs_meta::Durability> {
+    use lexopt::prelude::*;
+    let v: String = p.value()?.parse()?;
+    solofs_meta::Durability::parse(&v).context("durability is process, pmem or sync")
+}
+
+/// Builds a new volume in `data` (absent or empty) from the dump stream
+/// `r`; on any error nothing of it stays.
+pub fn load_stream<R: Read>(
+    r: R,
+    data: &Path,
+    durability: solofs_meta::Durability,
+    storage: Option<String>,
+) -> Result<(u64, u64)> {
+    let existed = data.exists();
+    match read_dump(r, data, durability, storage) {
+        Ok(v) => Ok(v),
         Err(e) => {
             // Nothing half-loaded stays.
             if existed {
-                if let Ok(d) = std::fs::read_dir(&data) {
+                if let Ok(d) = std::fs::read_dir(data) {
                     for x in d.flatten() {
                         let _ = std::fs::remove_dir_all(x.path())
                             .or_else(|_| std::fs::remove_file(x.path()));
                     }
                 }
             } else {
-                let _ = std::fs::remove_dir_all(&data);
+                let _ = std::fs::remove_dir_all(data);
             }
             Err(e.context("the dump was refused; nothing was loaded"))
         }

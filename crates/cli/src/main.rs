@@ -10,6 +10,7 @@ mod member;
 mod mount;
 mod progress;
 mod replicas;
+mod restore;
 mod serve;
 mod status;
 mod trash;
@@ -23,7 +24,7 @@ USAGE:
     solofs mount --server ADDR --secret-file FILE MOUNTPOINT
     solofs mkfs (--data DIR | POOL) [--storage URL] [--block-size BYTES] [--shards N] [--inline-max BYTES]
                 [--durability process|pmem|sync] [--trash-days N]
-    solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--config FILE]
+    solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--config FILE] [--archive]
     solofs serve --data DIR --peers ID=HOST:PORT,… --id N [--commit sync|fast] …   a replica set's member
     solofs replicas status --peers ID=HOST:PORT,… (--data DIR | --secret-file F)
     solofs trash list|restore PATH…|purge [PATH…] --server ADDR (--data DIR | --secret-file F)
@@ -34,6 +35,7 @@ USAGE:
     solofs fsck (--data DIR | POOL) [--repair]
     solofs dump --data DIR [-o FILE]      the whole namespace as one stream (docs/dump.md)
     solofs load --data NEWDIR [-i FILE]   a new volume from a dump
+    solofs restore --from URL --data NEWDIR [--at TIME]   a volume rebuilt from its archive (docs/archive.md)
     solofs key add NAME --data DIR [--read-only] [--subdir PATH] [--root-squash] [--uid-map C:S,…]
     solofs key list|revoke … --data DIR   (client keys; see `solofs key --help`)
     solofs bench [OPTIONS]        (see `solofs bench --help`)
@@ -106,6 +108,7 @@ fn run() -> Result<()> {
         Some("fsck") => fsck(rest),
         Some("dump") => dump::dump(rest),
         Some("load") => dump::load(rest),
+        Some("restore") => restore::restore(rest),
         Some("key") => keys::main(rest),
         Some("bench") => solofs_bench::bench::main(rest),
         Some("serve") => serve::serve(rest),

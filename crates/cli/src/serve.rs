@@ -167,6 +167,9 @@ pub struct FileConfig {
     id: Option<u64>,
     commit: Option<String>,
     join: Option<bool>,
+    archive: Option<bool>,
+    archive_keep: Option<String>,
+    archive_base_every: Option<String>,
 }
 
 /// Parses a config file.
@@ -217,6 +220,9 @@ impl FileConfig {
         put("id", self.id.map(|x| x.to_string()));
         put("commit", self.commit.clone());
         put("join", self.join.map(|x| x.to_string()));
+        put("archive", self.archive.map(|x| x.to_string()));
+        put("archive_keep", self.archive_keep.clone());
+        put("archive_base_every", self.archive_base_every.clone());
         v
     }
 }
@@ -233,9 +239,12 @@ struct Settings {
     /// A member that joins a running replica set from an empty directory.
     join: bool,
     member: Option<crate::member::Member>,
+    /// Archive to the block store (docs/archive.md), and how.
+    archive: bool,
+    archive_opts: solofs_server::archive::ArchiveOpts,
 }
 
-const KEYS: [&str; 19] = [
+const KEYS: [&str; 22] = [
     "data",
     "listen",
     "workers",
@@ -255,6 +264,9 @@ const KEYS: [&str; 19] = [
     "id",
     "commit",
     "join",
+    "archive",
+    "archive_keep",
+    "archive_base_every",
 ];
 
 fn apply(s: &mut Settings, key: &str, v: &str) -> Result<()> {
@@ -318,6 +330,17 @@ fn apply(s: &mut Settings, key: &str, v: &str) -> Result<()> {
         "id" => s.id = Some(v.parse().context("id is a member number")?),
         "commit" => s.commit = crate::member::parse_commit(v)?,
         "join" => s.join = v == "true" || v == "1",
+        "archive" => s.archive = v == "true" || v == "1",
+        "archive_keep" => {
+            s.archive_opts.keep = solofs_server::archive::parse_duration(v)
+                .filter(|d| !d.is_zero())
+                .context("archive_keep is a duration (e.g. 7d, 12h)")?
+        }
+        "archive_base_every" => {
+            s.archive_opts.base_every = solofs_server::archive::parse_duration(v)
+                .filter(|d| d.as_secs() >= 1)
+                .context("archive_base_every is a duration (e.g. 6h, 30m)")?
+        }
         _ => bail!("unknown setting {key:?} (known: {})", KEYS.join(", ")),
     }
     Ok(())
@@ -333,12 +356,13 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
             Long("config") => config = Some(p.value()?.into()),
             Long("root-squash") => flags.push(("root_squash".into(), "true".into())),
             Long("join") => flags.push(("join".into(), "true".into())),
+            Long("archive") => flags.push(("archive".into(), "true".into())),
             Long(k) if KEYS.contains(&k.replace('-', "_").as_str()) => {
                 let k = k.replace('-', "_");
                 flags.push((k, p.value()?.parse()?));
             }
             Long("help") | Short('h') => {
-                println!("solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--root-squash]\n             [--idle-timeout-secs S] [--max-connections N] [--config FILE]\n             [--max-unauthenticated N] [--auth-timeout-secs S] [--free-grace-ms MS]\n             [--watch-cap N] [--spin-us N] [--lock-grace-ms MS] [--capacity SIZE]\n  --watch-cap N  inodes watched per connection for its caches (default 262144; docs/data.md)\n  --spin-us N    most µs a worker polls without sleeping after activity, adaptive below (default 200; 0: never)\n  --lock-grace-ms MS  a lost client's file locks are kept this long; after a start only\n                 claims of earlier locks are granted this long (default 10000)\n  --trash-sweep-secs S  how often expired trash is freed (default 60; docs/trash.md)\n  --capacity SIZE  data capacity df reports (e.g. 10T; default: the free space under a\n                 file:// store plus the data held; none known for s3://)\n  --peers ID=HOST:PORT,… --id N [--commit sync|fast]  a member of a replica set (docs/replication.md):\n                 the members' peer addresses, which one this is, the commit rule (default sync)\n  --join         (with --peers) a new member, from a directory holding only the volume's\n                 secret file: it waits to be added with `solofs replicas add`\nEnvironment: SOLOFS_DATA, SOLOFS_LISTEN, SOLOFS_WORKERS, SOLOFS_METRICS, SOLOFS_ROOT_SQUASH, ...");
+                println!("solofs serve --data DIR [--listen ADDR] [--workers N] [--metrics ADDR] [--root-squash]\n             [--idle-timeout-secs S] [--max-connections N] [--config FILE]\n             [--max-unauthenticated N] [--auth-timeout-secs S] [--free-grace-ms MS]\n             [--watch-cap N] [--spin-us N] [--lock-grace-ms MS] [--capacity SIZE]\n  --watch-cap N  inodes watched per connection for its caches (default 262144; docs/data.md)\n  --spin-us N    most µs a worker polls without sleeping after activity, adaptive below (default 200; 0: never)\n  --lock-grace-ms MS  a lost client's file locks are kept this long; after a start only\n                 claims of earlier locks are granted this long (default 10000)\n  --trash-sweep-secs S  how often expired trash is freed (default 60; docs/trash.md)\n  --capacity SIZE  data capacity df reports (e.g. 10T; default: the free space under a\n                 file:// store plus the data held; none known for s3://)\n  --peers ID=HOST:PORT,… --id N [--commit sync|fast]  a member of a replica set (docs/replication.md):\n                 the members' peer addresses, which one this is, the commit rule (default sync)\n  --join         (with --peers) a new member, from a directory holding only the volume's\n                 secret file: it waits to be added with `solofs replicas add`\n  --archive      copy the journal (about every second) and images of the pool to the\n                 volume's object store, for `solofs restore` (a sync volume; docs/archive.md)\n  --archive-keep DURATION  how far back restores reach (default 7d; e.g. 12h, 30d)\n  --archive-base-every DURATION  a new image this often (default 6h; or after 1 GiB of journal)\nEnvironment: SOLOFS_DATA, SOLOFS_LISTEN, SOLOFS_WORKERS, SOLOFS_METRICS, SOLOFS_ROOT_SQUASH, ...");
                 return Ok(());
             }
             _ => return Err(a.unexpected().into()),
@@ -353,6 +377,8 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
         commit: solofs_replica::Commit::Sync,
         join: false,
         member: None,
+        archive: false,
+        archive_opts: Default::default(),
     };
     if let Some(c) = &config {
         let text =
@@ -388,7 +414,20 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
         (None, None) if s.join => bail!("--join needs --peers and --id: the replica set to join"),
         (None, None) => None,
     };
+    if s.archive && s.member.is_some() {
+        bail!("--archive is not built for replica sets yet (docs/archive.md): archive a single server's volume");
+    }
     let mut cfg = s.cfg.clone();
+    if s.archive {
+        let mut o = s.archive_opts.clone();
+        if let Some(ms) = std::env::var("SOLOFS_ARCHIVE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            o.interval = Duration::from_millis(ms);
+        }
+        cfg.archive = Some(o);
+    }
     if s.join {
         if !secret_path(&data).exists() {
             bail!(
@@ -414,8 +453,26 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
     }
     let engine = Arc::new(open_volume(&data, "serve")?);
     engine.set_data_capacity(s.capacity);
+    if cfg.archive.is_some() && engine.archive_view().is_none() {
+        let e = Arc::try_unwrap(engine).map_err(|_| anyhow::anyhow!("engine in use"))?;
+        e.close()?;
+        bail!("--archive needs a volume made with `--durability sync` (its journal is what is archived; docs/archive.md)");
+    }
+    if cfg.archive.is_some() && engine.storage_url().is_empty() {
+        let e = Arc::try_unwrap(engine).map_err(|_| anyhow::anyhow!("engine in use"))?;
+        e.close()?;
+        bail!("--archive needs the volume's object store, and this volume has none");
+    }
     if engine.last_stop() == Some(solofs_meta::pool::checkpoint::LastStop::PowerCut) {
         println!("the machine restarted under the last run: pool rebuilt from its checkpoint and journal");
+    }
+    if let Some(o) = &cfg.archive {
+        println!(
+            "archiving the journal and images to {} under {}.archive/ (restores reach back {} s; docs/archive.md)",
+            engine.storage_url(),
+            solofs_data::volume_hex(&engine.volume_id()),
+            o.keep.as_secs()
+        );
     }
     let r = serve_engine(engine, cfg, &stop, None);
     stop.close();

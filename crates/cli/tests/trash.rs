@@ -11,18 +11,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-/// Runs `solofs ARGS…` and returns its stdout (fails the test if it fails).
-fn solofs(args: &[&str]) -> String {
-    let out = Command::new(BIN).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "solofs {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// `solofs WHAT… --server ADDR --secret-file SECRET`.
 fn admin(addr: &str, secret: &Path, what: &[&str]) -> String {
     let mut a = what.to_vec();

@@ -826,6 +826,100 @@ impl BlockStore {
     }
 }
 
+/// Objects kept beside a volume's blocks, under `<volume id>.archive/`
+/// (the archive of its journal and images, docs/archive.md): never under
+/// the volume's own prefix, which holds blocks only.
+#[derive(Clone)]
+pub struct Archive {
+    store: Arc<dyn ObjectStore>,
+    prefix: String,
+    retry: std::time::Duration,
+}
+
+impl BlockStore {
+    /// The volume's archive area in the same store.
+    pub fn archive(&self) -> Archive {
+        Archive {
+            store: self.store.clone(),
+            prefix: format!("{}.archive", self.volume),
+            retry: self.retry,
+        }
+    }
+
+    /// The volume ids that have an archive in this store (for `solofs
+    /// restore` without `--volume`).
+    pub fn archived_volumes(&self) -> Result<Vec<String>> {
+        let store = self.store.clone();
+        runtime().block_on(async move {
+            let l = store.list_with_delimiter(None).await?;
+            Ok(l.common_prefixes
+                .iter()
+                .filter_map(|p| p.filename()?.strip_suffix(".archive").map(str::to_string))
+                .collect())
+        })
+    }
+}
+
+impl Archive {
+    fn path(&self, name: &str) -> ObjPath {
+        ObjPath::from(format!("{}/{name}", self.prefix))
+    }
+
+    /// Writes object `name`.
+    pub fn put(&self, name: &str, data: Bytes) -> Result<()> {
+        let (key, payload) = (self.path(name), PutPayload::from(data));
+        runtime().block_on(retrying(self.retry, || {
+            self.store.put(&key, payload.clone())
+        }))?;
+        Ok(())
+    }
+
+    /// Reads object `name`; `None` if there is none.
+    pub fn get(&self, name: &str) -> Result<Option<Bytes>> {
+        let key = self.path(name);
+        runtime().block_on(async {
+            match retrying(self.retry, || self.store.get(&key)).await {
+                Ok(r) => Ok(Some(r.bytes().await?)),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e.into()),
+            }
+        })
+    }
+
+    /// Every object under `dir` (a name relative to the archive, e.g.
+    /// `journal`): its name relative to the archive and its size, sorted
+    /// by name.
+    pub fn list(&self, dir: &str) -> Result<Vec<(String, u64)>> {
+        let prefix = self.path(dir);
+        let strip = format!("{}/", self.prefix);
+        let store = self.store.clone();
+        runtime().block_on(async move {
+            let mut out = Vec::new();
+            let mut s = store.list(Some(&prefix));
+            while let Some(m) = s.next().await {
+                let m = m?;
+                let name = m.location.as_ref();
+                if let Some(rel) = name.find(&strip).map(|i| &name[i + strip.len()..]) {
+                    out.push((rel.to_string(), m.size));
+                }
+            }
+            out.sort();
+            Ok(out)
+        })
+    }
+
+    /// Deletes object `name` (absent: not an error).
+    pub fn delete(&self, name: &str) -> Result<()> {
+        let key = self.path(name);
+        runtime().block_on(async {
+            match self.store.delete(&key).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(e.into()),
+            }
+        })
+    }
+}
+
 /// The volume id as the hex string that prefixes its block keys.
 pub fn volume_hex(id: &[u8; 16]) -> String {
     id.iter().map(|b| format!("{b:02x}")).collect()

@@ -15,6 +15,7 @@
 // may unwrap.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+pub mod archive;
 mod batch;
 mod conn;
 mod deleter;
@@ -106,6 +107,9 @@ pub struct Config {
     pub more_metrics: Option<MoreMetrics>,
     /// How often the trash is looked through for what expired.
     pub trash_sweep: Duration,
+    /// Archive the journal and images to the block store (docs/archive.md;
+    /// `sync` volumes).
+    pub archive: Option<archive::ArchiveOpts>,
 }
 
 /// What adds lines to the metrics page.
@@ -137,6 +141,7 @@ impl Default for Config {
             lock_grace: DEFAULT_LOCK_GRACE,
             more_metrics: None,
             trash_sweep: Duration::from_secs(60),
+            archive: None,
         }
     }
 }
@@ -179,6 +184,8 @@ pub(crate) struct Shared {
     pub trash: trash::Trash,
     /// Online garbage collection runs (gc.rs).
     pub gc: gc::Gc,
+    /// The archive's progress (archive.rs).
+    pub archive: archive::ArchiveStats,
     /// When the server started, and the address it listens on.
     pub started: std::time::SystemTime,
     pub listening: String,
@@ -330,6 +337,7 @@ impl Server {
             snapshots: Default::default(),
             trash: Default::default(),
             gc: Default::default(),
+            archive: Default::default(),
             started: std::time::SystemTime::now(),
             listening: listener
                 .local_addr()
@@ -400,6 +408,17 @@ impl Server {
                     .spawn(move || {
                         deleter::run(&shared, store);
                     })?,
+            );
+        }
+        if let (Some(store), Some(opts)) = (
+            self.shared.cfg.blocks.clone(),
+            self.shared.cfg.archive.clone(),
+        ) {
+            let shared = self.shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("solofs-archive".into())
+                    .spawn(move || archive::run(&shared, store.archive(), opts))?,
             );
         }
         if self.shared.engine.durability() == solofs_meta::Durability::Sync {

@@ -273,6 +273,16 @@ pub(crate) fn render(shared: &Shared, ms: &[Arc<Metrics>]) -> String {
     let t = &shared.trash;
     let _ = writeln!(s, "# HELP solofs_trash_moved_total Removed entries kept in the trash (docs/trash.md).\n# TYPE solofs_trash_moved_total counter\nsolofs_trash_moved_total {}", t.moved.load(Ordering::Relaxed));
     let _ = writeln!(s, "# HELP solofs_trash_expired_total Trash entries freed by expiry.\n# TYPE solofs_trash_expired_total counter\nsolofs_trash_expired_total {}", t.expired.load(Ordering::Relaxed));
+    if shared.cfg.archive.is_some() {
+        let a = &shared.archive;
+        let get = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
+        let _ = writeln!(s, "# HELP solofs_archive_pieces_total Journal pieces copied to the archive (docs/archive.md).\n# TYPE solofs_archive_pieces_total counter\nsolofs_archive_pieces_total {}", get(&a.pieces));
+        let _ = writeln!(s, "# HELP solofs_archive_bytes_total Journal bytes copied to the archive.\n# TYPE solofs_archive_bytes_total counter\nsolofs_archive_bytes_total {}", get(&a.bytes));
+        let _ = writeln!(s, "# HELP solofs_archive_images_total Pool images copied to the archive.\n# TYPE solofs_archive_images_total counter\nsolofs_archive_images_total {}", get(&a.bases));
+        let _ = writeln!(s, "# HELP solofs_archive_errors_total Archive copies or prunes that failed (tried again).\n# TYPE solofs_archive_errors_total counter\nsolofs_archive_errors_total {}", get(&a.errors));
+        let _ = writeln!(s, "# HELP solofs_archive_behind_bytes Durable journal not archived yet.\n# TYPE solofs_archive_behind_bytes gauge\nsolofs_archive_behind_bytes {}", get(&a.durable).saturating_sub(get(&a.archived)));
+        let _ = writeln!(s, "# HELP solofs_archive_level_timestamp_seconds When the archive last held the whole durable journal.\n# TYPE solofs_archive_level_timestamp_seconds gauge\nsolofs_archive_level_timestamp_seconds {}", get(&a.level_ms) as f64 / 1e3);
+    }
     if let Some(b) = &shared.cfg.blocks {
         // The server's own traffic (its deleter, gc); clients talk to the
         // store directly (`solofs mount --metrics` shows a mount's).

@@ -62,6 +62,26 @@ impl Engine {
         self.pool.journal_aux(off, bytes)
     }
 
+    /// What an archive of a `sync` pool needs (docs/archive.md): the image
+    /// file, the journal position a replay over it starts from, the durable
+    /// end. `None` for other pools and for a replica set's leader.
+    pub fn archive_view(&self) -> Option<(std::path::PathBuf, u64, u64)> {
+        self.pool.archive_view()
+    }
+
+    /// The durable journal's bytes `[from, to)`, whole frames when both are
+    /// frame boundaries (ends of earlier durable positions are).
+    pub fn journal_bytes(&self, from: u64, to: u64) -> Result<Vec<u8>> {
+        self.pool.journal_bytes(from, to)
+    }
+
+    /// The archive holds the journal up to `pos`; segments before it may
+    /// go once checkpoints do not need them, and until this is called with
+    /// a position past them they stay.
+    pub fn journal_keep_from(&self, pos: u64) -> Result<()> {
+        self.pool.journal_keep_from(pos)
+    }
+
     /// Is this the pool of a replica set's leader (docs/replication.md)?
     pub fn is_replica(&self) -> bool {
         self.last_stop() == Some(crate::pool::checkpoint::LastStop::Replica)

@@ -458,6 +458,18 @@ impl Synced {
         Ok(())
     }
 
+    /// For an archive of the journal (`None`: a replica set's member, whose
+    /// journal is the replica set's log): the image's file, the position a
+    /// replay of it starts from, and how far the journal is durable.
+    pub(crate) fn archive_view(&self) -> Option<(PathBuf, u64, u64)> {
+        let own = self.own.as_ref()?;
+        Some((
+            own.paths.ckpt.clone(),
+            self.wal.replay_from.load(Ordering::Acquire),
+            self.wal.durable(),
+        ))
+    }
+
     /// After a clean stop's last checkpoint: the next start is clean.
     pub(crate) fn stopped(&self) -> Result<()> {
         let Some(own) = &self.own else {

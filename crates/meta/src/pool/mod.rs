@@ -561,6 +561,31 @@ impl Pool {
         self.synced.get().map(|s| s.wal.durable())
     }
 
+    /// What an archive of a `sync` pool's journal needs (docs/archive.md):
+    /// the image file, the position a replay over it starts from, the
+    /// durable end. `None` for other pools and a replica set's leader.
+    pub fn archive_view(&self) -> Option<(std::path::PathBuf, u64, u64)> {
+        self.synced.get()?.archive_view()
+    }
+
+    /// The durable journal's bytes `[from, to)` (an archive copies them).
+    pub fn journal_bytes(&self, from: u64, to: u64) -> Result<Vec<u8>> {
+        match self.synced.get() {
+            Some(s) => s.wal.read(from, to),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// An archive holds the journal up to `pos`: the segments before it
+    /// may be removed once checkpoints no longer need them; until then
+    /// they stay.
+    pub fn journal_keep_from(&self, pos: u64) -> Result<()> {
+        match self.synced.get() {
+            Some(s) => s.wal.keep_from(pos),
+            None => Ok(()),
+        }
+    }
+
     /// Makes the journal's next segment file ahead of need (`sync` pools).
     pub fn prepare_journal(&self) -> Result<()> {
         self.synced.get().map_or(Ok(()), |s| s.prepare())

@@ -111,6 +111,12 @@ pub struct Wal {
     making: Mutex<()>,
     /// The oldest position a restore replays from (the last checkpoint's).
     pub(crate) replay_from: AtomicU64,
+    /// Segments from this position on are kept even when a checkpoint no
+    /// longer needs them (an archive has not copied them yet; u64::MAX:
+    /// no archive).
+    keep: AtomicU64,
+    /// The first segment not removed yet.
+    removed: Mutex<u64>,
     /// A replica set's log, instead of the segment files.
     sink: Option<std::sync::Arc<dyn Replicate>>,
 }
@@ -254,6 +260,8 @@ impl Wal {
             failed: AtomicBool::new(false),
             making: Mutex::new(()),
             replay_from: AtomicU64::new(from),
+            keep: AtomicU64::new(u64::MAX),
+            removed: Mutex::new(first_segment(dir).unwrap_or(from / SEGMENT)),
             sink: None,
         }
     }
@@ -557,12 +565,56 @@ impl Wal {
 
     /// Forgets the segments wholly before `from` (a checkpoint made them
     /// unneeded).
+    /// Segments an archive still has to copy ([`Wal::keep_from`]) stay.
     pub(crate) fn drop_below(&self, from: u64) -> Result<()> {
-        let old = self.replay_from.swap(from, Ordering::AcqRel);
-        for seg in old / SEGMENT..from / SEGMENT {
-            disk::remove(&seg_path(&self.dir, seg))?;
+        self.replay_from.store(from, Ordering::Release);
+        self.remove_unneeded()
+    }
+
+    fn remove_unneeded(&self) -> Result<()> {
+        if self.sink.is_some() {
+            return Ok(());
+        }
+        let upto = self
+            .replay_from
+            .load(Ordering::Acquire)
+            .min(self.keep.load(Ordering::Acquire))
+            / SEGMENT;
+        let mut removed = self.removed.lock();
+        while *removed < upto {
+            disk::remove(&seg_path(&self.dir, *removed))?;
+            *removed += 1;
         }
         Ok(())
+    }
+
+    /// An archive has copied the journal up to `pos`: segments wholly
+    /// before it may go once no checkpoint needs them either.
+    pub(crate) fn keep_from(&self, pos: u64) -> Result<()> {
+        self.keep.store(pos, Ordering::Release);
+        self.remove_unneeded()
+    }
+
+    /// The durable journal's bytes `[from, to)`, as its segments hold them
+    /// (whole frames if both ends are frame boundaries). Segments before
+    /// the last checkpoint's position may be gone unless kept
+    /// ([`Wal::keep_from`]).
+    pub(crate) fn read(&self, from: u64, to: u64) -> Result<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        let to = to.min(self.durable());
+        let mut out = vec![0u8; to.saturating_sub(from) as usize];
+        let mut p = from;
+        while p < to {
+            let seg = p / SEGMENT;
+            let n = (to - p).min(SEGMENT - p % SEGMENT) as usize;
+            let path = seg_path(&self.dir, seg);
+            let at = (p - from) as usize;
+            File::open(&path)
+                .and_then(|f| f.read_exact_at(&mut out[at..at + n], p % SEGMENT))
+                .map_err(|e| Error::io(format!("read journal segment {}", path.display()), e))?;
+            p += n as u64;
+        }
+        Ok(out)
     }
 
     /// Makes the segment after the head's, once the head is past the
@@ -757,6 +809,15 @@ pub fn scan_bytes(start: u64, b: &[u8], mut apply: impl FnMut(Rec) -> Result<()>
         )));
     }
     Ok(p)
+}
+
+/// The lowest-numbered segment file in `dir`.
+fn first_segment(dir: &Path) -> Option<u64> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter_map(|e| u64::from_str_radix(e.file_name().to_str()?, 16).ok())
+        .min()
 }
 
 fn segment_exists(dir: &Path, seg: u64) -> bool {

@@ -152,3 +152,57 @@ fn a_reopened_journal_continues_mid_page() {
     drop(pool);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An archive's view (docs/archive.md): segments a checkpoint no longer
+/// needs stay while the archive has not copied them; the bytes read back
+/// in pieces cut at a segment's end replay like the segments.
+#[test]
+fn kept_segments_stay_until_archived_and_read_back_in_pieces() {
+    let (dir, pool) = scratch("wal-keep");
+    let wal = Wal::new(&dir.join("wal"), 0, 0);
+    wal.keep_from(0).unwrap();
+    let len = pool.len();
+    let mut k = 0u64;
+    while wal.head() < SEGMENT + (4 << 20) {
+        let off = (k * 4096) % (len - (256 << 10));
+        pool.st(off, k + 1).unwrap();
+        wal.capture(&pool, off, 256 << 10);
+        k += 1;
+        if k % 10 == 0 {
+            wal.commit(wal.head()).unwrap();
+        }
+    }
+    wal.commit(wal.head()).unwrap();
+    let end = wal.durable();
+    let (want, _) = replay(&dir, len);
+    // A checkpoint at the end would drop segment 0; the archive keeps it.
+    wal.drop_below(end).unwrap();
+    let seg0 = seg_path(&dir.join("wal"), 0);
+    assert!(seg0.exists(), "a segment not archived yet went");
+    // Two pieces, the first ending at the segment's end.
+    let mut img = vec![0u8; len as usize];
+    let mut apply = |r: Rec| {
+        match r {
+            Rec::Bytes(o, b) => img[o as usize..o as usize + b.len()].copy_from_slice(b),
+            Rec::Zero(o, l) => img[o as usize..(o + l) as usize].fill(0),
+            Rec::Grow(_) | Rec::Aux(..) => {}
+        }
+        Ok(())
+    };
+    let a = wal.read(0, SEGMENT).unwrap();
+    assert_eq!(scan_bytes(0, &a, &mut apply).unwrap(), SEGMENT);
+    let b = wal.read(SEGMENT, end).unwrap();
+    assert_eq!(scan_bytes(SEGMENT, &b, &mut apply).unwrap(), end);
+    assert!(
+        img == want,
+        "the pieces replay differently from the segments"
+    );
+    // Archived: now it goes.
+    wal.keep_from(end).unwrap();
+    assert!(
+        !seg0.exists(),
+        "an archived segment no checkpoint needs stayed"
+    );
+    drop(pool);
+    let _ = std::fs::remove_dir_all(&dir);
+}
