@@ -99,7 +99,10 @@ pub fn restore(args: Vec<std::ffi::OsString>) -> Result<()> {
         );
     };
     let pool = temp_pool(&data);
+    let t0 = std::time::Instant::now();
+    let mut rebuilt = 0.0;
     let r = rebuild(&a, &base, &chain, &pool).and_then(|()| {
+        rebuilt = t0.elapsed().as_secs_f64();
         let e = solofs_meta::Engine::open_copy(&pool).context("opening the rebuilt pool")?;
         load_from(&e, &data, durability, storage)
     });
@@ -111,6 +114,14 @@ pub fn restore(args: Vec<std::ffi::OsString>) -> Result<()> {
         archive::utc_text(moment),
         chain.last().map_or(base.pos, |p| p.to),
         data.display()
+    );
+    println!(
+        "image and {} bytes of journal fetched and replayed in {rebuilt:.1} s, loaded in {:.1} s",
+        chain
+            .iter()
+            .map(|p| p.to - p.from.max(base.pos))
+            .sum::<u64>(),
+        t0.elapsed().as_secs_f64() - rebuilt
     );
     Ok(())
 }
@@ -206,6 +217,9 @@ fn rebuild(
             f.write_all_at(&bytes, i * archive::CHUNK)?;
             add(bytes.len() as u64);
         }
+        // Records are copied into a mapping of the file (millions of small
+        // ranges: a pwrite each took most of the time).
+        let mut img = solofs_meta::pool::image::ImageFile::open(pool)?;
         for p in chain {
             let name = archive::piece_name(p.from, p.to, p.ms);
             let bytes = a.get(&name)?.with_context(|| format!("{name} vanished"))?;
@@ -218,12 +232,8 @@ fn rebuild(
             }
             let start = p.from.max(b.pos);
             let skip = (start - p.from) as usize;
-            solofs_meta::pool::wal::scan_bytes(start, &bytes[skip..], |r| {
-                solofs_meta::pool::checkpoint::apply(&f, r).map_err(|e| {
-                    solofs_meta::Error::io("replaying into the rebuilt pool".into(), e)
-                })
-            })
-            .with_context(|| format!("replaying {name}"))?;
+            solofs_meta::pool::wal::scan_bytes(start, &bytes[skip..], |r| img.apply(r))
+                .with_context(|| format!("replaying {name}"))?;
             add(bytes.len() as u64);
         }
         Ok(())
@@ -249,10 +259,12 @@ fn load_from(
             at: 0,
         },
     );
-    let n = std::sync::atomic::AtomicU64::new(0);
-    std::thread::scope(|s| {
+    let total = e.statfs().map_or(0, |s| s.inodes);
+    let progress = crate::progress::Progress::start("restore: load", "inodes", total);
+    let n = progress.counter();
+    let r = std::thread::scope(|s| {
         let writer = s.spawn(|| {
-            crate::dump::write_dump(e, std::io::BufWriter::with_capacity(1 << 20, wr), &n)
+            crate::dump::write_dump(e, std::io::BufWriter::with_capacity(1 << 20, wr), n)
         });
         let r = crate::dump::load_stream(rd, data, durability, storage);
         let w = writer
@@ -262,7 +274,9 @@ fn load_from(
         let loaded = r?;
         w?;
         Ok(loaded)
-    })
+    });
+    progress.finish();
+    r
 }
 
 /// The writing end of an in-memory pipe: each write is a chunk sent.

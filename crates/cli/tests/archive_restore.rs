@@ -224,6 +224,18 @@ fn the_archive_keeps_its_retention_and_a_graceful_stop_loses_nothing() {
     let page = metrics_page(&server.metrics);
     let images = metric_sum(&page, "solofs_archive_images_total");
     assert!(images >= 4, "images copied: {images}\n{page}");
+    let secret = s.path.join("secret");
+    let status = solofs(&[
+        "status",
+        "--server",
+        &server.addr,
+        "--secret-file",
+        secret.to_str().unwrap(),
+    ]);
+    assert!(
+        status.contains("archive ") && status.contains("images copied since start"),
+        "{status}"
+    );
     drop(c);
     assert!(server.stop().success());
 

@@ -103,6 +103,25 @@ pub(crate) fn render(shared: &Shared) -> String {
         d.blocks.load(std::sync::atomic::Ordering::Relaxed),
         d.errors.load(std::sync::atomic::Ordering::Relaxed)
     );
+    if let Some(o) = &shared.cfg.archive {
+        use std::sync::atomic::Ordering::Relaxed;
+        let a = &shared.archive;
+        let level = a.level_ms.load(Relaxed);
+        let _ = writeln!(
+            s,
+            "archive  {} journal bytes behind, level {}, {} pieces and {} images copied since start, {} errors; restores reach back {} (docs/archive.md)",
+            a.durable.load(Relaxed).saturating_sub(a.archived.load(Relaxed)),
+            if level == 0 {
+                "not yet".to_string()
+            } else {
+                format!("{} ms ago", crate::archive::now_ms().saturating_sub(level))
+            },
+            a.pieces.load(Relaxed),
+            a.bases.load(Relaxed),
+            a.errors.load(Relaxed),
+            span(o.keep)
+        );
+    }
     let mut conns = shared.watch.connections();
     conns.sort_by_key(|(_, i)| i.as_ref().map(|i| i.since));
     let _ = writeln!(
