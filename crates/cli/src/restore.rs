@@ -141,7 +141,7 @@ fn span(l: &Listing) -> (Option<u64>, Option<u64>) {
         .bases
         .iter()
         .filter_map(|b| {
-            let chain = l.chain(b.pos, u64::MAX);
+            let chain = l.chain(b.pos, b.line, u64::MAX);
             if b.reach <= b.pos {
                 return Some(b.ms);
             }
@@ -221,7 +221,7 @@ fn rebuild(
         // ranges: a pwrite each took most of the time).
         let mut img = solofs_meta::pool::image::ImageFile::open(pool)?;
         for p in chain {
-            let name = archive::piece_name(p.from, p.to, p.ms);
+            let name = archive::piece_name(p);
             let bytes = a.get(&name)?.with_context(|| format!("{name} vanished"))?;
             if bytes.len() as u64 != p.to - p.from {
                 bail!(

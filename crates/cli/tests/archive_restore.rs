@@ -292,3 +292,51 @@ fn archive_needs_a_sync_volume_and_says_so() {
     // And the volume is left as it was: it opens cleanly.
     assert_fsck_clean(&s.path);
 }
+
+#[test]
+fn a_clean_restart_continues_the_archive_and_a_crashed_one_starts_a_new_line() {
+    let store =
+        std::env::temp_dir().join(format!("solofs-archive-line-store-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&store);
+    std::fs::create_dir_all(&store).unwrap();
+    let url = format!("file://{}", store.display());
+    let s = Scratch::with("archive-line", &["--durability", "sync", "--storage", &url]);
+    let r = Cred::root();
+    let mut vol = String::new();
+    for (round, name) in ["clean", "crashed", "after"].iter().enumerate() {
+        let server = ServerProc::start_with(&s.path, "127.0.0.1:0", &["--archive"]);
+        let c = Client::connect(&server.addr, &s.secret()).unwrap();
+        vol = solofs_data::volume_hex(&c.volume().id);
+        for i in 0..50 {
+            let n = format!("{name}{i}");
+            c.create(&r, at(ROOT_INO, n.as_bytes()), 0o644).unwrap();
+        }
+        drop(c);
+        if round == 1 {
+            // Archived (a copy a second), then the process dies.
+            std::thread::sleep(Duration::from_millis(2500));
+            server.kill();
+        } else {
+            assert!(server.stop().success());
+        }
+    }
+    // Lines: the first run's went on after its clean stop; the start after
+    // the crash began a second one (with an image of its own).
+    let mut lines: Vec<String> = std::fs::read_dir(store.join(format!("{vol}.archive/journal")))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .map(|n| n.rsplit('-').next().unwrap().to_string())
+        .collect();
+    lines.sort();
+    lines.dedup();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let back =
+        std::env::temp_dir().join(format!("solofs-archive-line-back-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&back);
+    solofs(&["restore", "--from", &url, "--data", back.to_str().unwrap()]);
+    let got = names(&back);
+    assert_eq!(got.len(), 150, "{got:?}");
+    assert_fsck_clean(&back);
+    let _ = std::fs::remove_dir_all(&back);
+    let _ = std::fs::remove_dir_all(&store);
+}

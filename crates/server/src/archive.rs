@@ -86,8 +86,11 @@ pub fn now_ms() -> u64 {
 }
 
 /// A journal piece's object name.
-pub fn piece_name(from: u64, to: u64, ms: u64) -> String {
-    format!("journal/{from:016x}-{to:016x}-{ms:015}")
+pub fn piece_name(p: &Piece) -> String {
+    format!(
+        "journal/{:016x}-{:016x}-{:015}-{:015}",
+        p.from, p.to, p.ms, p.line
+    )
 }
 
 /// One archived piece of journal.
@@ -99,6 +102,12 @@ pub struct Piece {
     pub to: u64,
     /// When it was durable (ms since 1970).
     pub ms: u64,
+    /// Its line: pieces replay only over images of their own line. A line
+    /// is a run of the journal that continues without a break (its start,
+    /// ms since 1970); a server that starts after a crash of its process
+    /// starts a new one, because its image then took stores from the pool
+    /// that no journal record holds (docs/durability.md "Start").
+    pub line: u64,
 }
 
 /// A piece's name, read back.
@@ -108,7 +117,8 @@ pub fn parse_piece(name: &str) -> Option<Piece> {
     let from = u64::from_str_radix(it.next()?, 16).ok()?;
     let to = u64::from_str_radix(it.next()?, 16).ok()?;
     let ms = it.next()?.parse().ok()?;
-    (it.next().is_none() && to > from).then_some(Piece { from, to, ms })
+    let line = it.next()?.parse().ok()?;
+    (it.next().is_none() && to > from).then_some(Piece { from, to, ms, line })
 }
 
 /// A complete image in the archive.
@@ -123,6 +133,8 @@ pub struct Base {
     pub reach: u64,
     /// When it was read (ms since 1970).
     pub ms: u64,
+    /// Its line ([`Piece::line`]).
+    pub line: u64,
 }
 
 fn base_dir(pos: u64) -> String {
@@ -136,8 +148,8 @@ pub fn chunk_name(pos: u64, i: u64) -> String {
 
 fn manifest(b: &Base) -> String {
     format!(
-        "solofs archive image 1\nlen {}\nreach {}\nms {}\n",
-        b.len, b.reach, b.ms
+        "solofs archive image 1\nlen {}\nreach {}\nms {}\nline {}\n",
+        b.len, b.reach, b.ms, b.line
     )
 }
 
@@ -151,6 +163,7 @@ fn parse_manifest(pos: u64, text: &str) -> Option<Base> {
         len: 0,
         reach: 0,
         ms: 0,
+        line: 0,
     };
     for l in lines {
         let (k, v) = l.split_once(' ')?;
@@ -159,6 +172,7 @@ fn parse_manifest(pos: u64, text: &str) -> Option<Base> {
             "len" => b.len = v,
             "reach" => b.reach = v,
             "ms" => b.ms = v,
+            "line" => b.line = v,
             _ => {}
         }
     }
@@ -215,17 +229,17 @@ pub fn list(a: &Archive) -> solofs_data::Result<Listing> {
 }
 
 impl Listing {
-    /// The pieces that continue the journal from `pos` without a gap, in
-    /// order, taking only those durable by `until` (ms). The first one may
-    /// start before `pos`.
-    pub fn chain(&self, pos: u64, until: u64) -> Vec<Piece> {
+    /// The pieces of line `line` that continue the journal from `pos`
+    /// without a gap, in order, taking only those durable by `until` (ms).
+    /// The first one may start before `pos`.
+    pub fn chain(&self, pos: u64, line: u64, until: u64) -> Vec<Piece> {
         let mut out = Vec::new();
         let mut at = pos;
         loop {
             let next = self
                 .pieces
                 .iter()
-                .filter(|p| p.from <= at && p.to > at && p.ms <= until)
+                .filter(|p| p.line == line && p.from <= at && p.to > at && p.ms <= until)
                 .max_by_key(|p| p.to);
             match next {
                 Some(p) => {
@@ -244,7 +258,7 @@ impl Listing {
         let mut bases: Vec<&Base> = self.bases.iter().filter(|b| b.ms <= until).collect();
         bases.sort_by_key(|b| std::cmp::Reverse(b.pos));
         bases.into_iter().find_map(|b| {
-            let chain = self.chain(b.pos, until);
+            let chain = self.chain(b.pos, b.line, until);
             let end = chain.last().map_or(b.pos, |p| p.to);
             (end >= b.reach).then(|| (b.clone(), chain))
         })
@@ -285,21 +299,42 @@ pub(crate) fn run(shared: &Arc<Shared>, archive: Archive, opts: ArchiveOpts) {
         );
         return;
     }
-    // Go on where the archive ends if the journal from there is still on
-    // disk; else start again at the image's position, with a new image.
-    let continues = end >= replay;
+    // Go on where the archive ends, in its line, if the journal from there
+    // is still on disk and the pool is what that journal made; else a new
+    // line from the image's position, with a new image. (After a crash of
+    // the process, the image took the pool's stores whose records died
+    // with it: the old line's images cannot be brought forward by the new
+    // journal.)
+    let crashed = engine.last_stop() == Some(solofs_meta::pool::checkpoint::LastStop::ProcessCrash);
+    // (A clean stop's last commit, after the archive's last copy, moves
+    // the image past the archive's end; the segments from there are kept.)
+    let on_disk = end >= replay || engine.journal_bytes(end, replay).is_ok();
+    let continued = match on_disk && !crashed {
+        true => listing.pieces.iter().find(|p| p.to == end).map(|p| p.line),
+        false => None,
+    };
+    let continues = continued.is_some();
+    let line = continued.unwrap_or_else(now_ms);
     let mut done = if continues { end } else { replay };
     let _ = engine.journal_keep_from(done);
     // A new image unless a restore of the latest already works.
     let reaches = listing
         .restore_plan(u64::MAX)
-        .is_some_and(|(b, c)| c.last().map_or(b.pos, |p| p.to) == end);
+        .is_some_and(|(b, c)| b.line == line && c.last().map_or(b.pos, |p| p.to) == end);
     let mut need_base = !continues || !reaches;
     let mut last_base = Instant::now();
     let mut base_at = listing.bases.iter().map(|b| b.pos).max().unwrap_or(0);
     let mut base_thread: Option<std::thread::JoinHandle<Option<Base>>> = None;
     loop {
         let stopping = shared.stop.load(Ordering::SeqCst);
+        if stopping {
+            // A stop waits for an image being copied (a line whose first
+            // image is not complete restores nothing of itself), then
+            // copies the journal up to its end.
+            if let Some(t) = base_thread.take() {
+                let _ = t.join();
+            }
+        }
         // The journal, up to its durable end, a segment at a time.
         let durable = engine.archive_view().map_or(done, |v| v.2);
         while done < durable {
@@ -311,13 +346,26 @@ pub(crate) fn run(shared: &Arc<Shared>, archive: Archive, opts: ArchiveOpts) {
                     let ms = now_ms();
                     let n = b.len() as u64;
                     archive
-                        .put(&piece_name(done, to, ms), Bytes::from(b))
+                        .put(
+                            &piece_name(&Piece {
+                                from: done,
+                                to,
+                                ms,
+                                line,
+                            }),
+                            Bytes::from(b),
+                        )
                         .map_err(|e| e.to_string())
                         .map(|()| (n, ms))
                 });
             match r {
                 Ok((n, ms)) => {
-                    listing.pieces.push(Piece { from: done, to, ms });
+                    listing.pieces.push(Piece {
+                        from: done,
+                        to,
+                        ms,
+                        line,
+                    });
                     done = to;
                     stats.pieces.fetch_add(1, Ordering::Relaxed);
                     stats.bytes.fetch_add(n, Ordering::Relaxed);
@@ -363,16 +411,13 @@ pub(crate) fn run(shared: &Arc<Shared>, archive: Archive, opts: ArchiveOpts) {
             let (shared, archive) = (shared.clone(), archive.clone());
             base_thread = std::thread::Builder::new()
                 .name("solofs-archive-image".into())
-                .spawn(move || upload_base(&shared, &archive))
+                .spawn(move || upload_base(&shared, &archive, line))
                 .ok();
         }
         if sleep_or_stop(shared, opts.interval) {
             // One more pass copies what became durable meanwhile.
             continue;
         }
-    }
-    if let Some(t) = base_thread {
-        let _ = t.join();
     }
 }
 
@@ -390,7 +435,7 @@ fn sleep_or_stop(shared: &Shared, d: Duration) -> bool {
 
 /// Reads the image as it is and puts it in the archive (its manifest
 /// last); `None` if that failed (said, and tried again at the next turn).
-fn upload_base(shared: &Shared, archive: &Archive) -> Option<Base> {
+fn upload_base(shared: &Shared, archive: &Archive, line: u64) -> Option<Base> {
     use std::os::unix::fs::FileExt;
     let engine = &shared.engine;
     let (img, pos, _) = engine.archive_view()?;
@@ -414,9 +459,6 @@ fn upload_base(shared: &Shared, archive: &Archive) -> Option<Base> {
             archive
                 .put(&chunk_name(pos, i), Bytes::copy_from_slice(&buf[..n]))
                 .map_err(|e| e.to_string())?;
-            if shared.stop.load(Ordering::SeqCst) {
-                return Err("the server stops".into());
-            }
         }
         let reach = engine.archive_view().map_or(pos, |v| v.2);
         let b = Base {
@@ -424,6 +466,7 @@ fn upload_base(shared: &Shared, archive: &Archive) -> Option<Base> {
             len,
             reach,
             ms,
+            line,
         };
         archive
             .put(
@@ -479,7 +522,7 @@ pub fn prune(archive: &Archive, l: &mut Listing, keep: Duration, stats: &Archive
     if let Some(oldest) = l.bases.first().map(|b| b.pos) {
         l.pieces.retain(|p| {
             if p.to <= oldest {
-                failed |= archive.delete(&piece_name(p.from, p.to, p.ms)).is_err();
+                failed |= archive.delete(&piece_name(p)).is_err();
                 false
             } else {
                 true
@@ -584,12 +627,18 @@ mod tests {
 
     #[test]
     fn a_restore_takes_the_newest_image_its_journal_reaches() {
-        let piece = |from, to, ms| Piece { from, to, ms };
+        let piece = |from, to, ms| Piece {
+            from,
+            to,
+            ms,
+            line: 7,
+        };
         let base = |pos, reach, ms| Base {
             pos,
             len: 1,
             reach,
             ms,
+            line: 7,
         };
         let l = Listing {
             bases: vec![base(0, 10, 100), base(30, 45, 300)],
@@ -622,6 +671,27 @@ mod tests {
             pieces: vec![piece(0, 20, 150), piece(30, 40, 250)],
             ..Listing::default()
         };
-        assert_eq!(gap.chain(0, u64::MAX), vec![piece(0, 20, 150)]);
+        assert_eq!(gap.chain(0, 7, u64::MAX), vec![piece(0, 20, 150)]);
+        // A new line (a start after a crash of the process) is never
+        // replayed over an image of the old one, though its positions
+        // follow on: the old image restores up to its line's end only.
+        let mut two = l;
+        two.pieces.push(Piece {
+            from: 60,
+            to: 70,
+            ms: 500,
+            line: 8,
+        });
+        let (b, c) = two.restore_plan(u64::MAX).unwrap();
+        assert_eq!((b.pos, c.last().unwrap().to), (30, 60));
+        two.bases.push(Base {
+            pos: 60,
+            len: 1,
+            reach: 65,
+            ms: 480,
+            line: 8,
+        });
+        let (b, c) = two.restore_plan(u64::MAX).unwrap();
+        assert_eq!((b.pos, c), (60, vec![two.pieces[4]]));
     }
 }
