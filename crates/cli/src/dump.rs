@@ -389,7 +389,7 @@ pub fn load(args: Vec<std::ffi::OsString>) -> Result<()> {
         true => Box::new(BufReader::new(flate2::read::GzDecoder::new(src))),
         false => Box::new(src),
     };
-    let r = load_stream(src, &data, durability, storage);
+    let r = load_stream(src, &data, durability, storage, false);
     progress.finish();
     let (i, n) = r?;
     println!("loaded {i} inodes, {n} names into {}", data.display());
@@ -404,15 +404,18 @@ pub fn durability_value(p: &mut lexopt::Parser) -> Result<solofs_meta::Durabilit
 }
 
 /// Builds a new volume in `data` (absent or empty) from the dump stream
-/// `r`; on any error nothing of it stays.
+/// `r`; on any error nothing of it stays. With `same_id` the volume keeps
+/// the dumped volume's id and its blocks stay where they are (a restore
+/// that takes over from a volume that is gone for good).
 pub fn load_stream<R: Read>(
     r: R,
     data: &Path,
     durability: solofs_meta::Durability,
     storage: Option<String>,
+    same_id: bool,
 ) -> Result<(u64, u64)> {
     let existed = data.exists();
-    match read_dump(r, data, durability, storage) {
+    match read_dump(r, data, durability, storage, same_id) {
         Ok(v) => Ok(v),
         Err(e) => {
             // Nothing half-loaded stays.
@@ -461,6 +464,7 @@ fn read_dump<R: Read>(
     data: &Path,
     durability: solofs_meta::Durability,
     storage: Option<String>,
+    same_id: bool,
 ) -> Result<(u64, u64)> {
     let mut i = In { r, crc: !0 };
     let mut h = [0u8; 12];
@@ -504,7 +508,7 @@ fn read_dump<R: Read>(
     // deletes, so two volumes must never share names. The dumped volume's
     // blocks are copied under the new id once the namespace is in.
     let dumped: [u8; 16] = rd.take(16)?.try_into()?;
-    cfg.volume_id = None;
+    cfg.volume_id = same_id.then_some(dumped);
     let e = crate::mount::format_data_dir(data, cfg)?;
     let root = Cred::root();
     let mut pending: HashMap<u64, Inode> = HashMap::new();
@@ -573,7 +577,9 @@ fn read_dump<R: Read>(
         finish(&e, d)?;
     }
     e.keep_inos_above(max)?;
-    copy_blocks(&e, &dumped)?;
+    if !same_id {
+        copy_blocks(&e, &dumped)?;
+    }
     e.close()?;
     Ok((inodes, names))
 }

@@ -22,13 +22,16 @@ solofs restore --from URL --list [--volume ID]
   --list         what the archive holds: its images and the moments it can restore
   --durability   the new volume's mode (default sync: it can be archived in turn)
   --storage URL  where the files' blocks are now, if not at URL
-The new volume gets a volume id of its own and copies the files' blocks to its names.";
+  --same-volume  keep the volume's id and leave its blocks where they are (no copy): only
+                 when the original volume is gone for good and nothing serves it any more
+The new volume gets a volume id of its own and copies the files' blocks to its names,
+so it and the original never delete each other's data (unless --same-volume).";
 
 pub fn restore(args: Vec<std::ffi::OsString>) -> Result<()> {
     use lexopt::prelude::*;
     let mut p = lexopt::Parser::from_args(args);
     let (mut from, mut data, mut at, mut volume) = (None::<String>, None::<PathBuf>, None, None);
-    let (mut list, mut storage) = (false, None::<String>);
+    let (mut list, mut storage, mut same) = (false, None::<String>, false);
     let mut durability = solofs_meta::Durability::Sync;
     while let Some(a) = p.next()? {
         match a {
@@ -42,6 +45,7 @@ pub fn restore(args: Vec<std::ffi::OsString>) -> Result<()> {
             }
             Long("volume") => volume = Some(p.value()?.parse::<String>()?),
             Long("list") => list = true,
+            Long("same-volume") => same = true,
             Long("storage") => storage = Some(p.value()?.parse()?),
             Long("durability") => durability = crate::dump::durability_value(&mut p)?,
             Long("help") | Short('h') => {
@@ -98,13 +102,17 @@ pub fn restore(args: Vec<std::ffi::OsString>) -> Result<()> {
             last.map_or("—".into(), archive::utc_text)
         );
     };
+    if let Some(parent) = data.parent().filter(|p| !p.as_os_str().is_empty()) {
+        crate::create_dir_all_public(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
+    }
     let pool = temp_pool(&data);
     let t0 = std::time::Instant::now();
     let mut rebuilt = 0.0;
     let r = rebuild(&a, &base, &chain, &pool).and_then(|()| {
         rebuilt = t0.elapsed().as_secs_f64();
         let e = solofs_meta::Engine::open_copy(&pool).context("opening the rebuilt pool")?;
-        load_from(&e, &data, durability, storage)
+        load_from(&e, &data, durability, storage, same)
     });
     let _ = std::fs::remove_file(&pool);
     let (inodes, names) = r?;
@@ -197,7 +205,7 @@ fn rebuild(
         .with_context(|| format!("creating {}", pool.display()))?;
     f.set_len(b.len)?;
     let chunks: Vec<(String, u64)> = a
-        .list(&format!("base/{:016x}/", b.pos))?
+        .list(&format!("{}/", archive::base_dir(b.line, b.pos)))?
         .into_iter()
         .filter(|(n, _)| !n.ends_with("/manifest"))
         .collect();
@@ -249,6 +257,7 @@ fn load_from(
     data: &Path,
     durability: solofs_meta::Durability,
     storage: Option<String>,
+    same: bool,
 ) -> Result<(u64, u64)> {
     let (tx, rx) = std::sync::mpsc::sync_channel(4);
     let (wr, rd) = (
@@ -266,7 +275,7 @@ fn load_from(
         let writer = s.spawn(|| {
             crate::dump::write_dump(e, std::io::BufWriter::with_capacity(1 << 20, wr), n)
         });
-        let r = crate::dump::load_stream(rd, data, durability, storage);
+        let r = crate::dump::load_stream(rd, data, durability, storage, same);
         let w = writer
             .join()
             .map_err(|_| anyhow::anyhow!("the dump thread failed"))?;

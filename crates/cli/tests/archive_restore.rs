@@ -66,6 +66,23 @@ fn prefix_of(names: &[String], what: &str) -> usize {
     files.len()
 }
 
+/// A `sync` volume whose blocks (and archive) are in a `file://` store
+/// outside its data directory: the store, its URL, the volume.
+fn archived_volume(name: &str) -> (std::path::PathBuf, String, Scratch) {
+    let store = std::env::temp_dir().join(format!(
+        "solofs-archive-{name}-store-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&store);
+    std::fs::create_dir_all(&store).unwrap();
+    let url = format!("file://{}", store.display());
+    let s = Scratch::with(
+        &format!("archive-{name}"),
+        &["--durability", "sync", "--storage", &url],
+    );
+    (store, url, s)
+}
+
 #[test]
 fn a_destroyed_volume_comes_back_from_its_archive_and_earlier_moments_show_earlier_trees() {
     let root = std::env::temp_dir().join(format!("solofs-archive-{}", std::process::id()));
@@ -198,12 +215,7 @@ fn a_destroyed_volume_comes_back_from_its_archive_and_earlier_moments_show_earli
 
 #[test]
 fn the_archive_keeps_its_retention_and_a_graceful_stop_loses_nothing() {
-    let store =
-        std::env::temp_dir().join(format!("solofs-archive-keep-store-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&store);
-    std::fs::create_dir_all(&store).unwrap();
-    let url = format!("file://{}", store.display());
-    let s = Scratch::with("archive-keep", &["--durability", "sync", "--storage", &url]);
+    let (store, url, s) = archived_volume("keep");
     std::env::set_var("SOLOFS_ARCHIVE_MS", "100");
     // Checkpoints move the image, so new images are worth copying.
     std::env::set_var("SOLOFS_CHECKPOINT_MS", "500");
@@ -295,12 +307,7 @@ fn archive_needs_a_sync_volume_and_says_so() {
 
 #[test]
 fn a_clean_restart_continues_the_archive_and_a_crashed_one_starts_a_new_line() {
-    let store =
-        std::env::temp_dir().join(format!("solofs-archive-line-store-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&store);
-    std::fs::create_dir_all(&store).unwrap();
-    let url = format!("file://{}", store.display());
-    let s = Scratch::with("archive-line", &["--durability", "sync", "--storage", &url]);
+    let (store, url, s) = archived_volume("line");
     let r = Cred::root();
     let mut vol = String::new();
     for (round, name) in ["clean", "crashed", "after"].iter().enumerate() {
@@ -336,6 +343,66 @@ fn a_clean_restart_continues_the_archive_and_a_crashed_one_starts_a_new_line() {
     solofs(&["restore", "--from", &url, "--data", back.to_str().unwrap()]);
     let got = names(&back);
     assert_eq!(got.len(), 150, "{got:?}");
+    assert_fsck_clean(&back);
+    let _ = std::fs::remove_dir_all(&back);
+    let _ = std::fs::remove_dir_all(&store);
+}
+
+#[test]
+fn a_volume_restored_under_its_own_id_keeps_its_blocks_and_is_archived_again() {
+    let (store, url, s) = archived_volume("same");
+    let r = Cred::root();
+    let server = ServerProc::start_with(&s.path, "127.0.0.1:0", &["--archive"]);
+    let c = Client::connect(&server.addr, &s.secret()).unwrap();
+    let v = c.volume();
+    let blocks =
+        solofs_data::BlockStore::open(&url, &solofs_data::volume_hex(&v.id), v.block_size, None)
+            .unwrap();
+    let ino = write_blocks(&c, &blocks, b"data", 3, 9);
+    for i in 0..20 {
+        c.create(&r, at(ROOT_INO, format!("old{i}").as_bytes()), 0o644)
+            .unwrap();
+    }
+    drop(c);
+    assert!(server.stop().success());
+    std::fs::remove_dir_all(&s.path).unwrap();
+
+    // Taken over under the same id: nothing copied, the blocks are its own.
+    let out = solofs(&[
+        "restore",
+        "--from",
+        &url,
+        "--data",
+        s.path.to_str().unwrap(),
+        "--same-volume",
+    ]);
+    assert!(!out.contains("copied"), "{out}");
+    let server = ServerProc::start_with(&s.path, "127.0.0.1:0", &["--archive"]);
+    let c = Client::connect(&server.addr, &s.secret()).unwrap();
+    assert_eq!(c.volume().id, v.id);
+    let a = c.lookup(&r, at(ROOT_INO, b"data")).unwrap();
+    assert_eq!((a.ino, a.size), (ino, 3 * v.block_size));
+    assert!(blocks
+        .get(ino, 2)
+        .unwrap()
+        .unwrap()
+        .iter()
+        .all(|&x| x == 11));
+    // Its journal starts again, below the old line's end: a new line,
+    // which a restore of the latest moment takes.
+    for i in 0..20 {
+        c.create(&r, at(ROOT_INO, format!("new{i}").as_bytes()), 0o644)
+            .unwrap();
+    }
+    drop(c);
+    assert!(server.stop().success());
+    let back =
+        std::env::temp_dir().join(format!("solofs-archive-same-back-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&back);
+    solofs(&["restore", "--from", &url, "--data", back.to_str().unwrap()]);
+    let got = names(&back);
+    assert_eq!(got.len(), 41, "{got:?}");
+    assert!(got.contains(&"new19".to_string()) && got.contains(&"old0".to_string()));
     assert_fsck_clean(&back);
     let _ = std::fs::remove_dir_all(&back);
     let _ = std::fs::remove_dir_all(&store);

@@ -137,13 +137,14 @@ pub struct Base {
     pub line: u64,
 }
 
-fn base_dir(pos: u64) -> String {
-    format!("base/{pos:016x}")
+/// The objects of the image of line `line` at position `pos`.
+pub fn base_dir(line: u64, pos: u64) -> String {
+    format!("base/{line:015}-{pos:016x}")
 }
 
-/// The object of chunk `i` of the image at `pos`.
-pub fn chunk_name(pos: u64, i: u64) -> String {
-    format!("{}/{i:06x}", base_dir(pos))
+/// The object of chunk `i` of an image.
+pub fn chunk_name(line: u64, pos: u64, i: u64) -> String {
+    format!("{}/{i:06x}", base_dir(line, pos))
 }
 
 fn manifest(b: &Base) -> String {
@@ -153,7 +154,7 @@ fn manifest(b: &Base) -> String {
     )
 }
 
-fn parse_manifest(pos: u64, text: &str) -> Option<Base> {
+fn parse_manifest(line: u64, pos: u64, text: &str) -> Option<Base> {
     let mut lines = text.lines();
     if lines.next()? != "solofs archive image 1" {
         return None;
@@ -163,7 +164,7 @@ fn parse_manifest(pos: u64, text: &str) -> Option<Base> {
         len: 0,
         reach: 0,
         ms: 0,
-        line: 0,
+        line,
     };
     for l in lines {
         let (k, v) = l.split_once(' ')?;
@@ -172,7 +173,6 @@ fn parse_manifest(pos: u64, text: &str) -> Option<Base> {
             "len" => b.len = v,
             "reach" => b.reach = v,
             "ms" => b.ms = v,
-            "line" => b.line = v,
             _ => {}
         }
     }
@@ -188,8 +188,8 @@ pub struct Listing {
     pub bases: Vec<Base>,
     /// Journal pieces, by start.
     pub pieces: Vec<Piece>,
-    /// Positions of images without a manifest.
-    pub incomplete: Vec<u64>,
+    /// Images without a manifest (line, position).
+    pub incomplete: Vec<(u64, u64)>,
 }
 
 /// Reads what archive `a` holds.
@@ -201,28 +201,31 @@ pub fn list(a: &Archive) -> solofs_data::Result<Listing> {
         }
     }
     l.pieces.sort_by_key(|p| (p.from, p.ms));
-    let mut dirs: Vec<(u64, bool)> = Vec::new();
+    let mut dirs: Vec<((u64, u64), bool)> = Vec::new();
     for (name, _) in a.list("base")? {
         let mut it = name.split('/').skip(1);
-        let (Some(pos), Some(leaf)) = (it.next(), it.next()) else {
+        let (Some(dir), Some(leaf)) = (it.next(), it.next()) else {
             continue;
         };
-        let Ok(pos) = u64::from_str_radix(pos, 16) else {
+        let Some((line, pos)) = dir
+            .split_once('-')
+            .and_then(|(l, p)| Some((l.parse().ok()?, u64::from_str_radix(p, 16).ok()?)))
+        else {
             continue;
         };
         match dirs.last_mut() {
-            Some((p, m)) if *p == pos => *m |= leaf == "manifest",
-            _ => dirs.push((pos, leaf == "manifest")),
+            Some((k, m)) if *k == (line, pos) => *m |= leaf == "manifest",
+            _ => dirs.push(((line, pos), leaf == "manifest")),
         }
     }
-    for (pos, has) in dirs {
+    for ((line, pos), has) in dirs {
         let text = match has {
-            true => a.get(&format!("{}/manifest", base_dir(pos)))?,
+            true => a.get(&format!("{}/manifest", base_dir(line, pos)))?,
             false => None,
         };
-        match text.and_then(|t| parse_manifest(pos, std::str::from_utf8(&t).ok()?)) {
+        match text.and_then(|t| parse_manifest(line, pos, std::str::from_utf8(&t).ok()?)) {
             Some(b) => l.bases.push(b),
-            None => l.incomplete.push(pos),
+            None => l.incomplete.push((line, pos)),
         }
     }
     Ok(l)
@@ -256,7 +259,9 @@ impl Listing {
     /// `reach`.
     pub fn restore_plan(&self, until: u64) -> Option<(Base, Vec<Piece>)> {
         let mut bases: Vec<&Base> = self.bases.iter().filter(|b| b.ms <= until).collect();
-        bases.sort_by_key(|b| std::cmp::Reverse(b.pos));
+        // Newest first, by time: lines' positions may overlap (a volume
+        // restored under its old id starts its journal again).
+        bases.sort_by_key(|b| std::cmp::Reverse((b.ms, b.pos)));
         bases.into_iter().find_map(|b| {
             let chain = self.chain(b.pos, b.line, until);
             let end = chain.last().map_or(b.pos, |p| p.to);
@@ -291,28 +296,32 @@ pub(crate) fn run(shared: &Arc<Shared>, archive: Archive, opts: ArchiveOpts) {
         }
     };
     let durable = engine.archive_view().map_or(replay, |v| v.2);
-    let end = listing.pieces.iter().map(|p| p.to).max().unwrap_or(0);
-    if end > durable {
-        eprintln!(
-            "solofs: archive: the archive in the store holds journal up to {end}, past this volume's end ({durable}): it is the history of another copy of this volume; nothing is archived (move the objects under {}.archive/ aside to archive this one)",
-            solofs_data::volume_hex(&engine.volume_id())
-        );
-        return;
-    }
+    // The line archived last, and where it ends.
+    let last_line = listing.pieces.iter().max_by_key(|p| p.ms).map(|p| p.line);
+    let end = listing
+        .pieces
+        .iter()
+        .filter(|p| Some(p.line) == last_line)
+        .map(|p| p.to)
+        .max()
+        .unwrap_or(0);
     // Go on where the archive ends, in its line, if the journal from there
     // is still on disk and the pool is what that journal made; else a new
-    // line from the image's position, with a new image. (After a crash of
-    // the process, the image took the pool's stores whose records died
-    // with it: the old line's images cannot be brought forward by the new
-    // journal.)
-    let crashed = engine.last_stop() == Some(solofs_meta::pool::checkpoint::LastStop::ProcessCrash);
+    // line from the image's position, with a new image:
+    // * after a crash of the process, the image took the pool's stores
+    //   whose records died with it: the old line's images cannot be
+    //   brought forward by the new journal;
+    // * a line past this volume's end is another history (a volume
+    //   restored under its old id starts its journal again).
     // (A clean stop's last commit, after the archive's last copy, moves
     // the image past the archive's end; the segments from there are kept.)
-    let on_disk = end >= replay || engine.journal_bytes(end, replay).is_ok();
+    let crashed = engine.last_stop() == Some(solofs_meta::pool::checkpoint::LastStop::ProcessCrash);
+    let on_disk = end <= durable && (end >= replay || engine.journal_bytes(end, replay).is_ok());
     let continued = match on_disk && !crashed {
-        true => listing.pieces.iter().find(|p| p.to == end).map(|p| p.line),
+        true => last_line,
         false => None,
     };
+    let end = if continued.is_some() { end } else { 0 };
     let continues = continued.is_some();
     let line = continued.unwrap_or_else(now_ms);
     let mut done = if continues { end } else { replay };
@@ -323,7 +332,13 @@ pub(crate) fn run(shared: &Arc<Shared>, archive: Archive, opts: ArchiveOpts) {
         .is_some_and(|(b, c)| b.line == line && c.last().map_or(b.pos, |p| p.to) == end);
     let mut need_base = !continues || !reaches;
     let mut last_base = Instant::now();
-    let mut base_at = listing.bases.iter().map(|b| b.pos).max().unwrap_or(0);
+    let mut base_at = listing
+        .bases
+        .iter()
+        .filter(|b| b.line == line)
+        .map(|b| b.pos)
+        .max()
+        .unwrap_or(0);
     let mut base_thread: Option<std::thread::JoinHandle<Option<Base>>> = None;
     loop {
         let stopping = shared.stop.load(Ordering::SeqCst);
@@ -391,7 +406,7 @@ pub(crate) fn run(shared: &Arc<Shared>, archive: Archive, opts: ArchiveOpts) {
             if let Some(b) = base_thread.take().and_then(|t| t.join().ok().flatten()) {
                 base_at = b.pos;
                 listing.bases.retain(|x| x.pos != b.pos);
-                listing.incomplete.retain(|&p| p != b.pos);
+                listing.incomplete.retain(|&k| k != (b.line, b.pos));
                 listing.bases.push(b);
                 prune(&archive, &mut listing, opts.keep, stats);
             }
@@ -444,7 +459,7 @@ fn upload_base(shared: &Shared, archive: &Archive, line: u64) -> Option<Base> {
         // An image already there at this position (a start after a stop
         // with no checkpoint since) is incomplete while it is written over.
         archive
-            .delete(&format!("{}/manifest", base_dir(pos)))
+            .delete(&format!("{}/manifest", base_dir(line, pos)))
             .map_err(|e| e.to_string())?;
         let f = std::fs::File::open(&img).map_err(|e| format!("open {}: {e}", img.display()))?;
         let len = f.metadata().map_err(|e| e.to_string())?.len();
@@ -457,7 +472,7 @@ fn upload_base(shared: &Shared, archive: &Archive, line: u64) -> Option<Base> {
                 continue;
             }
             archive
-                .put(&chunk_name(pos, i), Bytes::copy_from_slice(&buf[..n]))
+                .put(&chunk_name(line, pos, i), Bytes::copy_from_slice(&buf[..n]))
                 .map_err(|e| e.to_string())?;
         }
         let reach = engine.archive_view().map_or(pos, |v| v.2);
@@ -470,7 +485,7 @@ fn upload_base(shared: &Shared, archive: &Archive, line: u64) -> Option<Base> {
         };
         archive
             .put(
-                &format!("{}/manifest", base_dir(pos)),
+                &format!("{}/manifest", base_dir(line, pos)),
                 Bytes::from(manifest(&b)),
             )
             .map_err(|e| e.to_string())?;
@@ -490,25 +505,24 @@ fn upload_base(shared: &Shared, archive: &Archive, line: u64) -> Option<Base> {
 }
 
 /// Deletes what no restore point within `keep` needs: images older than
-/// the newest one before the boundary, incomplete images before the
-/// newest complete one, and journal before the oldest image kept.
+/// the newest one before the boundary, incomplete images (called between
+/// two image copies, so none is being written), and in each line the
+/// journal before its oldest image kept (all of it for a line without
+/// one).
 pub fn prune(archive: &Archive, l: &mut Listing, keep: Duration, stats: &ArchiveStats) {
     let boundary = now_ms().saturating_sub(keep.as_millis() as u64);
-    l.bases.sort_by_key(|b| b.pos);
+    l.bases.sort_by_key(|b| (b.ms, b.pos));
     // The newest image at or before the boundary serves restores back to
     // it; those before it serve none.
     let first = l.bases.iter().rposition(|b| b.ms <= boundary).unwrap_or(0);
-    let newest = l.bases.last().map_or(0, |b| b.pos);
-    let kept: Vec<u64> = l.bases[first..].iter().map(|b| b.pos).collect();
-    let doomed: Vec<u64> = l.bases[..first]
+    let doomed: Vec<(u64, u64)> = l.bases[..first]
         .iter()
-        .map(|b| b.pos)
-        .chain(l.incomplete.iter().copied().filter(|&p| p < newest))
-        .filter(|p| !kept.contains(p))
+        .map(|b| (b.line, b.pos))
+        .chain(l.incomplete.iter().copied())
         .collect();
     let mut failed = false;
-    for pos in &doomed {
-        let names = archive.list(&base_dir(*pos)).unwrap_or_default();
+    for (line, pos) in &doomed {
+        let names = archive.list(&base_dir(*line, *pos)).unwrap_or_default();
         // The manifest first: an image half deleted is incomplete, never
         // wrong.
         let mut names: Vec<String> = names.into_iter().map(|(n, _)| n).collect();
@@ -518,17 +532,21 @@ pub fn prune(archive: &Archive, l: &mut Listing, keep: Duration, stats: &Archive
         }
     }
     l.bases.drain(..first);
-    l.incomplete.retain(|p| *p >= newest);
-    if let Some(oldest) = l.bases.first().map(|b| b.pos) {
-        l.pieces.retain(|p| {
-            if p.to <= oldest {
-                failed |= archive.delete(&piece_name(p)).is_err();
-                false
-            } else {
-                true
-            }
-        });
-    }
+    l.incomplete.clear();
+    let bases = &l.bases;
+    l.pieces.retain(|p| {
+        let oldest = bases
+            .iter()
+            .filter(|b| b.line == p.line)
+            .map(|b| b.pos)
+            .min();
+        if oldest.is_none_or(|o| p.to <= o) {
+            failed |= archive.delete(&piece_name(p)).is_err();
+            false
+        } else {
+            true
+        }
+    });
     if failed {
         stats.errors.fetch_add(1, Ordering::Relaxed);
     }
