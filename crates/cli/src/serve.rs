@@ -242,6 +242,9 @@ struct Settings {
     /// Archive to the block store (docs/archive.md), and how.
     archive: bool,
     archive_opts: solofs_server::archive::ArchiveOpts,
+    /// `archive_base_every` was given (a volume without a journal gets
+    /// another default).
+    archive_base_set: bool,
 }
 
 const KEYS: [&str; 22] = [
@@ -337,6 +340,7 @@ fn apply(s: &mut Settings, key: &str, v: &str) -> Result<()> {
                 .context("archive_keep is a duration (e.g. 7d, 12h)")?
         }
         "archive_base_every" => {
+            s.archive_base_set = true;
             s.archive_opts.base_every = solofs_server::archive::parse_duration(v)
                 .filter(|d| d.as_secs() >= 1)
                 .context("archive_base_every is a duration (e.g. 6h, 30m)")?
@@ -379,6 +383,7 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
         member: None,
         archive: false,
         archive_opts: Default::default(),
+        archive_base_set: false,
     };
     if let Some(c) = &config {
         let text =
@@ -453,11 +458,6 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
     }
     let engine = Arc::new(open_volume(&data, "serve")?);
     engine.set_data_capacity(s.capacity);
-    if cfg.archive.is_some() && engine.archive_view().is_none() {
-        let e = Arc::try_unwrap(engine).map_err(|_| anyhow::anyhow!("engine in use"))?;
-        e.close()?;
-        bail!("--archive needs a volume made with `--durability sync` (its journal is what is archived; docs/archive.md)");
-    }
     if cfg.archive.is_some() && engine.storage_url().is_empty() {
         let e = Arc::try_unwrap(engine).map_err(|_| anyhow::anyhow!("engine in use"))?;
         e.close()?;
@@ -466,9 +466,24 @@ pub fn serve(args: Vec<OsString>) -> Result<()> {
     if engine.last_stop() == Some(solofs_meta::pool::checkpoint::LastStop::PowerCut) {
         println!("the machine restarted under the last run: pool rebuilt from its checkpoint and journal");
     }
-    if let Some(o) = &cfg.archive {
+    if let Some(o) = cfg.archive.as_mut() {
+        let journal = engine.archive_view().is_some();
+        if !journal && !s.archive_base_set {
+            // No journal: the images are the archive, and their interval
+            // its loss window.
+            o.base_every = Duration::from_secs(15 * 60);
+        }
         println!(
-            "archiving the journal and images to {} under {}.archive/ (restores reach back {} s; docs/archive.md)",
+            "archiving {} to {} under {}.archive/ (restores reach back {} s; docs/archive.md)",
+            if journal {
+                "the journal and images".to_string()
+            } else {
+                format!(
+                    "an image every {} s (no journal: a `{:?}` volume; changes of the last interval can be lost)",
+                    o.base_every.as_secs(),
+                    engine.durability()
+                )
+            },
             engine.storage_url(),
             solofs_data::volume_hex(&engine.volume_id()),
             o.keep.as_secs()

@@ -270,14 +270,75 @@ impl Listing {
     }
 }
 
+/// A volume without a journal (`process`, `pmem`): an image of the pool
+/// as of one moment every `base_every`, and one at a graceful stop. Each
+/// is copied beside the pool with every changing operation held at its
+/// start, as for a dump of the running volume (docs/dump.md), then put;
+/// each is a line of its own, with no journal. The loss window is the
+/// interval.
+fn run_images(shared: &Arc<Shared>, archive: Archive, opts: ArchiveOpts) {
+    let mut listing = match list(&archive) {
+        Ok(l) => l,
+        Err(e) => {
+            shared.archive.errors.fetch_add(1, Ordering::Relaxed);
+            eprintln!("solofs: archive: cannot list the archive ({e}); images are put anyway");
+            Listing::default()
+        }
+    };
+    let copy = {
+        let mut p = shared.engine.path().as_os_str().to_owned();
+        p.push(".archive-copy");
+        std::path::PathBuf::from(p)
+    };
+    // (A copy left by a crash in the middle of one.)
+    let _ = std::fs::remove_file(&copy);
+    let mut last: Option<Instant> = None;
+    loop {
+        let stopping = shared.stop.load(Ordering::SeqCst);
+        if stopping || last.is_none_or(|t| t.elapsed() >= opts.base_every) {
+            last = Some(Instant::now());
+            let ms = now_ms();
+            let r = shared
+                .engine
+                .snapshot_to(&copy)
+                .map_err(|e| format!("copying the pool: {e}"))
+                .and_then(|q| {
+                    let s = &shared.snapshots;
+                    s.held_us
+                        .fetch_add(q.held.as_micros() as u64, Ordering::Relaxed);
+                    let len = put_chunks(&archive, &copy, ms, 0)?;
+                    let b = Base {
+                        pos: 0,
+                        len,
+                        reach: 0,
+                        ms,
+                        line: ms,
+                    };
+                    put_manifest(&archive, &b)?;
+                    Ok(b)
+                });
+            let _ = std::fs::remove_file(&copy);
+            if let Some(b) = counted(shared, r) {
+                // The archive holds the volume as it was when the copy began.
+                shared.archive.level_ms.store(ms, Ordering::Relaxed);
+                listing.bases.push(b);
+                prune(&archive, &mut listing, opts.keep, &shared.archive);
+            }
+        }
+        if stopping {
+            break;
+        }
+        sleep_or_stop(shared, opts.base_every.min(Duration::from_secs(1)));
+    }
+}
+
 /// Runs the archive of `shared`'s volume into `archive` until the server
 /// stops, then copies what is durable one last time.
 pub(crate) fn run(shared: &Arc<Shared>, archive: Archive, opts: ArchiveOpts) {
     let engine = &shared.engine;
     let stats = &shared.archive;
     let Some((_, replay, _)) = engine.archive_view() else {
-        eprintln!("solofs: --archive needs a `--durability sync` volume that is not a replica set's member; nothing is archived");
-        return;
+        return run_images(shared, archive, opts);
     };
     // Nothing from here on may go before it is archived.
     if let Err(e) = engine.journal_keep_from(replay) {
@@ -451,7 +512,6 @@ fn sleep_or_stop(shared: &Shared, d: Duration) -> bool {
 /// Reads the image as it is and puts it in the archive (its manifest
 /// last); `None` if that failed (said, and tried again at the next turn).
 fn upload_base(shared: &Shared, archive: &Archive, line: u64) -> Option<Base> {
-    use std::os::unix::fs::FileExt;
     let engine = &shared.engine;
     let (img, pos, _) = engine.archive_view()?;
     let ms = now_ms();
@@ -461,20 +521,7 @@ fn upload_base(shared: &Shared, archive: &Archive, line: u64) -> Option<Base> {
         archive
             .delete(&format!("{}/manifest", base_dir(line, pos)))
             .map_err(|e| e.to_string())?;
-        let f = std::fs::File::open(&img).map_err(|e| format!("open {}: {e}", img.display()))?;
-        let len = f.metadata().map_err(|e| e.to_string())?.len();
-        let mut buf = vec![0u8; CHUNK as usize];
-        for i in 0..len.div_ceil(CHUNK) {
-            let n = CHUNK.min(len - i * CHUNK) as usize;
-            f.read_exact_at(&mut buf[..n], i * CHUNK)
-                .map_err(|e| format!("read {}: {e}", img.display()))?;
-            if buf[..n].iter().all(|&b| b == 0) {
-                continue;
-            }
-            archive
-                .put(&chunk_name(line, pos, i), Bytes::copy_from_slice(&buf[..n]))
-                .map_err(|e| e.to_string())?;
-        }
+        let len = put_chunks(archive, &img, line, pos)?;
         let reach = engine.archive_view().map_or(pos, |v| v.2);
         let b = Base {
             pos,
@@ -483,14 +530,49 @@ fn upload_base(shared: &Shared, archive: &Archive, line: u64) -> Option<Base> {
             ms,
             line,
         };
-        archive
-            .put(
-                &format!("{}/manifest", base_dir(line, pos)),
-                Bytes::from(manifest(&b)),
-            )
-            .map_err(|e| e.to_string())?;
+        put_manifest(archive, &b)?;
         Ok(b)
     })();
+    counted(shared, r)
+}
+
+/// Puts the file `img` (a pool or its image) as the chunks of the image of
+/// `line` at `pos`, leaving out chunks of zeros; its length.
+fn put_chunks(
+    archive: &Archive,
+    img: &std::path::Path,
+    line: u64,
+    pos: u64,
+) -> Result<u64, String> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(img).map_err(|e| format!("open {}: {e}", img.display()))?;
+    let len = f.metadata().map_err(|e| e.to_string())?.len();
+    let mut buf = vec![0u8; CHUNK as usize];
+    for i in 0..len.div_ceil(CHUNK) {
+        let n = CHUNK.min(len - i * CHUNK) as usize;
+        f.read_exact_at(&mut buf[..n], i * CHUNK)
+            .map_err(|e| format!("read {}: {e}", img.display()))?;
+        if buf[..n].iter().all(|&b| b == 0) {
+            continue;
+        }
+        archive
+            .put(&chunk_name(line, pos, i), Bytes::copy_from_slice(&buf[..n]))
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(len)
+}
+
+fn put_manifest(archive: &Archive, b: &Base) -> Result<(), String> {
+    archive
+        .put(
+            &format!("{}/manifest", base_dir(b.line, b.pos)),
+            Bytes::from(manifest(b)),
+        )
+        .map_err(|e| e.to_string())
+}
+
+/// Counts an image's copy in the metrics, or says why it failed.
+fn counted(shared: &Shared, r: Result<Base, String>) -> Option<Base> {
     match r {
         Ok(b) => {
             shared.archive.bases.fetch_add(1, Ordering::Relaxed);
