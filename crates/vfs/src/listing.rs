@@ -19,6 +19,11 @@ use std::sync::atomic::Ordering;
 /// Entries a `readdirplus` asks the server for.
 const PLUS_BATCH: u32 = 256;
 
+/// Entries a `readdir` asks the server for (with their attributes, which
+/// are kept: a kernel request holds about a hundred, and the rest of the
+/// batch is asked for again by the next).
+const PLAIN_BATCH: u32 = 128;
+
 /// Open directories whose first batch is kept at most (a program that
 /// holds more open and unread pays one more request for each of the
 /// others' listings).
@@ -155,16 +160,22 @@ impl Vfs {
         if let Some(d) = self.dirs.lock().get_mut(&fh) {
             d.first = None;
         }
+        // With attributes, which are kept with the names (paths.rs
+        // `keep_listed`): the lookup the kernel makes of each listed name
+        // before a program acts on it (`rm -rf` unlinks every one; the
+        // kernel's own entries may be gone, `drop_caches`) is answered
+        // here, with no request of its own.
         let mut cookie = offset.saturating_sub(2);
         loop {
             let (list, end) = self
                 .client
-                .readdir_page(&ctx.cred, Target::Ino(ino), cookie, 512)
+                .readdir_plus_page(&ctx.cred, Target::Ino(ino), cookie, PLAIN_BATCH)
                 .map_err(errno)?;
             if list.is_empty() {
                 return Ok(());
             }
-            for d in list {
+            self.keep_listed(ino, &list);
+            for (d, _) in list {
                 if add(d.ino, d.cookie + 2, d.kind, &d.name) {
                     return Ok(());
                 }

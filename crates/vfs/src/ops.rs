@@ -48,6 +48,11 @@ impl Vfs {
             // As the server would answer; a new directory's "absent" must
             // not turn it into ENOENT.
             Err(Error::NameTooLong)
+        } else if let Some(a) = self.kept(ctx, parent, name)? {
+            // Listed (or looked up) under the current watch, and nothing
+            // since changed the name or the inode.
+            self.stats.lookup_here.fetch_add(1, Ordering::Relaxed);
+            Ok(a)
         } else if self.new_dirs.absent(parent, name)
             // A notice already here may say another mount made names in
             // it: handled first (it drops the directory from new_dirs).

@@ -17,7 +17,7 @@ use crate::file::version;
 use crate::{Ctx, Error, Res, Vfs};
 use parking_lot::Mutex;
 use solofs_client::Target;
-use solofs_types::{Attr, Cred, FileType, ROOT_INO};
+use solofs_types::{Attr, Cred, DirEntry, FileType, ROOT_INO};
 use std::collections::{HashMap, VecDeque};
 
 /// Misses in a directory after which it is listed (module text).
@@ -86,7 +86,7 @@ impl Vfs {
     /// `name` in `dir` as kept here, if this client may answer for the
     /// server (the directory's own attributes are asked for once if they
     /// are not kept: the search permission is checked with them).
-    fn kept(&self, ctx: &Ctx, dir: u64, name: &[u8]) -> Res<Option<Attr>> {
+    pub(crate) fn kept(&self, ctx: &Ctx, dir: u64, name: &[u8]) -> Res<Option<Attr>> {
         let Some(ino) = self.attrs.peek_name(dir, name).filter(|&i| i != 0) else {
             return Ok(None);
         };
@@ -179,17 +179,24 @@ impl Vfs {
             let Ok((list, end)) = page else {
                 return;
             };
-            self.coh.gated(|t| {
-                for (d, a) in &list {
-                    self.put_attr(a, &t);
-                    self.attrs.name(dir, &d.name, d.ino, t.entry);
-                }
-            });
+            self.keep_listed(dir, &list);
             match list.last() {
                 Some((d, _)) if !end => cookie = d.cookie,
                 _ => return,
             }
         }
+    }
+
+    /// Keeps what a listing of `dir` with attributes said: each name's
+    /// inode and the inode's attributes, under the gate (a notice of a
+    /// later change is handled after them).
+    pub(crate) fn keep_listed(&self, dir: u64, list: &[(DirEntry, Attr)]) {
+        self.coh.gated(|t| {
+            for (d, a) in list {
+                self.put_attr(a, &t);
+                self.attrs.name(dir, &d.name, d.ino, t.entry);
+            }
+        });
     }
 
     /// The attributes of what `path` names (from the root; relative
