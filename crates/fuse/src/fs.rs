@@ -103,11 +103,8 @@ impl Filesystem for SoloFs {
     }
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let _ = config.add_capabilities(
-            InitFlags::FUSE_DO_READDIRPLUS
-                | InitFlags::FUSE_READDIRPLUS_AUTO
-                | InitFlags::FUSE_PARALLEL_DIROPS,
-        );
+        let _ = config
+            .add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_PARALLEL_DIROPS);
         let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
         // Locks are the server's (locking.rs), so they hold across mounts.
         let _ = config.add_capabilities(InitFlags::FUSE_POSIX_LOCKS | InitFlags::FUSE_FLOCK_LOCKS);
