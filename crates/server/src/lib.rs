@@ -501,6 +501,12 @@ impl Server {
                 }
             }
         }
+        // Nobody new gets in while the rest stops: the port is closed at
+        // once, not after every thread has finished (a replica set's
+        // leader that lost its lease must stop accepting before another
+        // may lead; a client of a stopping server tries again at once).
+        let _ = self.poll.registry().deregister(&mut self.listener);
+        drop(self.listener);
         for s in &slots {
             let _ = s.waker.wake();
         }
