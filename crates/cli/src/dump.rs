@@ -349,14 +349,17 @@ pub fn load(args: Vec<std::ffi::OsString>) -> Result<()> {
     use lexopt::prelude::*;
     let mut p = lexopt::Parser::from_args(args);
     let (mut data, mut input): (Option<PathBuf>, Option<PathBuf>) = (None, None);
-    let mut durability = solofs_meta::Durability::Process;
-    let mut storage: Option<String> = None;
+    let mut to = NewVolume {
+        durability: solofs_meta::Durability::Process,
+        storage: None,
+        same_id: false,
+    };
     while let Some(a) = p.next()? {
         match a {
             Long("data") => data = Some(p.value()?.into()),
             Long("input") | Short('i') => input = Some(p.value()?.into()),
-            Long("storage") => storage = Some(p.value()?.parse()?),
-            Long("durability") => durability = durability_value(&mut p)?,
+            Long("storage") => to.storage = Some(p.value()?.parse()?),
+            Long("durability") => to.durability = durability_value(&mut p)?,
             Long("help") | Short('h') => {
                 println!("solofs load --data DIR [-i FILE] [--storage URL] [--durability process|pmem|sync]\n  builds a new volume in DIR (absent or empty) from a dump (default: standard input);\n  it gets a volume id of its own and copies the dumped files' blocks to its own\n  names, in the store where the dumped volume's are (or --storage URL, where\n  they are now): deleting in one volume never touches the other's data");
                 return Ok(());
@@ -389,7 +392,7 @@ pub fn load(args: Vec<std::ffi::OsString>) -> Result<()> {
         true => Box::new(BufReader::new(flate2::read::GzDecoder::new(src))),
         false => Box::new(src),
     };
-    let r = load_stream(src, &data, durability, storage, false);
+    let r = load_stream(src, &data, to);
     progress.finish();
     let (i, n) = r?;
     println!("loaded {i} inodes, {n} names into {}", data.display());
@@ -403,19 +406,23 @@ pub fn durability_value(p: &mut lexopt::Parser) -> Result<solofs_meta::Durabilit
     solofs_meta::Durability::parse(&v).context("durability is process, pmem or sync")
 }
 
+/// What a load makes of a dump.
+pub struct NewVolume {
+    /// The new volume's durability mode.
+    pub durability: solofs_meta::Durability,
+    /// Where the blocks are now, if not at the dumped volume's URL.
+    pub storage: Option<String>,
+    /// Keep the dumped volume's id, its blocks where they are (a restore
+    /// that takes over from a volume that is gone for good); else an id
+    /// of its own and the blocks copied.
+    pub same_id: bool,
+}
+
 /// Builds a new volume in `data` (absent or empty) from the dump stream
-/// `r`; on any error nothing of it stays. With `same_id` the volume keeps
-/// the dumped volume's id and its blocks stay where they are (a restore
-/// that takes over from a volume that is gone for good).
-pub fn load_stream<R: Read>(
-    r: R,
-    data: &Path,
-    durability: solofs_meta::Durability,
-    storage: Option<String>,
-    same_id: bool,
-) -> Result<(u64, u64)> {
+/// `r`; on any error nothing of it stays.
+pub fn load_stream<R: Read>(r: R, data: &Path, to: NewVolume) -> Result<(u64, u64)> {
     let existed = data.exists();
-    match read_dump(r, data, durability, storage, same_id) {
+    match read_dump(r, data, to) {
         Ok(v) => Ok(v),
         Err(e) => {
             // Nothing half-loaded stays.
@@ -459,13 +466,12 @@ impl<R: Read> In<R> {
     }
 }
 
-fn read_dump<R: Read>(
-    r: R,
-    data: &Path,
-    durability: solofs_meta::Durability,
-    storage: Option<String>,
-    same_id: bool,
-) -> Result<(u64, u64)> {
+fn read_dump<R: Read>(r: R, data: &Path, to: NewVolume) -> Result<(u64, u64)> {
+    let NewVolume {
+        durability,
+        storage,
+        same_id,
+    } = to;
     let mut i = In { r, crc: !0 };
     let mut h = [0u8; 12];
     i.exact(&mut h)?;

@@ -112,7 +112,12 @@ pub fn restore(args: Vec<std::ffi::OsString>) -> Result<()> {
     let r = rebuild(&a, &base, &chain, &pool).and_then(|()| {
         rebuilt = t0.elapsed().as_secs_f64();
         let e = solofs_meta::Engine::open_copy(&pool).context("opening the rebuilt pool")?;
-        load_from(&e, &data, durability, storage, same)
+        let to = crate::dump::NewVolume {
+            durability,
+            storage,
+            same_id: same,
+        };
+        load_from(&e, &data, to)
     });
     let _ = std::fs::remove_file(&pool);
     let (inodes, names) = r?;
@@ -255,9 +260,7 @@ fn rebuild(
 fn load_from(
     e: &solofs_meta::Engine,
     data: &Path,
-    durability: solofs_meta::Durability,
-    storage: Option<String>,
-    same: bool,
+    to: crate::dump::NewVolume,
 ) -> Result<(u64, u64)> {
     let (tx, rx) = std::sync::mpsc::sync_channel(4);
     let (wr, rd) = (
@@ -275,7 +278,7 @@ fn load_from(
         let writer = s.spawn(|| {
             crate::dump::write_dump(e, std::io::BufWriter::with_capacity(1 << 20, wr), n)
         });
-        let r = crate::dump::load_stream(rd, data, durability, storage, same);
+        let r = crate::dump::load_stream(rd, data, to);
         let w = writer
             .join()
             .map_err(|_| anyhow::anyhow!("the dump thread failed"))?;

@@ -37,6 +37,20 @@ fn names(data: &Path) -> Vec<String> {
     out
 }
 
+/// Restores the latest moment of the archive in `url` into a scratch
+/// directory (named after `tag`), checks it with fsck and removes it: the
+/// names in its root.
+fn restore_latest(url: &str, tag: &str) -> Vec<String> {
+    let back =
+        std::env::temp_dir().join(format!("solofs-archive-{tag}-back-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&back);
+    solofs(&["restore", "--from", url, "--data", back.to_str().unwrap()]);
+    let got = names(&back);
+    assert_fsck_clean(&back);
+    let _ = std::fs::remove_dir_all(&back);
+    got
+}
+
 /// Creates `f{i}` one after the other for `secs`; the time each create
 /// was acknowledged (ms since 1970), in order.
 fn write_for(c: &Client, from: usize, secs: f64) -> Vec<u64> {
@@ -280,16 +294,10 @@ fn the_archive_keeps_its_retention_and_a_graceful_stop_loses_nothing() {
     }
 
     // A graceful stop archives everything acknowledged.
-    let back =
-        std::env::temp_dir().join(format!("solofs-archive-keep-back-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&back);
-    solofs(&["restore", "--from", &url, "--data", back.to_str().unwrap()]);
     assert_eq!(
-        prefix_of(&names(&back), "after a graceful stop"),
+        prefix_of(&restore_latest(&url, "keep"), "after a graceful stop"),
         acked.len()
     );
-    assert_fsck_clean(&back);
-    let _ = std::fs::remove_dir_all(&back);
     let _ = std::fs::remove_dir_all(&store);
 }
 
@@ -318,18 +326,12 @@ fn a_volume_without_a_journal_is_archived_as_images() {
     make(&c, "second");
     drop(c);
     server.kill();
-    let back = std::env::temp_dir().join(format!("solofs-archive-img-back-{}", std::process::id()));
-    // Restores the latest moment into `back`: how many names start so.
+    // The latest moment restored: how many names start so.
     let restored = |prefix: &str| {
-        let _ = std::fs::remove_dir_all(&back);
-        solofs(&["restore", "--from", &url, "--data", back.to_str().unwrap()]);
-        let n = names(&back)
+        restore_latest(&url, "img")
             .iter()
             .filter(|n| n.starts_with(prefix))
-            .count();
-        assert_fsck_clean(&back);
-        let _ = std::fs::remove_dir_all(&back);
-        n
+            .count()
     };
     assert_eq!(restored("first"), 30);
     // A graceful stop takes a last image: nothing is lost.
@@ -378,14 +380,8 @@ fn a_clean_restart_continues_the_archive_and_a_crashed_one_starts_a_new_line() {
     lines.sort();
     lines.dedup();
     assert_eq!(lines.len(), 2, "{lines:?}");
-    let back =
-        std::env::temp_dir().join(format!("solofs-archive-line-back-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&back);
-    solofs(&["restore", "--from", &url, "--data", back.to_str().unwrap()]);
-    let got = names(&back);
+    let got = restore_latest(&url, "line");
     assert_eq!(got.len(), 150, "{got:?}");
-    assert_fsck_clean(&back);
-    let _ = std::fs::remove_dir_all(&back);
     let _ = std::fs::remove_dir_all(&store);
 }
 
@@ -437,14 +433,8 @@ fn a_volume_restored_under_its_own_id_keeps_its_blocks_and_is_archived_again() {
     }
     drop(c);
     assert!(server.stop().success());
-    let back =
-        std::env::temp_dir().join(format!("solofs-archive-same-back-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&back);
-    solofs(&["restore", "--from", &url, "--data", back.to_str().unwrap()]);
-    let got = names(&back);
+    let got = restore_latest(&url, "same");
     assert_eq!(got.len(), 41, "{got:?}");
     assert!(got.contains(&"new19".to_string()) && got.contains(&"old0".to_string()));
-    assert_fsck_clean(&back);
-    let _ = std::fs::remove_dir_all(&back);
     let _ = std::fs::remove_dir_all(&store);
 }

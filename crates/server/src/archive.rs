@@ -382,16 +382,17 @@ pub(crate) fn run(shared: &Arc<Shared>, archive: Archive, opts: ArchiveOpts) {
         true => last_line,
         false => None,
     };
-    let end = if continued.is_some() { end } else { 0 };
-    let continues = continued.is_some();
-    let line = continued.unwrap_or_else(now_ms);
-    let mut done = if continues { end } else { replay };
+    let (line, mut done) = match continued {
+        Some(l) => (l, end),
+        None => (now_ms(), replay),
+    };
     let _ = engine.journal_keep_from(done);
     // A new image unless a restore of the latest already works.
-    let reaches = listing
-        .restore_plan(u64::MAX)
-        .is_some_and(|(b, c)| b.line == line && c.last().map_or(b.pos, |p| p.to) == end);
-    let mut need_base = !continues || !reaches;
+    let reaches = continued.is_some()
+        && listing
+            .restore_plan(u64::MAX)
+            .is_some_and(|(b, c)| b.line == line && c.last().map_or(b.pos, |p| p.to) == done);
+    let mut need_base = !reaches;
     let mut last_base = Instant::now();
     let mut base_at = listing
         .bases
@@ -419,29 +420,21 @@ pub(crate) fn run(shared: &Arc<Shared>, archive: Archive, opts: ArchiveOpts) {
                 .journal_bytes(done, to)
                 .map_err(|e| e.to_string())
                 .and_then(|b| {
-                    let ms = now_ms();
-                    let n = b.len() as u64;
-                    archive
-                        .put(
-                            &piece_name(&Piece {
-                                from: done,
-                                to,
-                                ms,
-                                line,
-                            }),
-                            Bytes::from(b),
-                        )
-                        .map_err(|e| e.to_string())
-                        .map(|()| (n, ms))
-                });
-            match r {
-                Ok((n, ms)) => {
-                    listing.pieces.push(Piece {
+                    let p = Piece {
                         from: done,
                         to,
-                        ms,
+                        ms: now_ms(),
                         line,
-                    });
+                    };
+                    let n = b.len() as u64;
+                    archive
+                        .put(&piece_name(&p), Bytes::from(b))
+                        .map_err(|e| e.to_string())
+                        .map(|()| (n, p))
+                });
+            match r {
+                Ok((n, p)) => {
+                    listing.pieces.push(p);
                     done = to;
                     stats.pieces.fetch_add(1, Ordering::Relaxed);
                     stats.bytes.fetch_add(n, Ordering::Relaxed);
