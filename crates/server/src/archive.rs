@@ -376,9 +376,18 @@ pub(crate) fn run(shared: &Arc<Shared>, archive: Archive, opts: ArchiveOpts) {
     //   restored under its old id starts its journal again).
     // (A clean stop's last commit, after the archive's last copy, moves
     // the image past the archive's end; the segments from there are kept.)
+    // * a journal that is not the one this data directory archived (a
+    //   volume restored or loaded under its old id starts its journal
+    //   again; past the old line's end it would seem to go on) is another
+    //   history: the line this directory archived last is kept beside its
+    //   pool, and only that line goes on.
     let crashed = engine.last_stop() == Some(solofs_meta::pool::checkpoint::LastStop::ProcessCrash);
+    let mine = line_file(engine.path());
+    let ours = std::fs::read_to_string(&mine)
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok());
     let on_disk = end <= durable && (end >= replay || engine.journal_bytes(end, replay).is_ok());
-    let continued = match on_disk && !crashed {
+    let continued = match on_disk && !crashed && last_line.is_some() && ours == last_line {
         true => last_line,
         false => None,
     };
@@ -386,6 +395,12 @@ pub(crate) fn run(shared: &Arc<Shared>, archive: Archive, opts: ArchiveOpts) {
         Some(l) => (l, end),
         None => (now_ms(), replay),
     };
+    if ours != Some(line) {
+        if let Err(e) = write_line_file(&mine, line) {
+            stats.errors.fetch_add(1, Ordering::Relaxed);
+            eprintln!("solofs: archive: {e}");
+        }
+    }
     let _ = engine.journal_keep_from(done);
     // A new image unless a restore of the latest already works.
     let reaches = continued.is_some()
@@ -488,6 +503,29 @@ pub(crate) fn run(shared: &Arc<Shared>, archive: Archive, opts: ArchiveOpts) {
             continue;
         }
     }
+}
+
+/// The file beside the pool at `pool` that names the line this data
+/// directory archives into.
+fn line_file(pool: &std::path::Path) -> std::path::PathBuf {
+    let mut p = pool.as_os_str().to_owned();
+    p.push(".archive-line");
+    std::path::PathBuf::from(p)
+}
+
+/// Writes `line` into `path` durably (a new file renamed over the old).
+fn write_line_file(path: &std::path::Path, line: u64) -> Result<(), String> {
+    use std::io::Write;
+    let tmp = path.with_extension("archive-line.tmp");
+    let say = |e: std::io::Error| format!("writing {}: {e}", path.display());
+    let mut f = std::fs::File::create(&tmp).map_err(say)?;
+    f.write_all(format!("{line}\n").as_bytes()).map_err(say)?;
+    f.sync_all().map_err(say)?;
+    std::fs::rename(&tmp, path).map_err(say)?;
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+    }
+    Ok(())
 }
 
 /// Sleeps `d`, or less if the server stops; true if it does.
