@@ -9,6 +9,7 @@ mod keys;
 mod member;
 mod mount;
 mod progress;
+mod quota;
 mod replicas;
 mod restore;
 mod serve;
@@ -31,6 +32,8 @@ USAGE:
     solofs config --server ADDR (--data DIR | --secret-file F) [--trash-days N]
     solofs status --server ADDR (--data DIR | --secret-file F)   the server, the volume, each client
     solofs gc [--dry-run] --server ADDR (--data DIR | --secret-file F)   orphan blocks, expired trash
+    solofs info PATH… [--server ADDR (--data DIR | --secret-file F)]   bytes, files, directories below
+    solofs quota set PATH [--space BYTES] [--inodes N] | get PATH | list | delete PATH --server ADDR …
     solofs stats METRICS_ADDR [--interval SECS] [--count N]
     solofs fsck (--data DIR | POOL) [--repair]
     solofs dump --data DIR [-o FILE]      the whole namespace as one stream (docs/dump.md)
@@ -118,6 +121,8 @@ fn run() -> Result<()> {
         Some("config") => trash::config(rest),
         Some("status") => status::status(rest),
         Some("gc") => status::gc(rest),
+        Some("info") => quota::info(rest),
+        Some("quota") => quota::quota(rest),
         Some("crash-test") => solofs_bench::crashtest::main(rest),
         Some("-V" | "--version" | "version") => {
             say!(

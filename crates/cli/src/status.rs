@@ -28,7 +28,9 @@ pub fn status(args: Vec<OsString>) -> Result<()> {
 const GC_HELP: &str = "solofs gc [--dry-run] --server HOST:PORT (--data DIR | --secret-file FILE)
   online: deletes the stored blocks no file covers (a writer that died before it committed,
   blocks past a file's size) that neither the to-free queue nor an open file protects, frees
-  the trash's expired hours now, and reports the to-free queue; --dry-run only reports";
+  the trash's expired hours now, reports the to-free queue, and counts the directory
+  summaries again to check them (docs/summaries.md; changes wait meanwhile); --dry-run only
+  reports";
 
 /// `solofs gc`: asks the server for a run and prints its report.
 pub fn gc(args: Vec<OsString>) -> Result<()> {
@@ -45,10 +47,23 @@ pub fn gc(args: Vec<OsString>) -> Result<()> {
     let c = conn.connect("gc")?;
     let refused = |e| anyhow::anyhow!("the server refused: {e} (gc needs the volume secret)");
     let mut report = c.gc(true, dry_run).map_err(refused)?;
+    // The check of the directory summaries is answered to the first call.
+    let summaries: Vec<String> = report
+        .lines()
+        .filter(|l| l.starts_with("directory summaries:"))
+        .map(String::from)
+        .collect();
     while report.starts_with("running") {
         std::thread::sleep(std::time::Duration::from_millis(200));
         report = c.gc(false, dry_run).map_err(refused)?;
     }
-    print!("{}", report.split_once('\n').map_or("", |x| x.1));
+    for l in report.lines().skip(1) {
+        if !l.starts_with("directory summaries:") {
+            println!("{l}");
+        }
+    }
+    for l in summaries {
+        println!("{l}");
+    }
     Ok(())
 }

@@ -504,9 +504,9 @@ impl Filesystem for SoloFs {
         }
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
         self.counts.add(Type::statfs);
-        match self.vfs.statfs() {
+        match self.vfs.statfs_at(ino.0) {
             Ok(s) => reply.statfs(
                 s.blocks,
                 s.free_blocks,

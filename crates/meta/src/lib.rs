@@ -42,7 +42,7 @@ mod perm;
 pub mod pool;
 pub use solofs_types::errno;
 
-pub use engine::{Config, Engine, FreeJob, OpenStats, RepairStats};
+pub use engine::{Change, Config, Engine, FreeJob, Item, Observer, OpenStats, RepairStats};
 pub use error::{Error, Result};
 pub use fsck::{FsckReport, Problem, SpaceReport};
 pub use pool::Durability;

@@ -35,13 +35,25 @@ pub(crate) fn run_batch(
         writing: &|ino| opens.writing(ino),
         locks: Some((&shared.locks, session)),
         trash: Some(&shared.trash),
+        sums: shared.sums.as_deref(),
         opened: &|ino| shared.opens.is_open(ino),
         status: Some(&|| crate::status::render(shared)),
         gc: Some(&|start, dry| {
             if start && !dry {
                 shared.trash.sweep_soon();
             }
-            shared.gc.call(start, dry, shared.cfg.blocks.is_some())
+            let mut out = shared.gc.call(start, dry, shared.cfg.blocks.is_some());
+            if let Some(s) = shared.sums.as_ref().filter(|_| start) {
+                out.push_str(&match s.verify(&shared.engine, !dry) {
+                    Ok(0) => "directory summaries: walked again, all as kept\n".to_string(),
+                    Ok(n) => format!(
+                        "directory summaries: walked again, {n} directories differed{}\n",
+                        if dry { "" } else { " (corrected)" }
+                    ),
+                    Err(e) => format!("directory summaries: not checked: {e}\n"),
+                });
+            }
+            out
         }),
     };
     execute(shared, &side, m, record, retried, reqs, replies);

@@ -16,7 +16,10 @@ pub fn squash(cred: &mut Cred, root_squash: bool) {
 }
 
 use crate::resolve::{at, ino};
+use crate::summary::{self, Quota, Summaries};
 use crate::trash::Removal;
+use solofs_meta::errno::{EAGAIN, EDQUOT, EINVAL, ENODATA};
+use solofs_meta::S_IFREG;
 
 /// Entries a listing of `dir` may hide (the root's anonymous-file
 /// directory, tmpfiles.rs, and the trash, trash.rs): that many more are
@@ -51,6 +54,8 @@ pub(crate) struct Side<'a> {
     pub locks: Option<(&'a FileLocks, u128)>,
     /// Where removals go (`None`: removed at once).
     pub trash: Option<&'a crate::trash::Trash>,
+    /// Directory summaries and quotas (`None`: none here).
+    pub sums: Option<&'a Summaries>,
     /// Does any connection hold `ino` open?
     pub opened: &'a dyn Fn(u64) -> bool,
     /// The server's report of itself (`None`: none here).
@@ -66,6 +71,7 @@ pub fn execute(e: &Engine, req: &Request) -> Reply {
         writing: &|_| false,
         locks: None,
         trash: None,
+        sums: None,
         opened: &|_| false,
         status: None,
         gc: None,
@@ -140,6 +146,85 @@ impl Exec<'_> {
         }
         f.ok_or(crate::Error::Errno(solofs_meta::errno::EOPNOTSUPP))
     }
+    /// Room in every quota above directory `dir` for `inodes` more files
+    /// or directories and `bytes` more bytes (leaving out the quotas
+    /// above `unless`: a move within them changes nothing there).
+    fn room(&self, dir: u64, inodes: u64, bytes: u64, unless: Option<u64>) -> Result<()> {
+        match self.side.sums {
+            Some(s) => s
+                .check(dir, inodes, bytes, unless)
+                .map_err(|_| crate::Error::Errno(EDQUOT)),
+            None => Ok(()),
+        }
+    }
+    /// Room for regular file `ino` to grow to `size` bytes.
+    fn room_to_grow(&self, ino: u64, size: u64) -> Result<()> {
+        if !self.side.sums.is_some_and(|s| s.any()) {
+            return Ok(());
+        }
+        let a = self.e.getattr(ino)?;
+        if a.mode & S_IFMT != S_IFREG || size <= a.size {
+            return Ok(());
+        }
+        match self.e.counted_in(ino)? {
+            Some(d) => self.room(d, 0, size - a.size, None),
+            None => Ok(()),
+        }
+    }
+    /// Room for a new entry in `dir`.
+    fn room_for_one(&self, loc: &Loc) -> Result<(u64, Vec<u8>)> {
+        let (p, n) = self.at(loc)?;
+        self.room(p, 1, 0, None)?;
+        Ok((p, n))
+    }
+    /// The read-only attributes the summaries answer (`None`: not one).
+    fn summary_xattr(&self, ino: u64, name: &[u8]) -> Result<Option<Vec<u8>>> {
+        let Some(s) = self.side.sums.filter(|_| name.starts_with(b"solofs.")) else {
+            return Ok(None);
+        };
+        let nodata = || crate::Error::Errno(ENODATA);
+        let text = |v: String| Ok(Some(v.into_bytes()));
+        match name {
+            summary::RSIZE | summary::RENTRIES | summary::RFILES | summary::RSUBDIRS => {
+                if self.e.getattr(ino)?.mode & S_IFMT != S_IFDIR {
+                    return Err(nodata());
+                }
+                // EAGAIN while a start's walk runs.
+                let sum = s.of(ino).ok_or(crate::Error::Errno(EAGAIN))?;
+                text(
+                    match name {
+                        summary::RSIZE => sum.bytes,
+                        summary::RENTRIES => sum.entries(),
+                        summary::RFILES => sum.files,
+                        _ => sum.dirs,
+                    }
+                    .to_string(),
+                )
+            }
+            summary::QUOTA => {
+                let (q, used) = s.quota_of(ino).ok_or_else(nodata)?;
+                text(summary::with_use(&q, &used))
+            }
+            summary::DF => {
+                let (_, q, used) = s.quota_above(ino).ok_or_else(nodata)?;
+                text(summary::with_use(&q, &used))
+            }
+            summary::QUOTAS => {
+                self.admin(Some(()))?;
+                let mut out = String::new();
+                for (d, q, used) in s.quotas() {
+                    let path = self.e.dir_path(d).unwrap_or_else(|_| b"?".to_vec());
+                    out.push_str(&format!(
+                        "{}\t{}\n",
+                        String::from_utf8_lossy(&path),
+                        summary::with_use(&q, &used)
+                    ));
+                }
+                text(out)
+            }
+            _ => Ok(None),
+        }
+    }
     /// A directory's attributes right after a name left it (the mount
     /// keeps them: the kernel asks for them before its next change there).
     fn dir_after(&self, dir: u64) -> Body {
@@ -173,6 +258,9 @@ impl Serve for Exec<'_> {
     }
     fn setattr(&self, target: &Target, set: &SetAttr) -> Result<Body> {
         let i = self.ino(target)?;
+        if let Some(sz) = set.size {
+            self.room_to_grow(i, sz)?;
+        }
         if set.via_open && !(matches!(target, Target::Ino(_)) && self.writing(i)) {
             // Claimed, but this connection has no such open.
             let set = SetAttr {
@@ -185,21 +273,21 @@ impl Serve for Exec<'_> {
         }
     }
     fn create(&self, loc: &Loc, mode: &u32) -> Result<Body> {
-        let (p, n) = self.at(loc)?;
+        let (p, n) = self.room_for_one(loc)?;
         Ok(Body::Attr(self.e.create(self.c, p, &n, *mode)?))
     }
     fn mknod(&self, loc: &Loc, mode: &u32, rdev: &u64) -> Result<Body> {
-        let (p, n) = self.at(loc)?;
+        let (p, n) = self.room_for_one(loc)?;
         let a = self.e.mknod(self.c, p, &n, *mode, *rdev)?;
         self.created(a, p)
     }
     fn mkdir(&self, loc: &Loc, mode: &u32) -> Result<Body> {
-        let (p, n) = self.at(loc)?;
+        let (p, n) = self.room_for_one(loc)?;
         let a = self.e.mkdir(self.c, p, &n, *mode)?;
         self.created(a, p)
     }
     fn symlink(&self, loc: &Loc, target: &Vec<u8>) -> Result<Body> {
-        let (p, n) = self.at(loc)?;
+        let (p, n) = self.room_for_one(loc)?;
         let a = self.e.symlink(self.c, p, &n, target)?;
         self.created(a, p)
     }
@@ -244,6 +332,19 @@ impl Serve for Exec<'_> {
     fn rename(&self, from: &Loc, to: &Loc, flags: &u32) -> Result<Body> {
         let (p1, n1) = self.at(from)?;
         let (p2, n2) = self.at(to)?;
+        if p1 != p2 && self.side.sums.is_some_and(|s| s.any()) {
+            // What moves into the quotas above the destination.
+            let a = self.e.lookup(self.c, p1, &n1)?;
+            let (inodes, bytes) = match a.mode & S_IFMT {
+                S_IFDIR => match self.side.sums.and_then(|s| s.of(a.ino)) {
+                    Some(b) => (b.entries() as u64 + 1, b.bytes.max(0) as u64),
+                    None => (1, 0),
+                },
+                S_IFREG => (1, a.size),
+                _ => (1, 0),
+            };
+            self.room(p2, inodes, bytes, Some(p1))?;
+        }
         // A file the rename replaces is kept in the trash.
         let kept = self
             .side
@@ -284,11 +385,11 @@ impl Serve for Exec<'_> {
         Ok(Body::Bytes(f(*start, *dry_run).into_bytes()))
     }
     fn getxattr(&self, target: &Target, name: &Vec<u8>) -> Result<Body> {
-        Ok(Body::Bytes(self.e.getxattr(
-            self.c,
-            self.ino(target)?,
-            name,
-        )?))
+        let ino = self.ino(target)?;
+        if let Some(v) = self.summary_xattr(ino, name)? {
+            return Ok(Body::Bytes(v));
+        }
+        Ok(Body::Bytes(self.e.getxattr(self.c, ino, name)?))
     }
     fn setxattr(
         &self,
@@ -301,6 +402,21 @@ impl Serve for Exec<'_> {
         if name == crate::trash::DAYS_XATTR {
             crate::trash::check_days(value)?;
         }
+        if name.starts_with(b"solofs.") {
+            // The summaries' attributes are read-only.
+            return Err(Error::Perm.into());
+        }
+        if name == summary::QUOTA_XATTR {
+            let sums = self.admin(self.side.sums)?;
+            if self.e.getattr(ino)?.mode & S_IFMT != S_IFDIR {
+                return Err(Error::NotDir.into());
+            }
+            let q = Quota::parse(value).map_err(|_| crate::Error::Errno(EINVAL))?;
+            self.e
+                .setxattr(self.c, ino, name, q.render().as_bytes(), *flags)?;
+            sums.set_quota(ino, Some(q));
+            return Ok(Body::Empty);
+        }
         self.e.setxattr(self.c, ino, name, value, *flags)?;
         if let Some(t) = self.side.trash.filter(|_| name == crate::trash::DAYS_XATTR) {
             t.forget();
@@ -311,7 +427,14 @@ impl Serve for Exec<'_> {
         Ok(Body::Names(self.e.listxattr(self.c, self.ino(target)?)?))
     }
     fn removexattr(&self, target: &Target, name: &Vec<u8>) -> Result<Body> {
-        self.e.removexattr(self.c, self.ino(target)?, name)?;
+        let ino = self.ino(target)?;
+        if name == summary::QUOTA_XATTR {
+            self.admin(self.side.sums)?;
+        }
+        self.e.removexattr(self.c, ino, name)?;
+        if let Some(s) = self.side.sums.filter(|_| name == summary::QUOTA_XATTR) {
+            s.set_quota(ino, None);
+        }
         Ok(Body::Empty)
     }
     fn access(&self, target: &Target, mask: &u32) -> Result<Body> {
@@ -400,6 +523,7 @@ impl Serve for Exec<'_> {
         set: &SetAttr,
     ) -> Result<Body> {
         let writing = self.writing(*ino);
+        self.room_to_grow(*ino, *size)?;
         let a = self
             .e
             .write_commit(self.c, *ino, *size, *mtime, writing, stored.ranges())?;
@@ -410,6 +534,10 @@ impl Serve for Exec<'_> {
     }
     fn fallocate(&self, ino: &u64, mode: &u32, off: &u64, len: &u64) -> Result<Body> {
         let writing = self.writing(*ino);
+        if *mode & 1 == 0 {
+            // Not FALLOC_FL_KEEP_SIZE: the size may grow.
+            self.room_to_grow(*ino, off.saturating_add(*len))?;
+        }
         let a = self.e.fallocate(self.c, *ino, *mode, *off, *len, writing)?;
         Ok(Body::Attr(a))
     }
@@ -418,6 +546,13 @@ impl Serve for Exec<'_> {
     }
     fn link_tmpfile(&self, ino: &u64, to: &Loc) -> Result<Body> {
         let (p, n) = self.at(to)?;
+        let a = self.e.getattr(*ino)?;
+        let bytes = if a.mode & S_IFMT == S_IFREG {
+            a.size
+        } else {
+            0
+        };
+        self.room(p, 1, bytes, None)?;
         let a = crate::tmpfiles::link(self.e, self.c, *ino, p, &n)?;
         self.created(a, p)
     }
@@ -427,6 +562,7 @@ impl Serve for Exec<'_> {
     }
     fn write_inline(&self, ino: &u64, data: &Vec<u8>, mtime: &i64, set: &SetAttr) -> Result<Body> {
         let writing = self.writing(*ino);
+        self.room_to_grow(*ino, data.len() as u64)?;
         let a = self.e.write_inline(self.c, *ino, data, *mtime, writing)?;
         if *set == SetAttr::default() {
             return Ok(Body::Attr(a));
@@ -434,7 +570,7 @@ impl Serve for Exec<'_> {
         self.setattr(&Target::Ino(*ino), set)
     }
     fn create_open(&self, loc: &Loc, mode: &u32, _access: &Access) -> Result<Body> {
-        let (p, n) = self.at(loc)?;
+        let (p, n) = self.room_for_one(loc)?;
         let a = self.e.create(self.c, p, &n, *mode)?;
         self.created(a, p)
     }

@@ -31,6 +31,7 @@ mod replies;
 mod resolve;
 pub mod snapshots;
 mod status;
+pub mod summary;
 pub mod tmpfiles;
 pub mod trash;
 mod watch;
@@ -186,6 +187,9 @@ pub(crate) struct Shared {
     pub gc: gc::Gc,
     /// The archive's progress (archive.rs).
     pub archive: archive::ArchiveStats,
+    /// Directory summaries and quotas (summary.rs; `None`: the engine
+    /// tells another server's).
+    pub sums: Option<Arc<summary::Summaries>>,
     /// When the server started, and the address it listens on.
     pub started: std::time::SystemTime,
     pub listening: String,
@@ -320,7 +324,12 @@ impl Server {
         let locks = filelocks::FileLocks::new(cfg.lock_grace, Some(marker));
         let keys = keys::Keys::open(Some(engine.path().with_file_name("keys")))
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let sums = summary::Summaries::attach(&engine);
+        if sums.is_none() {
+            eprintln!("solofs: this engine's changes are told to another server: no directory summaries or quotas here");
+        }
         let shared = Arc::new(Shared {
+            sums,
             committer: batch::Committer::new(),
             keys,
             locks,
@@ -444,6 +453,14 @@ impl Server {
                 std::thread::Builder::new()
                     .name("solofs-checkpoint".into())
                     .spawn(move || checkpointer(&shared))?,
+            );
+        }
+        if let Some(sums) = self.shared.sums.clone() {
+            let shared = self.shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("solofs-summaries".into())
+                    .spawn(move || sums.build(&shared.engine, &shared.stop))?,
             );
         }
         {

@@ -122,6 +122,21 @@ pub(crate) fn render(shared: &Shared) -> String {
             span(o.keep)
         );
     }
+    if let Some(sums) = &shared.sums {
+        let line = match (*sums.walked.lock(), sums.of(solofs_meta::ROOT_INO)) {
+            (Some((took, n)), Some(root)) => format!(
+                "{} bytes, {} files, {} directories below /; {} quotas; counted at start in {} ms over {} inodes (docs/summaries.md)",
+                root.bytes,
+                root.files,
+                root.dirs,
+                sums.quotas().len(),
+                took.as_millis(),
+                n
+            ),
+            _ => "being counted (a start walks the volume once)".to_string(),
+        };
+        let _ = writeln!(s, "summary  {line}");
+    }
     let mut conns = shared.watch.connections();
     conns.sort_by_key(|(_, i)| i.as_ref().map(|i| i.since));
     let _ = writeln!(

@@ -55,6 +55,7 @@ pub(crate) fn plain_xattr(n: &[u8]) -> bool {
 /// mount does too, without asking.
 pub(crate) fn foreign_xattr(n: &[u8]) -> bool {
     (1..=solofs_types::XATTR_NAME_MAX).contains(&n.len())
+        && !n.starts_with(b"solofs.")
         && !XATTR_SPACES
             .iter()
             .any(|p| n.starts_with(p.trim_end_matches('.').as_bytes()))

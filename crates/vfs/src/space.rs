@@ -7,6 +7,26 @@
 use crate::convert::*;
 use crate::ops::StatFs;
 use crate::{Ctx, Error, Res, Vfs};
+use solofs_client::Target;
+
+/// A quota with its use as the server says it (`space=… inodes=…
+/// used-space=… used-inodes=…`, limits not set left out): (space limit,
+/// inodes limit, space used, inodes used).
+fn quota_use(v: &[u8]) -> Option<(Option<u64>, Option<u64>, u64, u64)> {
+    let (mut space, mut inodes, mut us, mut ui) = (None, None, None, None);
+    for part in std::str::from_utf8(v).ok()?.split_whitespace() {
+        let (k, n) = part.split_once('=')?;
+        let n: u64 = n.parse().ok()?;
+        match k {
+            "space" => space = Some(n),
+            "inodes" => inodes = Some(n),
+            "used-space" => us = Some(n),
+            "used-inodes" => ui = Some(n),
+            _ => {}
+        }
+    }
+    Some((space, inodes, us?, ui?))
+}
 
 const KEEP_SIZE: i32 = libc::FALLOC_FL_KEEP_SIZE;
 const PUNCH_HOLE: i32 = libc::FALLOC_FL_PUNCH_HOLE;
@@ -34,6 +54,33 @@ impl Vfs {
             block_size: bsize as u32,
             name_max: s.name_max,
         })
+    }
+
+    /// `statfs` of a path whose inode is `ino`: inside a directory with a
+    /// quota (the nearest above it), the quota is the capacity and its use
+    /// the use, as JuiceFS shows it; elsewhere the volume's.
+    pub fn statfs_at(&self, ino: u64) -> Res<StatFs> {
+        let mut s = self.statfs()?;
+        if ino == solofs_types::ROOT_INO {
+            return Ok(s);
+        }
+        let quota = self
+            .client
+            .getxattr(&solofs_types::Cred::root(), Target::Ino(ino), b"solofs.df")
+            .ok()
+            .and_then(|v| quota_use(&v));
+        if let Some((space, inodes, used_space, used_inodes)) = quota {
+            let bsize = s.block_size as u64;
+            if let Some(l) = space {
+                s.blocks = l.max(used_space).div_ceil(bsize);
+                s.free_blocks = l.saturating_sub(used_space) / bsize;
+            }
+            if let Some(l) = inodes {
+                s.files = l.max(used_inodes);
+                s.free_files = l.saturating_sub(used_inodes);
+            }
+        }
+        Ok(s)
     }
 
     /// `fallocate(2)` of `len` bytes at `off` of open file `ino`.

@@ -630,6 +630,9 @@ impl Engine {
             let mut j = self.journal(ctx);
             let mut ops = Vec::new();
             let mut data_delta = 0;
+            // What the summaries learn: the bytes the file's directory
+            // gains.
+            let mut change = None;
             match obj {
                 Obj::File(f) => {
                     // A writer's commit and fallocate only grow the size.
@@ -637,6 +640,17 @@ impl Engine {
                         Write::Blocks(_) | Write::Zero(..) | Write::Alloc(..) => sz.max(cur.size),
                         Write::No | Write::Inline(_) => sz,
                     });
+                    if let Some(sz) = size.filter(|&sz| {
+                        sz != cur.size && cur.mode & S_IFMT == S_IFREG && self.observed()
+                    }) {
+                        if let Some((dir, _)) = self.counted_at(f)? {
+                            change = Some(super::Change::Files {
+                                dir,
+                                files: 0,
+                                bytes: sz as i64 - cur.size as i64,
+                            });
+                        }
+                    }
                     if let Some(size) = size {
                         data_delta =
                             self.blob_follows(ctx, &mut j, &mut ops, f, ino, size, cur.size, how)?;
@@ -694,6 +708,9 @@ impl Engine {
             };
             self.j_commit(ctx, j, ops, name)?;
             self.data_delta(ctx, data_delta)?;
+            if let Some(c) = change {
+                self.note(c);
+            }
             self.attr_of(obj)
         })
     }

@@ -13,6 +13,7 @@ mod locked;
 mod memory;
 mod mutate;
 mod objects;
+mod observe;
 mod path;
 mod recover;
 mod remove;
@@ -21,6 +22,7 @@ mod tofree;
 mod xattr;
 
 pub(crate) use inspect::IndexKind;
+pub use observe::{Change, Item, Observer};
 pub use recover::RepairStats;
 pub use tofree::FreeJob;
 
@@ -123,6 +125,8 @@ pub struct Engine {
     pub(crate) data_capacity: AtomicU64,
     /// Reads that found a damaged record (a checksum mismatch).
     pub(crate) checksum_failures: AtomicU64,
+    /// Told each change to what directories hold (observe.rs).
+    pub(crate) observer: std::sync::OnceLock<Observer>,
 }
 
 /// What opening the pool found and did.
@@ -462,6 +466,7 @@ impl Engine {
             data_capacity: AtomicU64::new(0),
             checksum_failures: AtomicU64::new(0),
             free_queue: Mutex::new(Default::default()),
+            observer: std::sync::OnceLock::new(),
         };
         e.recover_at_open()?;
         Ok(e)

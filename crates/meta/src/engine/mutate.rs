@@ -350,6 +350,14 @@ impl Engine {
             r.set_state(StateWord::new(r.state_word()?.kind(), S_NORMAL, self.epoch))?;
             r.state().persist();
         }
+        self.note(match is_dir {
+            true => super::Change::NewDir { ino, parent },
+            false => super::Change::Files {
+                dir: parent,
+                files: 1,
+                bytes: 0,
+            },
+        });
         Ok(())
     }
 

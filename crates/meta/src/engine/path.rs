@@ -22,6 +22,36 @@ impl Engine {
         Ok((f.parent().get()?, name))
     }
 
+    /// The path of directory `ino` from the root (`/a/b`; `/` for the
+    /// root), read without locks: a rename racing it may be seen before
+    /// or after.
+    pub fn dir_path(&self, ino: u64) -> Result<Vec<u8>> {
+        let mut names: Vec<Vec<u8>> = Vec::new();
+        let mut cur = ino;
+        for _ in 0..PATH_MAX {
+            if cur == ROOT_INO {
+                let mut out = Vec::new();
+                for n in names.iter().rev() {
+                    out.push(b'/');
+                    out.extend_from_slice(n);
+                }
+                if out.is_empty() {
+                    out.push(b'/');
+                }
+                return Ok(out);
+            }
+            let super::Obj::Dir { access, content } = self.inode(cur)? else {
+                return Err(Error::NotDir);
+            };
+            let a = self.pool.access(access);
+            let mut name = vec![0u8; a.mode_word()?.name_len()];
+            a.name().read_bytes(&mut name)?;
+            names.push(name);
+            cur = self.pool.content(content).parent().get()?;
+        }
+        Err(Error::Loop)
+    }
+
     /// Is inode `ino` `top` or below it? Follows parents up: a
     /// directory's, and a file's first name's (a file whose first name is
     /// elsewhere counts as elsewhere). Read without locks, so a rename

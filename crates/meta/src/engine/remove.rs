@@ -46,9 +46,13 @@ impl Engine {
             perm::may_delete(cred, self.dir_owner(access)?, towner.uid)?;
             let t = self.clock.now(&self.pool);
             self.touch_epoch(content)?;
+            let change = self.removal_of(parent, o, ino)?;
             match o {
                 Obj::File(f) if self.nlink(f)? <= 1 => {
                     self.delete_file(ctx, parent, content, name, f, t)?;
+                    if let Some(c) = change {
+                        self.note(c);
+                    }
                     Ok(None)
                 }
                 Obj::File(f) => {
@@ -74,6 +78,9 @@ impl Engine {
                         .ndents()
                         .atomic()?
                         .fetch_sub(1, Ordering::AcqRel);
+                    if let Some(c) = change {
+                        self.note(c);
+                    }
                     Ok(Some(ino))
                 }
                 Obj::Link(l) => {
@@ -282,8 +289,8 @@ impl Engine {
                 access,
                 content,
                 obj,
+                ino,
                 _locked,
-                ..
             } = self.lock_entry(cred, parent, name, stale)?;
             let Obj::Dir {
                 access: da,
@@ -321,6 +328,9 @@ impl Engine {
             crate::crash_point!("rmdir.after_unpublish");
             self.free_dir_objects(ctx, da, dc)?;
             self.clear_intent(ctx, -1)?;
+            if self.observed() {
+                self.note(super::Change::GoneDir { ino });
+            }
             Ok(())
         })
     }

@@ -416,6 +416,11 @@ impl Engine {
                 }
             }
         }
+        // What the summaries learn, read before the target goes.
+        let mut changes = self.move_of(s.parent, p2, s.obj, s.ino)?;
+        if let Some(t) = t {
+            changes.extend(self.removal_of(p2, t.obj, t.ino)?);
+        }
         self.j_commit(ctx, j, ops, name)?;
         let s_dir = matches!(s.obj, Obj::Dir { .. });
         let t_dir = matches!(t.map(|t| t.obj), Some(Obj::Dir { .. }));
@@ -441,6 +446,9 @@ impl Engine {
         }
         if frees_inode {
             self.inodes_delta(ctx, -1)?;
+        }
+        for c in changes {
+            self.note(c);
         }
         Ok(())
     }
@@ -498,7 +506,12 @@ impl Engine {
             t: t0,
             ctime_only: false,
         });
+        let mut changes = self.move_of(s.parent, t.parent, s.obj, s.ino)?;
+        changes.extend(self.move_of(t.parent, s.parent, t.obj, t.ino)?);
         self.j_commit(ctx, j, ops, "rename_exchange")?;
+        for c in changes {
+            self.note(c);
+        }
         if s.parent != t.parent {
             let sd = matches!(s.obj, Obj::Dir { .. }) as i64;
             let td = matches!(t.obj, Obj::Dir { .. }) as i64;

@@ -1,0 +1,621 @@
+//! Directory summaries and quotas (docs/summaries.md): each directory's
+//! recursive bytes, files and subdirectories, kept in memory and told
+//! every change by the engine (`Engine::observe`), so that they answer at
+//! once for any directory; and the quotas set on directories, enforced
+//! with `EDQUOT`.
+//!
+//! Nothing of the summaries is stored: a start walks every inode once,
+//! with the operations that change the pool held meanwhile (readers go
+//! on), and from then on each change is applied as its operation makes
+//! it, under its locks. So they are exact after any crash, and what a
+//! start costs is that walk (docs/summaries.md gives its speed).
+//!
+//! A quota is an extended attribute of its directory ([`QUOTA_XATTR`]),
+//! stored, replicated, dumped and restored with it.
+
+use parking_lot::Mutex;
+use solofs_meta::{Change, Cred, Engine, Item};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The stored quota of a directory: `space=BYTES inodes=N` (either may be
+/// left out: no limit on it).
+pub const QUOTA_XATTR: &[u8] = b"trusted.solofs.quota";
+/// Read-only attributes of a directory that the summaries answer.
+pub const RSIZE: &[u8] = b"solofs.rsize";
+/// Files and directories below a directory.
+pub const RENTRIES: &[u8] = b"solofs.rentries";
+/// Non-directories below a directory.
+pub const RFILES: &[u8] = b"solofs.rfiles";
+/// Directories below a directory.
+pub const RSUBDIRS: &[u8] = b"solofs.rsubdirs";
+/// A directory's quota with its use: `space=… inodes=… used-space=…
+/// used-inodes=…` (ENODATA without a quota).
+pub const QUOTA: &[u8] = b"solofs.quota";
+/// Of the root: every quota, one per line, with the directory's path.
+pub const QUOTAS: &[u8] = b"solofs.quotas";
+/// The nearest quota at or above a directory, with its use (what `df`
+/// inside it shows).
+pub const DF: &[u8] = b"solofs.df";
+
+/// `space=… inodes=… used-space=… used-inodes=…` (limits not set are
+/// left out).
+pub fn with_use(q: &Quota, used: &Summary) -> String {
+    let mut s = q.render();
+    s.push_str(&format!(
+        " used-space={} used-inodes={}",
+        used.bytes.max(0),
+        used.entries().max(0)
+    ));
+    s
+}
+
+/// Reads [`with_use`]'s form: (limits, bytes used, inodes used).
+pub fn parse_with_use(v: &[u8]) -> Option<(Quota, u64, u64)> {
+    let s = std::str::from_utf8(v).ok()?;
+    let (mut limits, mut space, mut inodes) = (String::new(), None, None);
+    for part in s.split_whitespace() {
+        match part.split_once('=')? {
+            ("used-space", n) => space = n.parse().ok(),
+            ("used-inodes", n) => inodes = n.parse().ok(),
+            _ => {
+                limits.push_str(part);
+                limits.push(' ');
+            }
+        }
+    }
+    Some((Quota::parse(limits.as_bytes()).ok()?, space?, inodes?))
+}
+
+/// A quota's limits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Quota {
+    /// Bytes of regular files below the directory.
+    pub space: Option<u64>,
+    /// Files and directories below the directory.
+    pub inodes: Option<u64>,
+}
+
+impl Quota {
+    /// Reads `space=BYTES inodes=N` (sizes may take K, M, G, T, P
+    /// suffixes, powers of 1024).
+    pub fn parse(v: &[u8]) -> Result<Quota, String> {
+        let s = std::str::from_utf8(v).map_err(|_| "a quota is text".to_string())?;
+        let mut q = Quota::default();
+        for part in s.split_whitespace() {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?}: expected space=BYTES or inodes=N"))?;
+            let n = parse_size(v).ok_or_else(|| format!("{part:?}: not a number"))?;
+            match k {
+                "space" => q.space = Some(n),
+                "inodes" => q.inodes = Some(n),
+                _ => return Err(format!("{k:?}: a quota has space= and inodes=")),
+            }
+        }
+        if q == Quota::default() {
+            return Err("a quota needs space= or inodes=".into());
+        }
+        Ok(q)
+    }
+
+    /// The stored form.
+    pub fn render(&self) -> String {
+        let mut v = Vec::new();
+        if let Some(s) = self.space {
+            v.push(format!("space={s}"));
+        }
+        if let Some(i) = self.inodes {
+            v.push(format!("inodes={i}"));
+        }
+        v.join(" ")
+    }
+}
+
+/// A number with an optional binary suffix (K, M, G, T, P; `KiB` and `k`
+/// too).
+pub fn parse_size(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let digits = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (n, unit) = v.split_at(digits);
+    let n: u64 = n.parse().ok()?;
+    let shift = match unit.trim_end_matches("iB").trim_end_matches('B') {
+        "" => 0,
+        "k" | "K" => 10,
+        "m" | "M" => 20,
+        "g" | "G" => 30,
+        "t" | "T" => 40,
+        "p" | "P" => 50,
+        _ => return None,
+    };
+    n.checked_mul(1u64 << shift)
+}
+
+/// What is below one directory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Bytes of regular files.
+    pub bytes: i64,
+    /// Non-directories.
+    pub files: i64,
+    /// Directories.
+    pub dirs: i64,
+}
+
+impl Summary {
+    fn add(&mut self, o: Summary, sign: i64) {
+        self.bytes += sign * o.bytes;
+        self.files += sign * o.files;
+        self.dirs += sign * o.dirs;
+    }
+    /// Files and directories.
+    pub fn entries(&self) -> i64 {
+        self.files + self.dirs
+    }
+}
+
+struct Node {
+    parent: u64,
+    below: Summary,
+    quota: Option<Quota>,
+}
+
+#[derive(Default)]
+struct Tree {
+    ready: bool,
+    dirs: HashMap<u64, Node>,
+    quotas: BTreeSet<u64>,
+}
+
+/// Longest parent chain followed (a loop would be a bug).
+const MAX_DEPTH: usize = 1 << 20;
+
+impl Tree {
+    /// Adds `s` (times `sign`) to `dir` and every directory above it.
+    fn up(&mut self, dir: u64, s: Summary, sign: i64) {
+        let mut cur = dir;
+        for _ in 0..MAX_DEPTH {
+            let Some(n) = self.dirs.get_mut(&cur) else {
+                return;
+            };
+            n.below.add(s, sign);
+            if n.parent == cur {
+                return;
+            }
+            cur = n.parent;
+        }
+    }
+
+    fn apply(&mut self, c: Change) {
+        match c {
+            Change::Files { dir, files, bytes } => self.up(
+                dir,
+                Summary {
+                    bytes,
+                    files,
+                    dirs: 0,
+                },
+                1,
+            ),
+            Change::NewDir { ino, parent } => {
+                self.dirs.insert(
+                    ino,
+                    Node {
+                        parent,
+                        below: Summary::default(),
+                        quota: None,
+                    },
+                );
+                self.up(parent, ONE_DIR, 1);
+            }
+            Change::GoneDir { ino } => {
+                if let Some(n) = self.dirs.remove(&ino) {
+                    self.quotas.remove(&ino);
+                    let mut s = n.below;
+                    s.add(ONE_DIR, 1);
+                    self.up(n.parent, s, -1);
+                }
+            }
+            Change::MoveDir { ino, to } => {
+                let Some(n) = self.dirs.get_mut(&ino) else {
+                    return;
+                };
+                let from = std::mem::replace(&mut n.parent, to);
+                let mut s = n.below;
+                s.add(ONE_DIR, 1);
+                self.up(from, s, -1);
+                self.up(to, s, 1);
+            }
+        }
+    }
+
+    /// The directories from `dir` up to the root.
+    fn chain(&self, dir: u64) -> Vec<u64> {
+        let mut v = Vec::new();
+        let mut cur = dir;
+        for _ in 0..MAX_DEPTH {
+            let Some(n) = self.dirs.get(&cur) else {
+                break;
+            };
+            v.push(cur);
+            if n.parent == cur {
+                break;
+            }
+            cur = n.parent;
+        }
+        v
+    }
+}
+
+const ONE_DIR: Summary = Summary {
+    bytes: 0,
+    files: 0,
+    dirs: 1,
+};
+
+/// The summaries of one volume's directories.
+#[derive(Default)]
+pub struct Summaries {
+    tree: Mutex<Tree>,
+    /// Whether any quota is set: checks cost one load otherwise.
+    any_quota: AtomicBool,
+    /// How long the last walk took and how many inodes it saw.
+    pub walked: Mutex<Option<(Duration, u64)>>,
+}
+
+/// A quota that an operation would exceed.
+#[derive(Debug)]
+pub struct Exceeded;
+
+impl Summaries {
+    /// Summaries told every change of `engine` from now on (built by
+    /// [`Summaries::build`]); `None` if the engine tells another.
+    pub fn attach(engine: &Engine) -> Option<Arc<Summaries>> {
+        // Until the walk has read them, quotas may be set: checks wait.
+        let s = Arc::new(Summaries {
+            any_quota: AtomicBool::new(true),
+            ..Default::default()
+        });
+        let to = s.clone();
+        engine
+            .observe(Box::new(move |c| {
+                let mut t = to.tree.lock();
+                if t.ready {
+                    t.apply(c);
+                }
+            }))
+            .then_some(s)
+    }
+
+    /// Walks every inode of `engine` with its writers held, and counts
+    /// from then on. Tries again while writers do not stop.
+    pub fn build(&self, engine: &Engine, stop: &AtomicBool) {
+        loop {
+            let t0 = Instant::now();
+            let r = engine.quiesced(|| {
+                let mut t = self.tree.lock();
+                walk(engine).map(|(tree, n)| {
+                    *t = tree;
+                    t.ready = true;
+                    self.any_quota.store(!t.quotas.is_empty(), Ordering::SeqCst);
+                    n
+                })
+            });
+            match r {
+                Ok(Ok(n)) => {
+                    *self.walked.lock() = Some((t0.elapsed(), n));
+                    return;
+                }
+                Ok(Err(e)) => {
+                    eprintln!("solofs: directory summaries: walking the volume failed: {e}; no summaries, quotas not enforced");
+                    self.any_quota.store(false, Ordering::SeqCst);
+                    return;
+                }
+                Err(_) if !stop.load(Ordering::SeqCst) => {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Whether any quota is set.
+    pub fn any(&self) -> bool {
+        self.any_quota.load(Ordering::Relaxed)
+    }
+
+    /// Whether the summaries are built.
+    pub fn ready(&self) -> bool {
+        self.tree.lock().ready
+    }
+
+    /// What is below directory `dir` (`None`: not a directory, or not
+    /// built yet).
+    pub fn of(&self, dir: u64) -> Option<Summary> {
+        let t = self.tree.lock();
+        t.ready.then(|| t.dirs.get(&dir).map(|n| n.below)).flatten()
+    }
+
+    /// `dir`'s quota and its use.
+    pub fn quota_of(&self, dir: u64) -> Option<(Quota, Summary)> {
+        let t = self.tree.lock();
+        let n = t.dirs.get(&dir)?;
+        Some((n.quota?, n.below))
+    }
+
+    /// Every quota: (directory, limits, use).
+    pub fn quotas(&self) -> Vec<(u64, Quota, Summary)> {
+        let t = self.tree.lock();
+        t.quotas
+            .iter()
+            .filter_map(|d| {
+                let n = t.dirs.get(d)?;
+                Some((*d, n.quota?, n.below))
+            })
+            .collect()
+    }
+
+    /// Sets (or with `None` drops) the quota of `dir`.
+    pub fn set_quota(&self, dir: u64, q: Option<Quota>) {
+        let mut t = self.tree.lock();
+        if let Some(n) = t.dirs.get_mut(&dir) {
+            n.quota = q;
+            match q {
+                Some(_) => t.quotas.insert(dir),
+                None => t.quotas.remove(&dir),
+            };
+        }
+        self.any_quota.store(!t.quotas.is_empty(), Ordering::SeqCst);
+    }
+
+    /// Whether adding `inodes` files or directories and `bytes` bytes in
+    /// directory `dir` stays within every quota above it, leaving out the
+    /// quotas above `unless` too (a move within them changes nothing).
+    pub fn check(
+        &self,
+        dir: u64,
+        inodes: u64,
+        bytes: u64,
+        unless: Option<u64>,
+    ) -> Result<(), Exceeded> {
+        if !self.any_quota.load(Ordering::Relaxed) || (inodes == 0 && bytes == 0) {
+            return Ok(());
+        }
+        let mut t = self.tree.lock();
+        // A start's walk runs (the changes it would let in wait for it
+        // anyway): wait for it, a while.
+        let t0 = Instant::now();
+        while !t.ready && t0.elapsed() < Duration::from_secs(60) {
+            drop(t);
+            std::thread::sleep(Duration::from_millis(5));
+            t = self.tree.lock();
+        }
+        let keep: Vec<u64> = unless.map(|u| t.chain(u)).unwrap_or_default();
+        for d in t.chain(dir) {
+            if keep.contains(&d) {
+                break;
+            }
+            let n = &t.dirs[&d];
+            let Some(q) = n.quota else { continue };
+            let over = |limit: Option<u64>, used: i64, more: u64| {
+                limit.is_some_and(|l| more > 0 && used.max(0) as u64 + more > l)
+            };
+            if over(q.space, n.below.bytes, bytes) || over(q.inodes, n.below.entries(), inodes) {
+                return Err(Exceeded);
+            }
+        }
+        Ok(())
+    }
+
+    /// The nearest directory at or above `dir` with a quota.
+    pub fn quota_above(&self, dir: u64) -> Option<(u64, Quota, Summary)> {
+        if !self.any_quota.load(Ordering::Relaxed) {
+            return None;
+        }
+        let t = self.tree.lock();
+        t.chain(dir).into_iter().find_map(|d| {
+            let n = &t.dirs[&d];
+            Some((d, n.quota?, n.below))
+        })
+    }
+
+    /// Walks the volume again (writers held) and compares: the
+    /// directories whose summary differed (`solofs gc`; none is
+    /// expected), corrected if `fix`.
+    pub fn verify(&self, engine: &Engine, fix: bool) -> Result<usize, String> {
+        let r = engine
+            .quiesced(|| {
+                let mut t = self.tree.lock();
+                let (mut fresh, _) = walk(engine).map_err(|e| e.to_string())?;
+                let differ = fresh
+                    .dirs
+                    .iter()
+                    .filter(|(d, n)| t.dirs.get(d).is_none_or(|m| m.below != n.below))
+                    .count()
+                    + t.dirs
+                        .keys()
+                        .filter(|d| !fresh.dirs.contains_key(d))
+                        .count();
+                if fix {
+                    fresh.ready = t.ready;
+                    *t = fresh;
+                }
+                Ok(differ)
+            })
+            .map_err(|e| e.to_string())?;
+        r
+    }
+}
+
+/// A tree of every directory of `engine` (no writers run) and the inodes
+/// seen.
+fn walk(engine: &Engine) -> solofs_meta::Result<(Tree, u64)> {
+    let mut t = Tree::default();
+    let mut files: Vec<(u64, u64)> = Vec::new();
+    let mut with_xattrs = Vec::new();
+    let mut n = 0u64;
+    engine.walk_tree(&mut |i| {
+        n += 1;
+        match i {
+            Item::File { dir, bytes } => files.push((dir, bytes)),
+            Item::Dir {
+                ino,
+                parent,
+                xattrs,
+            } => {
+                t.dirs.insert(
+                    ino,
+                    Node {
+                        parent,
+                        below: Summary::default(),
+                        quota: None,
+                    },
+                );
+                if xattrs {
+                    with_xattrs.push(ino);
+                }
+            }
+        }
+    })?;
+    // Each directory's own counts, then each added up its chain.
+    let mut own: HashMap<u64, Summary> = HashMap::with_capacity(t.dirs.len());
+    for (dir, bytes) in files {
+        let s = own.entry(dir).or_default();
+        s.files += 1;
+        s.bytes += bytes as i64;
+    }
+    let parents: Vec<(u64, u64)> = t.dirs.iter().map(|(d, n)| (*d, n.parent)).collect();
+    for (d, p) in parents {
+        if d != p {
+            own.entry(p).or_default().dirs += 1;
+        }
+    }
+    for (d, s) in own {
+        t.up(d, s, 1);
+    }
+    let root = Cred::root();
+    for d in with_xattrs {
+        if let Ok(v) = engine.getxattr(&root, d, QUOTA_XATTR) {
+            match Quota::parse(&v) {
+                Ok(q) => {
+                    if let Some(n) = t.dirs.get_mut(&d) {
+                        n.quota = Some(q);
+                        t.quotas.insert(d);
+                    }
+                }
+                Err(e) => eprintln!("solofs: directory {d}: ignoring its quota: {e}"),
+            }
+        }
+    }
+    Ok((t, n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use solofs_meta::ROOT_INO;
+
+    /// The root with directories 2 and 4 in it and 3 in 2.
+    fn tree() -> Tree {
+        let mut t = Tree {
+            ready: true,
+            ..Default::default()
+        };
+        t.dirs.insert(
+            ROOT_INO,
+            Node {
+                parent: ROOT_INO,
+                below: Summary::default(),
+                quota: None,
+            },
+        );
+        for (ino, parent) in [(2, ROOT_INO), (3, 2), (4, ROOT_INO)] {
+            t.apply(Change::NewDir { ino, parent });
+        }
+        t
+    }
+
+    #[test]
+    fn changes_add_up_the_chain_and_moves_carry_subtrees() {
+        let mut t = tree();
+        t.apply(Change::Files {
+            dir: 3,
+            files: 2,
+            bytes: 100,
+        });
+        let below = |t: &Tree, d: u64| t.dirs[&d].below;
+        assert_eq!(
+            below(&t, ROOT_INO),
+            Summary {
+                bytes: 100,
+                files: 2,
+                dirs: 3
+            }
+        );
+        assert_eq!(below(&t, 2).entries(), 3);
+        t.apply(Change::MoveDir { ino: 3, to: 4 });
+        assert_eq!(below(&t, 2), Summary::default());
+        assert_eq!(
+            below(&t, 4),
+            Summary {
+                bytes: 100,
+                files: 2,
+                dirs: 1
+            }
+        );
+        t.apply(Change::Files {
+            dir: 3,
+            files: -2,
+            bytes: -100,
+        });
+        t.apply(Change::GoneDir { ino: 3 });
+        assert_eq!(
+            below(&t, ROOT_INO),
+            Summary {
+                bytes: 0,
+                files: 0,
+                dirs: 2
+            }
+        );
+    }
+
+    #[test]
+    fn quotas_parse_and_refuse_what_is_not_one() {
+        assert_eq!(
+            Quota::parse(b"space=10M inodes=5").unwrap(),
+            Quota {
+                space: Some(10 << 20),
+                inodes: Some(5)
+            }
+        );
+        assert_eq!(Quota::parse(b"inodes=7").unwrap().render(), "inodes=7");
+        for bad in [&b""[..], b"space", b"space=x", b"files=3", b"space=1Q"] {
+            assert!(Quota::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_check_counts_only_quotas_the_change_enters() {
+        let s = Summaries::default();
+        {
+            *s.tree.lock() = tree();
+        }
+        s.set_quota(
+            2,
+            Some(Quota {
+                space: Some(1000),
+                inodes: Some(3),
+            }),
+        );
+        assert!(s.check(3, 1, 0, None).is_ok());
+        assert!(s.check(3, 3, 0, None).is_err());
+        assert!(s.check(3, 0, 1001, None).is_err());
+        assert!(s.check(4, 100, 1 << 30, None).is_ok());
+        // A move inside the quota's directory changes nothing there.
+        assert!(s.check(3, 100, 0, Some(2)).is_ok());
+        s.set_quota(2, None);
+        assert!(s.check(3, 100, 1 << 30, None).is_ok());
+    }
+}
