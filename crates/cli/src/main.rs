@@ -402,6 +402,26 @@ fn fsck(args: Vec<std::ffi::OsString>) -> Result<()> {
     for p in r.problems.iter().take(50) {
         say!("  {p:?}");
     }
+    // What the server's directory summaries will count (docs/summaries.md).
+    let (below, quotas) = solofs_server::summary::counted(&e)?;
+    say!(
+        "  below /: {} bytes of regular files, {} files, {} directories; {} quotas",
+        below.bytes,
+        below.files,
+        below.dirs,
+        quotas.len()
+    );
+    for (d, q, used) in quotas {
+        let over = q.space.is_some_and(|l| used.bytes.max(0) as u64 > l)
+            || q.inodes.is_some_and(|l| used.entries().max(0) as u64 > l);
+        if over {
+            say!(
+                "  quota of {} exceeded (set below what was there): {}",
+                String::from_utf8_lossy(&e.dir_path(d).unwrap_or_default()),
+                solofs_server::summary::with_use(&q, &used)
+            );
+        }
+    }
     let (orphans, missing) = check_blocks(&e, repair)?;
     e.close()?;
     drop(_remove);

@@ -219,6 +219,15 @@ fn every_change_counts_at_once_and_a_restart_counts_the_same() {
     );
     drop(c);
     assert!(server.stop().success());
+    // fsck counts what the walk at start counts.
+    let out = solofs(&["fsck", "--data", s.path.to_str().unwrap()]);
+    assert!(
+        out.contains(&format!(
+            "below /: {} bytes of regular files, {} files, {} directories; 0 quotas",
+            want.0, want.1, want.2
+        )),
+        "{out}"
+    );
 }
 
 #[test]

@@ -265,6 +265,9 @@ pub struct Summaries {
     pub walked: Mutex<Option<(Duration, u64)>>,
 }
 
+/// A directory's quota and what is below it.
+pub type QuotaUse = (u64, Quota, Summary);
+
 /// A quota that an operation would exceed.
 #[derive(Debug)]
 pub struct Exceeded;
@@ -346,7 +349,7 @@ impl Summaries {
     }
 
     /// Every quota: (directory, limits, use).
-    pub fn quotas(&self) -> Vec<(u64, Quota, Summary)> {
+    pub fn quotas(&self) -> Vec<QuotaUse> {
         let t = self.tree.lock();
         t.quotas
             .iter()
@@ -410,7 +413,7 @@ impl Summaries {
     }
 
     /// The nearest directory at or above `dir` with a quota.
-    pub fn quota_above(&self, dir: u64) -> Option<(u64, Quota, Summary)> {
+    pub fn quota_above(&self, dir: u64) -> Option<QuotaUse> {
         if !self.any_quota.load(Ordering::Relaxed) {
             return None;
         }
@@ -449,17 +452,43 @@ impl Summaries {
     }
 }
 
+/// What a walk of `engine` (no writers run) finds below the root, and
+/// each quota with its use (`solofs fsck`).
+pub fn counted(engine: &Engine) -> solofs_meta::Result<(Summary, Vec<QuotaUse>)> {
+    let (t, _) = walk(engine)?;
+    let root = t
+        .dirs
+        .get(&solofs_meta::ROOT_INO)
+        .map(|n| n.below)
+        .unwrap_or_default();
+    let quotas = t
+        .quotas
+        .iter()
+        .filter_map(|d| {
+            let n = t.dirs.get(d)?;
+            Some((*d, n.quota?, n.below))
+        })
+        .collect();
+    Ok((root, quotas))
+}
+
 /// A tree of every directory of `engine` (no writers run) and the inodes
 /// seen.
 fn walk(engine: &Engine) -> solofs_meta::Result<(Tree, u64)> {
     let mut t = Tree::default();
-    let mut files: Vec<(u64, u64)> = Vec::new();
+    // Each directory's own counts (memory by directory, not by file), then
+    // each added up its chain.
+    let mut own: HashMap<u64, Summary> = HashMap::new();
     let mut with_xattrs = Vec::new();
     let mut n = 0u64;
     engine.walk_tree(&mut |i| {
         n += 1;
         match i {
-            Item::File { dir, bytes } => files.push((dir, bytes)),
+            Item::File { dir, bytes } => {
+                let s = own.entry(dir).or_default();
+                s.files += 1;
+                s.bytes += bytes as i64;
+            }
             Item::Dir {
                 ino,
                 parent,
@@ -479,13 +508,6 @@ fn walk(engine: &Engine) -> solofs_meta::Result<(Tree, u64)> {
             }
         }
     })?;
-    // Each directory's own counts, then each added up its chain.
-    let mut own: HashMap<u64, Summary> = HashMap::with_capacity(t.dirs.len());
-    for (dir, bytes) in files {
-        let s = own.entry(dir).or_default();
-        s.files += 1;
-        s.bytes += bytes as i64;
-    }
     let parents: Vec<(u64, u64)> = t.dirs.iter().map(|(d, n)| (*d, n.parent)).collect();
     for (d, p) in parents {
         if d != p {
