@@ -146,14 +146,26 @@ impl Vfs {
 
     /// Removes the name `name` of a file in `parent`.
     pub fn unlink(&self, ctx: &Ctx, parent: u64, name: &[u8]) -> Res<()> {
-        // A file still open here keeps answering fstat from its OpenFile
-        // (getattr_of), so nothing needs to be noted.
-        if let Some(r) = self.unlink_early(&ctx.cred, parent, name) {
-            return r;
+        // A file open here whose last name this is: fstat says it has no
+        // links from now on, also when the server keeps it in the trash.
+        let last = self
+            .attrs
+            .peek_name(parent, name)
+            .filter(|&i| i != 0)
+            .filter(|&i| self.attrs.get(i).is_some_and(|a| a.nlink <= 1))
+            .and_then(|i| self.file(i));
+        let r = match self.unlink_early(&ctx.cred, parent, name) {
+            Some(r) => r,
+            None => {
+                let r = self.client.unlink_in(&ctx.cred, at(parent, name));
+                self.name_gone(parent, name, false, &r);
+                r.map(|_| ()).map_err(errno)
+            }
+        };
+        if let (Ok(()), Some(f)) = (&r, last) {
+            f.lock().unlinked = true;
         }
-        let r = self.client.unlink_in(&ctx.cred, at(parent, name));
-        self.name_gone(parent, name, false, &r);
-        r.map(|_| ()).map_err(errno)
+        r
     }
 
     /// Removes the empty directory `name` in `parent`.
@@ -224,7 +236,13 @@ impl Vfs {
                 }
                 r
             }
-            None => self.client.link_made(&ctx.cred, Target::Ino(ino), to),
+            None => {
+                let r = self.client.link_made(&ctx.cred, Target::Ino(ino), to);
+                if let (Ok(_), Some(f)) = (&r, self.file(ino)) {
+                    f.lock().unlinked = false;
+                }
+                r
+            }
         };
         self.new_dirs.added(new_parent, new_name);
         self.entry((new_parent, new_name), self.made(new_parent, r))

@@ -102,6 +102,10 @@ pub(crate) struct OpenFile {
     /// Made by `open(O_TMPFILE)` and not linked yet (the server keeps it
     /// under a hidden name; `linkat` names it with `link_tmpfile`).
     pub anonymous: bool,
+    /// Its last name was unlinked through this mount while it was open:
+    /// it has no links to the user, even while the server keeps it in the
+    /// trash under a name of its own (docs/trash.md).
+    pub unlinked: bool,
 }
 
 /// This process's clock of events between the server and its mounts: a
@@ -171,6 +175,7 @@ impl OpenFile {
             seen_at: 0,
             sent: Extents::new(),
             anonymous: false,
+            unlinked: false,
         }
     }
 
@@ -226,7 +231,7 @@ impl OpenFile {
     /// Server attributes `a` as this mount sees them: with its unflushed
     /// writes and its held-back attribute changes.
     pub fn overlay(&self, mut a: Attr) -> Attr {
-        if self.anonymous {
+        if self.anonymous || self.unlinked {
             // Kept under a name only the server sees: none, to the user.
             a.nlink = 0;
         }
