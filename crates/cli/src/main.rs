@@ -33,7 +33,7 @@ USAGE:
     solofs status --server ADDR (--data DIR | --secret-file F)   the server, the volume, each client
     solofs gc [--dry-run] --server ADDR (--data DIR | --secret-file F)   orphan blocks, expired trash
     solofs info PATH… [--server ADDR (--data DIR | --secret-file F)]   bytes, files, directories below
-    solofs quota set PATH [--space BYTES] [--inodes N] | get PATH | list | delete PATH --server ADDR …
+    solofs quota set PATH|--uid N|--gid N [--space BYTES] [--inodes N] | get … | list | delete … --server ADDR …
     solofs stats METRICS_ADDR [--interval SECS] [--count N]
     solofs fsck (--data DIR | POOL) [--repair]
     solofs dump --data DIR [-o FILE]      the whole namespace as one stream (docs/dump.md)

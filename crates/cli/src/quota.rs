@@ -9,7 +9,7 @@ use crate::trash::{Conn, Other};
 use anyhow::{bail, Context, Result};
 use solofs_client::{Client, Target};
 use solofs_meta::Cred;
-use solofs_server::summary::{self, parse_with_use, Quota};
+use solofs_server::summary::{self, parse_with_use, Quota, Who};
 use std::ffi::OsString;
 
 const INFO_HELP: &str = "solofs info PATH… [--server HOST:PORT (--data DIR | --secret-file FILE)]
@@ -22,9 +22,11 @@ const QUOTA_HELP: &str = "solofs quota set PATH [--space BYTES] [--inodes N] --s
   limits what may be below directory PATH (a path in the volume): bytes of regular files
   (suffixes K, M, G, T, P: powers of 1024) and files plus directories; past either, changes
   that add fail with EDQUOT. df inside the directory shows the quota
-solofs quota get PATH --server … (--data DIR | --secret-file FILE)
+solofs quota set --uid N | --gid N [--space BYTES] [--inodes N] --server … (--data DIR | --secret-file FILE)
+  the same for what a user or group owns anywhere in the volume
+solofs quota get PATH | --uid N | --gid N --server … (--data DIR | --secret-file FILE)
 solofs quota list --server … (--data DIR | --secret-file FILE)
-solofs quota delete PATH --server … (--data DIR | --secret-file FILE)";
+solofs quota delete PATH | --uid N | --gid N --server … (--data DIR | --secret-file FILE)";
 
 fn path_target(p: &str) -> Target {
     Target::Path(p.as_bytes().to_vec())
@@ -122,8 +124,16 @@ fn quota_line(v: &[u8]) -> Option<String> {
 pub fn quota(args: Vec<OsString>) -> Result<()> {
     let mut words: Vec<String> = Vec::new();
     let (mut space, mut inodes) = (None, None);
+    let mut who: Option<Who> = None;
     let conn = Conn::parse(args, QUOTA_HELP, |a, p| {
         match a {
+            Other::Long(k) if k == "uid" || k == "gid" => {
+                let v = p.value()?.into_string().unwrap_or_default();
+                let n: u32 = v
+                    .parse()
+                    .with_context(|| format!("--{k} {v:?}: a numeric id"))?;
+                who = Some(if k == "uid" { Who::Uid(n) } else { Who::Gid(n) });
+            }
             Other::Long(k) if k == "space" => {
                 let v = p.value()?.into_string().unwrap_or_default();
                 space = Some(
@@ -145,16 +155,33 @@ pub fn quota(args: Vec<OsString>) -> Result<()> {
     })?;
     let Some(conn) = conn else { return Ok(()) };
     let root = Cred::root();
-    let (cmd, path) = match words.as_slice() {
-        [c] if c == "list" => ("list", None),
-        [c, p] if ["set", "get", "delete"].contains(&c.as_str()) => (c.as_str(), Some(p.clone())),
-        _ => bail!("solofs quota: expected set PATH, get PATH, list or delete PATH\n{QUOTA_HELP}"),
+    let (cmd, path) = match (words.as_slice(), who) {
+        ([c], _) if c == "list" => ("list", None),
+        ([c, p], None) if ["set", "get", "delete"].contains(&c.as_str()) => {
+            (c.as_str(), Some(p.clone()))
+        }
+        ([c], Some(_)) if ["set", "get", "delete"].contains(&c.as_str()) => (c.as_str(), None),
+        _ => bail!(
+            "solofs quota: expected set, get or delete with a PATH or --uid/--gid, or list\n{QUOTA_HELP}"
+        ),
     };
     let c: Client = conn.connect("quota")?;
     let target = || path_target(path.as_deref().unwrap_or("/"));
+    // The attribute that holds the quota, and the one that shows it.
+    let (stored, shown_as) = match who {
+        Some(w) => (
+            w.name(summary::OWNER_QUOTA_PREFIX),
+            w.name(summary::OWNER_QUOTA_VIRTUAL),
+        ),
+        None => (summary::QUOTA_XATTR.to_vec(), summary::QUOTA.to_vec()),
+    };
+    let label = match who {
+        Some(w) => w.label(),
+        None => path.clone().unwrap_or_default(),
+    };
     let shown = |c: &Client| -> Result<()> {
-        let p = path.as_deref().unwrap_or("/");
-        match c.getxattr(&root, target(), summary::QUOTA) {
+        let p = &label;
+        match c.getxattr(&root, target(), &shown_as) {
             Ok(v) => println!("{p}: {}", quota_line(&v).unwrap_or_default()),
             Err(e) if e.errno() == solofs_meta::errno::ENODATA => println!("{p}: no quota"),
             Err(e) => return Err(e).with_context(|| format!("{p}: reading its quota")),
@@ -167,19 +194,13 @@ pub fn quota(args: Vec<OsString>) -> Result<()> {
             if q == Quota::default() {
                 bail!("solofs quota set needs --space BYTES or --inodes N");
             }
-            c.setxattr(
-                &root,
-                target(),
-                summary::QUOTA_XATTR,
-                q.render().as_bytes(),
-                0,
-            )
-            .context("setting the quota (the volume secret's root may not be squashed)")?;
+            c.setxattr(&root, target(), &stored, q.render().as_bytes(), 0)
+                .context("setting the quota (the volume secret's root may not be squashed)")?;
             shown(&c)?;
         }
         "get" => shown(&c)?,
         "delete" => {
-            c.removexattr(&root, target(), summary::QUOTA_XATTR)
+            c.removexattr(&root, target(), &stored)
                 .context("deleting the quota")?;
         }
         _ => {

@@ -372,3 +372,77 @@ fn through_a_mount_info_reads_the_summaries_and_df_shows_the_quota() {
     assert!(server.stop().success());
     let _ = std::fs::remove_dir_all(&mnt);
 }
+
+#[test]
+fn a_user_or_group_quota_counts_what_it_owns_anywhere() {
+    let s = Scratch::without_trash("sum-owner");
+    let (server, c) = serve(&s);
+    let r = Cred::root();
+    let u = Cred {
+        uid: 1000,
+        gid: 1000,
+        groups: vec![],
+    };
+    let a = c.mkdir(&r, at(ROOT_INO, b"a"), 0o777).unwrap().ino;
+    let b = c.mkdir(&r, at(ROOT_INO, b"b"), 0o777).unwrap().ino;
+    let f = c.create(&u, at(a, b"f"), 0o644).unwrap().ino;
+    truncate(&c, f, 3000).unwrap();
+    admin(
+        &s,
+        &server,
+        &[
+            "quota", "set", "--uid", "1000", "--inodes", "3", "--space", "4K",
+        ],
+    );
+    let out = admin(&s, &server, &["quota", "get", "--uid", "1000"]);
+    assert!(
+        out.contains("user 1000: space 2.9 KiB (3000 B) of 4.0 KiB (4096 B), inodes 1 of 3"),
+        "{out}"
+    );
+    // In any directory: two more inodes, then EDQUOT; root is not limited.
+    c.create(&u, at(b, b"g"), 0o644).unwrap();
+    c.mkdir(&u, at(a, b"d"), 0o755).unwrap();
+    assert_eq!(
+        c.create(&u, at(b, b"h"), 0o644).unwrap_err().errno(),
+        EDQUOT
+    );
+    c.create(&r, at(b, b"h"), 0o644).unwrap();
+    // Bytes it owns, wherever the file is.
+    assert_eq!(truncate(&c, f, 5000), Err(EDQUOT));
+    // A chown to it counts; a group quota too.
+    let h = c.lookup(&r, at(b, b"h")).unwrap().ino;
+    let give = SetAttr {
+        uid: Some(1000),
+        ..Default::default()
+    };
+    let e = c.setattr(&r, Target::Ino(h), give).unwrap_err();
+    assert_eq!(e.errno(), EDQUOT);
+    admin(&s, &server, &["quota", "delete", "--uid", "1000"]);
+    admin(
+        &s,
+        &server,
+        &["quota", "set", "--gid", "1000", "--inodes", "4"],
+    );
+    c.create(&u, at(b, b"i"), 0o644).unwrap();
+    assert_eq!(
+        c.create(&u, at(b, b"j"), 0o644).unwrap_err().errno(),
+        EDQUOT
+    );
+    let list = admin(&s, &server, &["quota", "list"]);
+    assert!(
+        list.contains("group 1000: space 2.9 KiB (3000 B) (no limit), inodes 4 of 4"),
+        "{list}"
+    );
+    drop(c);
+    // Kept across a restart, with the same use.
+    server.kill();
+    let (server, c) = serve(&s);
+    assert_eq!(
+        c.create(&u, at(b, b"j"), 0o644).unwrap_err().errno(),
+        EDQUOT
+    );
+    let out = admin(&s, &server, &["quota", "get", "--gid", "1000"]);
+    assert!(out.contains("inodes 4 of 4"), "{out}");
+    drop(c);
+    assert!(server.stop().success());
+}

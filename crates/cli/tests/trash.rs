@@ -226,3 +226,31 @@ fn a_volume_without_trash_frees_at_once_and_can_get_one_later() {
     drop(server);
     let _ = std::fs::remove_dir_all(&data);
 }
+
+#[test]
+fn a_file_open_when_its_last_name_goes_has_no_links_though_the_trash_keeps_it() {
+    if !is_root() {
+        eprintln!("skipped: mounting needs root");
+        return;
+    }
+    let s = Scratch::new("trash-open");
+    let server = ServerProc::start(&s.path);
+    let secret = s.path.join("secret");
+    let mnt = s.path.with_extension("mnt");
+    let m = MountProc::start(&server.addr, &secret, &mnt, &[]);
+    // (pjdfstest unlink/14: written and closed, opened for reading,
+    // unlinked, then fstat.)
+    let open = mnt.join("open.txt");
+    std::fs::write(&open, b"Hello, World!").unwrap();
+    let f = std::fs::File::open(&open).unwrap();
+    std::fs::remove_file(&open).unwrap();
+    assert_eq!(f.metadata().unwrap().nlink(), 0);
+    let mut back = String::new();
+    std::io::Read::read_to_string(&mut &f, &mut back).unwrap();
+    assert_eq!(back, "Hello, World!");
+    drop(f);
+    settled(&mnt);
+    assert!(admin(&server.addr, &secret, &["trash", "list"]).contains("open.txt"));
+    drop(m);
+    assert!(server.stop().success());
+}

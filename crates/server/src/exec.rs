@@ -16,7 +16,7 @@ pub fn squash(cred: &mut Cred, root_squash: bool) {
 }
 
 use crate::resolve::{at, ino};
-use crate::summary::{self, Quota, Summaries};
+use crate::summary::{self, Quota, Summaries, Who};
 use crate::trash::Removal;
 use solofs_meta::errno::{EAGAIN, EDQUOT, EINVAL, ENODATA};
 use solofs_meta::S_IFREG;
@@ -149,13 +149,41 @@ impl Exec<'_> {
     /// Room in every quota above directory `dir` for `inodes` more files
     /// or directories and `bytes` more bytes (leaving out the quotas
     /// above `unless`: a move within them changes nothing there).
-    fn room(&self, dir: u64, inodes: u64, bytes: u64, unless: Option<u64>) -> Result<()> {
+    /// (And within the quotas of `owners`, users and groups that own as
+    /// much more.)
+    fn room(
+        &self,
+        dir: u64,
+        inodes: u64,
+        bytes: u64,
+        unless: Option<u64>,
+        owners: &[Who],
+    ) -> Result<()> {
         match self.side.sums {
             Some(s) => s
-                .check(dir, inodes, bytes, unless)
+                .check(dir, inodes, bytes, unless, owners)
                 .map_err(|_| crate::Error::Errno(EDQUOT)),
             None => Ok(()),
         }
+    }
+    /// Room for `ino` (attributes `a`) to be given to `set`'s owner.
+    fn room_to_give(&self, a: &Attr, set: &SetAttr) -> Result<()> {
+        let mut to = Vec::new();
+        if let Some(u) = set.uid.filter(|&u| u != a.uid) {
+            to.push(Who::Uid(u));
+        }
+        if let Some(g) = set.gid.filter(|&g| g != a.gid) {
+            to.push(Who::Gid(g));
+        }
+        if to.is_empty() {
+            return Ok(());
+        }
+        let bytes = if a.mode & S_IFMT == S_IFREG {
+            a.size
+        } else {
+            0
+        };
+        self.room(0, 1, bytes, None, &to)
     }
     /// Room for regular file `ino` to grow to `size` bytes.
     fn room_to_grow(&self, ino: u64, size: u64) -> Result<()> {
@@ -167,14 +195,21 @@ impl Exec<'_> {
             return Ok(());
         }
         match self.e.counted_in(ino)? {
-            Some(d) => self.room(d, 0, size - a.size, None),
+            Some(d) => self.room(
+                d,
+                0,
+                size - a.size,
+                None,
+                &[Who::Uid(a.uid), Who::Gid(a.gid)],
+            ),
             None => Ok(()),
         }
     }
     /// Room for a new entry in `dir`.
     fn room_for_one(&self, loc: &Loc) -> Result<(u64, Vec<u8>)> {
         let (p, n) = self.at(loc)?;
-        self.room(p, 1, 0, None)?;
+        let c = self.c;
+        self.room(p, 1, 0, None, &[Who::Uid(c.uid), Who::Gid(c.gid)])?;
         Ok((p, n))
     }
     /// The read-only attributes the summaries answer (`None`: not one).
@@ -209,9 +244,21 @@ impl Exec<'_> {
                 let (_, q, used) = s.quota_above(ino).ok_or_else(nodata)?;
                 text(summary::with_use(&q, &used))
             }
+            _ if name.starts_with(summary::OWNER_QUOTA_VIRTUAL) => {
+                let w = Who::from_name(summary::OWNER_QUOTA_VIRTUAL, name).ok_or_else(nodata)?;
+                let (q, used) = s.owner_quota(w).ok_or_else(nodata)?;
+                text(summary::with_use(&q, &used))
+            }
             summary::QUOTAS => {
                 self.admin(Some(()))?;
                 let mut out = String::new();
+                for (w, q, used) in s.owner_quotas() {
+                    out.push_str(&format!(
+                        "{}\t{}\n",
+                        w.label(),
+                        summary::with_use(&q, &used)
+                    ));
+                }
                 for (d, q, used) in s.quotas() {
                     let path = self.e.dir_path(d).unwrap_or_else(|_| b"?".to_vec());
                     out.push_str(&format!(
@@ -260,6 +307,9 @@ impl Serve for Exec<'_> {
         let i = self.ino(target)?;
         if let Some(sz) = set.size {
             self.room_to_grow(i, sz)?;
+        }
+        if (set.uid.is_some() || set.gid.is_some()) && self.side.sums.is_some_and(|s| s.any()) {
+            self.room_to_give(&self.e.getattr(i)?, set)?;
         }
         if set.via_open && !(matches!(target, Target::Ino(_)) && self.writing(i)) {
             // Claimed, but this connection has no such open.
@@ -343,7 +393,7 @@ impl Serve for Exec<'_> {
                 S_IFREG => (1, a.size),
                 _ => (1, 0),
             };
-            self.room(p2, inodes, bytes, Some(p1))?;
+            self.room(p2, inodes, bytes, Some(p1), &[])?;
         }
         // A file the rename replaces is kept in the trash.
         let kept = self
@@ -406,6 +456,16 @@ impl Serve for Exec<'_> {
             // The summaries' attributes are read-only.
             return Err(Error::Perm.into());
         }
+        if let Some(w) = Who::from_name(summary::OWNER_QUOTA_PREFIX, name) {
+            // A user's or group's quota: kept as an attribute of the root.
+            let sums = self.admin(self.side.sums)?;
+            let q = Quota::parse(value).map_err(|_| crate::Error::Errno(EINVAL))?;
+            let root = solofs_meta::ROOT_INO;
+            self.e
+                .setxattr(self.c, root, name, q.render().as_bytes(), *flags)?;
+            sums.set_owner_quota(w, Some(q));
+            return Ok(Body::Empty);
+        }
         if name == summary::QUOTA_XATTR {
             let sums = self.admin(self.side.sums)?;
             if self.e.getattr(ino)?.mode & S_IFMT != S_IFDIR {
@@ -428,6 +488,12 @@ impl Serve for Exec<'_> {
     }
     fn removexattr(&self, target: &Target, name: &Vec<u8>) -> Result<Body> {
         let ino = self.ino(target)?;
+        if let Some(w) = Who::from_name(summary::OWNER_QUOTA_PREFIX, name) {
+            let sums = self.admin(self.side.sums)?;
+            self.e.removexattr(self.c, solofs_meta::ROOT_INO, name)?;
+            sums.set_owner_quota(w, None);
+            return Ok(Body::Empty);
+        }
         if name == summary::QUOTA_XATTR {
             self.admin(self.side.sums)?;
         }
@@ -552,7 +618,7 @@ impl Serve for Exec<'_> {
         } else {
             0
         };
-        self.room(p, 1, bytes, None)?;
+        self.room(p, 1, bytes, None, &[])?;
         let a = crate::tmpfiles::link(self.e, self.c, *ino, p, &n)?;
         self.created(a, p)
     }

@@ -162,11 +162,69 @@ struct Node {
     quota: Option<Quota>,
 }
 
+/// A user or a group, as quotas name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Who {
+    /// A user id.
+    Uid(u32),
+    /// A group id.
+    Gid(u32),
+}
+
+/// The stored quotas of users and groups: attributes of the root named
+/// this and `uid.N` or `gid.N`.
+pub const OWNER_QUOTA_PREFIX: &[u8] = b"trusted.solofs.quota.";
+/// The read-only attribute of a user's or group's quota with its use:
+/// this and `uid.N` or `gid.N` (of any inode).
+pub const OWNER_QUOTA_VIRTUAL: &[u8] = b"solofs.quota.";
+
+impl Who {
+    /// `uid.N` or `gid.N` after `prefix` in `name`.
+    pub fn from_name(prefix: &[u8], name: &[u8]) -> Option<Who> {
+        let rest = std::str::from_utf8(name.strip_prefix(prefix)?).ok()?;
+        let (k, n) = rest.split_once('.')?;
+        let n = n.parse().ok()?;
+        match k {
+            "uid" => Some(Who::Uid(n)),
+            "gid" => Some(Who::Gid(n)),
+            _ => None,
+        }
+    }
+    /// `prefix` and `uid.N` or `gid.N`.
+    pub fn name(&self, prefix: &[u8]) -> Vec<u8> {
+        let mut v = prefix.to_vec();
+        v.extend_from_slice(
+            match self {
+                Who::Uid(n) => format!("uid.{n}"),
+                Who::Gid(n) => format!("gid.{n}"),
+            }
+            .as_bytes(),
+        );
+        v
+    }
+    /// `user N` or `group N`.
+    pub fn label(&self) -> String {
+        match self {
+            Who::Uid(n) => format!("user {n}"),
+            Who::Gid(n) => format!("group {n}"),
+        }
+    }
+}
+
+/// What one user or group owns (files, directories, bytes of regular
+/// files) and its quota.
+#[derive(Clone, Copy, Debug, Default)]
+struct Owned {
+    used: Summary,
+    quota: Option<Quota>,
+}
+
 #[derive(Default)]
 struct Tree {
     ready: bool,
     dirs: HashMap<u64, Node>,
     quotas: BTreeSet<u64>,
+    owners: HashMap<Who, Owned>,
 }
 
 /// Longest parent chain followed (a loop would be a bug).
@@ -188,18 +246,47 @@ impl Tree {
         }
     }
 
+    /// Adds `s` (times `sign`) to what user `uid` and group `gid` own.
+    fn own(&mut self, (uid, gid): (u32, u32), s: Summary, sign: i64) {
+        for w in [Who::Uid(uid), Who::Gid(gid)] {
+            self.owners.entry(w).or_default().used.add(s, sign);
+        }
+    }
+
+    /// Whether a user or group has a quota.
+    fn owner_quotas(&self) -> bool {
+        self.owners.values().any(|o| o.quota.is_some())
+    }
+
     fn apply(&mut self, c: Change) {
         match c {
-            Change::Files { dir, files, bytes } => self.up(
+            Change::Files {
                 dir,
-                Summary {
+                files,
+                bytes,
+                owner,
+            } => {
+                let s = Summary {
                     bytes,
                     files,
                     dirs: 0,
-                },
-                1,
-            ),
-            Change::NewDir { ino, parent } => {
+                };
+                self.up(dir, s, 1);
+                self.own(owner, s, 1);
+            }
+            Change::Owner {
+                from,
+                to,
+                files,
+                dirs,
+                bytes,
+            } => {
+                let s = Summary { bytes, files, dirs };
+                self.own(from, s, -1);
+                self.own(to, s, 1);
+            }
+            Change::NewDir { ino, parent, owner } => {
+                self.own(owner, ONE_DIR, 1);
                 self.dirs.insert(
                     ino,
                     Node {
@@ -210,7 +297,8 @@ impl Tree {
                 );
                 self.up(parent, ONE_DIR, 1);
             }
-            Change::GoneDir { ino } => {
+            Change::GoneDir { ino, owner } => {
+                self.own(owner, ONE_DIR, -1);
                 if let Some(n) = self.dirs.remove(&ino) {
                     self.quotas.remove(&ino);
                     let mut s = n.below;
@@ -302,7 +390,8 @@ impl Summaries {
                 walk(engine).map(|(tree, n)| {
                     *t = tree;
                     t.ready = true;
-                    self.any_quota.store(!t.quotas.is_empty(), Ordering::SeqCst);
+                    let any = !t.quotas.is_empty() || t.owner_quotas();
+                    self.any_quota.store(any, Ordering::SeqCst);
                     n
                 })
             });
@@ -370,18 +459,22 @@ impl Summaries {
                 None => t.quotas.remove(&dir),
             };
         }
-        self.any_quota.store(!t.quotas.is_empty(), Ordering::SeqCst);
+        let any = !t.quotas.is_empty() || t.owner_quotas();
+        self.any_quota.store(any, Ordering::SeqCst);
     }
 
     /// Whether adding `inodes` files or directories and `bytes` bytes in
     /// directory `dir` stays within every quota above it, leaving out the
     /// quotas above `unless` too (a move within them changes nothing).
+    /// Within the quotas of the users and groups in `owners` too (what
+    /// they own grows by as much); `dir` 0: no directory's quota.
     pub fn check(
         &self,
         dir: u64,
         inodes: u64,
         bytes: u64,
         unless: Option<u64>,
+        owners: &[Who],
     ) -> Result<(), Exceeded> {
         if !self.any_quota.load(Ordering::Relaxed) || (inodes == 0 && bytes == 0) {
             return Ok(());
@@ -395,21 +488,61 @@ impl Summaries {
             std::thread::sleep(Duration::from_millis(5));
             t = self.tree.lock();
         }
+        let over = |q: Quota, used: Summary| {
+            let past = |limit: Option<u64>, used: i64, more: u64| {
+                limit.is_some_and(|l| more > 0 && used.max(0) as u64 + more > l)
+            };
+            past(q.space, used.bytes, bytes) || past(q.inodes, used.entries(), inodes)
+        };
         let keep: Vec<u64> = unless.map(|u| t.chain(u)).unwrap_or_default();
         for d in t.chain(dir) {
             if keep.contains(&d) {
                 break;
             }
             let n = &t.dirs[&d];
-            let Some(q) = n.quota else { continue };
-            let over = |limit: Option<u64>, used: i64, more: u64| {
-                limit.is_some_and(|l| more > 0 && used.max(0) as u64 + more > l)
-            };
-            if over(q.space, n.below.bytes, bytes) || over(q.inodes, n.below.entries(), inodes) {
+            if n.quota.is_some_and(|q| over(q, n.below)) {
                 return Err(Exceeded);
             }
         }
+        for w in owners {
+            if let Some(Owned {
+                used,
+                quota: Some(q),
+            }) = t.owners.get(w)
+            {
+                if over(*q, *used) {
+                    return Err(Exceeded);
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// The quota of a user or group with what it owns.
+    pub fn owner_quota(&self, w: Who) -> Option<(Quota, Summary)> {
+        let t = self.tree.lock();
+        let o = t.owners.get(&w)?;
+        Some((o.quota?, o.used))
+    }
+
+    /// Every quota of a user or group, with what it owns.
+    pub fn owner_quotas(&self) -> Vec<(Who, Quota, Summary)> {
+        let t = self.tree.lock();
+        let mut v: Vec<_> = t
+            .owners
+            .iter()
+            .filter_map(|(w, o)| Some((*w, o.quota?, o.used)))
+            .collect();
+        v.sort_by_key(|x| x.0);
+        v
+    }
+
+    /// Sets (or with `None` drops) the quota of a user or group.
+    pub fn set_owner_quota(&self, w: Who, q: Option<Quota>) {
+        let mut t = self.tree.lock();
+        t.owners.entry(w).or_default().quota = q;
+        let any = !t.quotas.is_empty() || t.owner_quotas();
+        self.any_quota.store(any, Ordering::SeqCst);
     }
 
     /// The nearest directory at or above `dir` with a quota.
@@ -479,21 +612,34 @@ fn walk(engine: &Engine) -> solofs_meta::Result<(Tree, u64)> {
     // Each directory's own counts (memory by directory, not by file), then
     // each added up its chain.
     let mut own: HashMap<u64, Summary> = HashMap::new();
+    // What each (uid, gid) pair owns; most files in a row share theirs.
+    let mut owned: HashMap<(u32, u32), Summary> = HashMap::new();
+    let mut last: ((u32, u32), Summary) = ((0, 0), Summary::default());
     let mut with_xattrs = Vec::new();
     let mut n = 0u64;
     engine.walk_tree(&mut |i| {
         n += 1;
         match i {
-            Item::File { dir, bytes } => {
+            Item::File { dir, bytes, owner } => {
                 let s = own.entry(dir).or_default();
                 s.files += 1;
                 s.bytes += bytes as i64;
+                if owner != last.0 {
+                    owned.entry(last.0).or_default().add(last.1, 1);
+                    last = (owner, Summary::default());
+                }
+                last.1.files += 1;
+                last.1.bytes += bytes as i64;
             }
             Item::Dir {
                 ino,
                 parent,
                 xattrs,
+                owner,
             } => {
+                if ino != parent {
+                    owned.entry(owner).or_default().dirs += 1;
+                }
                 t.dirs.insert(
                     ino,
                     Node {
@@ -508,6 +654,10 @@ fn walk(engine: &Engine) -> solofs_meta::Result<(Tree, u64)> {
             }
         }
     })?;
+    owned.entry(last.0).or_default().add(last.1, 1);
+    for (o, s) in owned {
+        t.own(o, s, 1);
+    }
     let parents: Vec<(u64, u64)> = t.dirs.iter().map(|(d, n)| (*d, n.parent)).collect();
     for (d, p) in parents {
         if d != p {
@@ -529,6 +679,23 @@ fn walk(engine: &Engine) -> solofs_meta::Result<(Tree, u64)> {
                 }
                 Err(e) => eprintln!("solofs: directory {d}: ignoring its quota: {e}"),
             }
+        }
+    }
+    // Users' and groups' quotas: attributes of the root.
+    for name in engine
+        .listxattr(&root, solofs_meta::ROOT_INO)
+        .unwrap_or_default()
+    {
+        let Some(w) = Who::from_name(OWNER_QUOTA_PREFIX, &name) else {
+            continue;
+        };
+        let q = engine
+            .getxattr(&root, solofs_meta::ROOT_INO, &name)
+            .ok()
+            .and_then(|v| Quota::parse(&v).ok());
+        match q {
+            Some(q) => t.owners.entry(w).or_default().quota = Some(q),
+            None => eprintln!("solofs: ignoring the quota of {}: not one", w.label()),
         }
     }
     Ok((t, n))
@@ -554,7 +721,11 @@ mod tests {
             },
         );
         for (ino, parent) in [(2, ROOT_INO), (3, 2), (4, ROOT_INO)] {
-            t.apply(Change::NewDir { ino, parent });
+            t.apply(Change::NewDir {
+                ino,
+                parent,
+                owner: (0, 0),
+            });
         }
         t
     }
@@ -566,6 +737,7 @@ mod tests {
             dir: 3,
             files: 2,
             bytes: 100,
+            owner: (7, 8),
         });
         let below = |t: &Tree, d: u64| t.dirs[&d].below;
         assert_eq!(
@@ -587,12 +759,26 @@ mod tests {
                 dirs: 1
             }
         );
+        assert_eq!(t.owners[&Who::Uid(7)].used.files, 2);
+        t.apply(Change::Owner {
+            from: (7, 8),
+            to: (9, 8),
+            files: 1,
+            dirs: 0,
+            bytes: 40,
+        });
+        assert_eq!(t.owners[&Who::Uid(9)].used.bytes, 40);
+        assert_eq!(t.owners[&Who::Gid(8)].used.bytes, 100);
         t.apply(Change::Files {
             dir: 3,
             files: -2,
             bytes: -100,
+            owner: (7, 8),
         });
-        t.apply(Change::GoneDir { ino: 3 });
+        t.apply(Change::GoneDir {
+            ino: 3,
+            owner: (0, 0),
+        });
         assert_eq!(
             below(&t, ROOT_INO),
             Summary {
@@ -631,13 +817,34 @@ mod tests {
                 inodes: Some(3),
             }),
         );
-        assert!(s.check(3, 1, 0, None).is_ok());
-        assert!(s.check(3, 3, 0, None).is_err());
-        assert!(s.check(3, 0, 1001, None).is_err());
-        assert!(s.check(4, 100, 1 << 30, None).is_ok());
+        assert!(s.check(3, 1, 0, None, &[]).is_ok());
+        assert!(s.check(3, 3, 0, None, &[]).is_err());
+        assert!(s.check(3, 0, 1001, None, &[]).is_err());
+        assert!(s.check(4, 100, 1 << 30, None, &[]).is_ok());
         // A move inside the quota's directory changes nothing there.
-        assert!(s.check(3, 100, 0, Some(2)).is_ok());
+        assert!(s.check(3, 100, 0, Some(2), &[]).is_ok());
         s.set_quota(2, None);
-        assert!(s.check(3, 100, 1 << 30, None).is_ok());
+        assert!(s.check(3, 100, 1 << 30, None, &[]).is_ok());
+        // A user's quota: whatever the directory.
+        s.set_owner_quota(
+            Who::Uid(5),
+            Some(Quota {
+                space: None,
+                inodes: Some(1),
+            }),
+        );
+        assert!(s.check(4, 1, 0, None, &[Who::Uid(5), Who::Gid(0)]).is_ok());
+        s.tree.lock().apply(Change::Files {
+            dir: 4,
+            files: 1,
+            bytes: 0,
+            owner: (5, 0),
+        });
+        assert!(s.check(4, 1, 0, None, &[Who::Uid(5), Who::Gid(0)]).is_err());
+        assert!(s.check(4, 1, 0, None, &[Who::Uid(6), Who::Gid(0)]).is_ok());
+        assert_eq!(
+            Who::from_name(OWNER_QUOTA_PREFIX, &Who::Gid(12).name(OWNER_QUOTA_PREFIX)),
+            Some(Who::Gid(12))
+        );
     }
 }

@@ -633,6 +633,20 @@ impl Engine {
             // What the summaries learn: the bytes the file's directory
             // gains.
             let mut change = None;
+            let mut chown = None;
+            if (uid, gid) != (cur.uid, cur.gid) && ino != ROOT_INO && self.observed() {
+                let counted = match obj {
+                    Obj::File(f) => self.counted_at(f)?.map(|(_, b)| (1, 0, b)),
+                    _ => Some((0, 1, 0)),
+                };
+                chown = counted.map(|(files, dirs, bytes)| super::Change::Owner {
+                    from: (cur.uid, cur.gid),
+                    to: (uid, gid),
+                    files,
+                    dirs,
+                    bytes,
+                });
+            }
             match obj {
                 Obj::File(f) => {
                     // A writer's commit and fallocate only grow the size.
@@ -648,6 +662,7 @@ impl Engine {
                                 dir,
                                 files: 0,
                                 bytes: sz as i64 - cur.size as i64,
+                                owner: (uid, gid),
                             });
                         }
                     }
@@ -708,7 +723,7 @@ impl Engine {
             };
             self.j_commit(ctx, j, ops, name)?;
             self.data_delta(ctx, data_delta)?;
-            if let Some(c) = change {
+            for c in [chown, change].into_iter().flatten() {
                 self.note(c);
             }
             self.attr_of(obj)

@@ -350,14 +350,24 @@ impl Engine {
             r.set_state(StateWord::new(r.state_word()?.kind(), S_NORMAL, self.epoch))?;
             r.state().persist();
         }
-        self.note(match is_dir {
-            true => super::Change::NewDir { ino, parent },
-            false => super::Change::Files {
-                dir: parent,
-                files: 1,
-                bytes: 0,
-            },
-        });
+        if self.observed() {
+            self.note(match is_dir {
+                true => super::Change::NewDir {
+                    ino,
+                    parent,
+                    owner: self.owner_pair(Obj::Dir {
+                        access: entry,
+                        content: inode_obj,
+                    })?,
+                },
+                false => super::Change::Files {
+                    dir: parent,
+                    files: 1,
+                    bytes: 0,
+                    owner: self.owner_pair(Obj::File(inode_obj))?,
+                },
+            });
+        }
         Ok(())
     }
 

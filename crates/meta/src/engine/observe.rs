@@ -25,6 +25,8 @@ pub enum Change {
         files: i64,
         /// Bytes of regular files more (negative: fewer).
         bytes: i64,
+        /// The owner of the files.
+        owner: (u32, u32),
     },
     /// A directory was made.
     NewDir {
@@ -32,11 +34,15 @@ pub enum Change {
         ino: u64,
         /// Where.
         parent: u64,
+        /// Its owner (uid, gid).
+        owner: (u32, u32),
     },
     /// An (empty) directory was removed.
     GoneDir {
         /// The directory.
         ino: u64,
+        /// Its owner (uid, gid).
+        owner: (u32, u32),
     },
     /// A directory moved to another parent.
     MoveDir {
@@ -44,6 +50,19 @@ pub enum Change {
         ino: u64,
         /// Its new parent.
         to: u64,
+    },
+    /// An inode changed owner (chown).
+    Owner {
+        /// Its owner before (uid, gid).
+        from: (u32, u32),
+        /// Its owner after.
+        to: (u32, u32),
+        /// 1 for a non-directory.
+        files: i64,
+        /// 1 for a directory.
+        dirs: i64,
+        /// A regular file's size.
+        bytes: i64,
     },
 }
 
@@ -59,6 +78,8 @@ pub enum Item {
         dir: u64,
         /// Its bytes (a regular file's size, else 0).
         bytes: u64,
+        /// Its owner (uid, gid).
+        owner: (u32, u32),
     },
     /// A directory.
     Dir {
@@ -68,6 +89,8 @@ pub enum Item {
         parent: u64,
         /// Whether it has extended attributes.
         xattrs: bool,
+        /// Its owner (uid, gid).
+        owner: (u32, u32),
     },
 }
 
@@ -115,6 +138,12 @@ impl Engine {
         )))
     }
 
+    /// The owner (uid, gid) of inode object `o`.
+    pub(crate) fn owner_pair(&self, o: Obj) -> Result<(u32, u32)> {
+        let w = self.owner_of(o)?;
+        Ok((w.uid, w.gid))
+    }
+
     /// The change that removing entry `o` of directory `dir` (a name
     /// unlinked or replaced) makes, read before it goes.
     pub(crate) fn removal_of(&self, dir: u64, o: Obj, ino: u64) -> Result<Option<Change>> {
@@ -126,9 +155,13 @@ impl Engine {
                 dir,
                 files: -1,
                 bytes: -self.counted_bytes(f)?,
+                owner: self.owner_pair(o)?,
             }),
             Obj::Link(_) => None,
-            Obj::Dir { .. } => Some(Change::GoneDir { ino }),
+            Obj::Dir { .. } => Some(Change::GoneDir {
+                ino,
+                owner: self.owner_pair(o)?,
+            }),
         })
     }
 
@@ -141,16 +174,19 @@ impl Engine {
         Ok(match o {
             Obj::File(f) => {
                 let bytes = self.counted_bytes(f)?;
+                let owner = self.owner_pair(o)?;
                 vec![
                     Change::Files {
                         dir: from,
                         files: -1,
                         bytes: -bytes,
+                        owner,
                     },
                     Change::Files {
                         dir: to,
                         files: 1,
                         bytes,
+                        owner,
                     },
                 ]
             }
@@ -185,6 +221,7 @@ impl Engine {
                     K_FILE => f(Item::File {
                         dir: p.entry(o).parent().get()?,
                         bytes: self.counted_bytes(o)? as u64,
+                        owner: self.owner_pair(Obj::File(o))?,
                     }),
                     K_DIRC => {
                         let c = p.content(o);
@@ -196,6 +233,10 @@ impl Engine {
                                 _ => c.parent().get()?,
                             },
                             xattrs: c.xattr().get()? != 0,
+                            owner: self.owner_pair(Obj::Dir {
+                                access: c.access().get()?,
+                                content: o,
+                            })?,
                         })
                     }
                     _ => {}

@@ -303,6 +303,7 @@ impl Engine {
             if self.pool.content(dc).ndents().get()? != 0 {
                 return Err(Error::NotEmpty);
             }
+            let change = self.removal_of(parent, obj, ino)?;
             let t = self.clock.now(&self.pool);
             self.set_intent(ctx, da)?;
             self.touch_epoch(content)?;
@@ -328,8 +329,8 @@ impl Engine {
             crate::crash_point!("rmdir.after_unpublish");
             self.free_dir_objects(ctx, da, dc)?;
             self.clear_intent(ctx, -1)?;
-            if self.observed() {
-                self.note(super::Change::GoneDir { ino });
+            if let Some(c) = change {
+                self.note(c);
             }
             Ok(())
         })
