@@ -233,3 +233,61 @@ fn sync_unlink_waits_for_the_server() {
     });
     drop(m);
 }
+
+/// `solofs up` (the server in the mount's process) answers unlinks early
+/// too, its reaper running them against the in-process server; names
+/// made again from another CPU and a directory's removal still come
+/// after the unlinks.
+#[test]
+fn solofs_up_answers_unlinks_early_and_keeps_their_order() {
+    if !is_root() {
+        eprintln!("skipped: needs root for FUSE");
+        return;
+    }
+    let s = Scratch::new("early-up");
+    let metrics = free_loopback_addr();
+    let mnt = s.path.with_extension("upm");
+    let mut args = LONG.to_vec();
+    args.extend(["--metrics", metrics.as_str()]);
+    let (m, addr) = MountProc::up(&s.path, &mnt, &args);
+    let c = Client::connect(&addr, &s.secret()).unwrap();
+    let d = mnt.join("d");
+    std::fs::create_dir_all(d.join("sub")).unwrap();
+    for i in 0..400 {
+        std::fs::write(d.join(format!("f{i}")), format!("old {i}")).unwrap();
+        std::fs::write(d.join("sub").join(format!("g{i}")), "x").unwrap();
+    }
+    for round in 0..20 {
+        pin(0);
+        for i in round * 10..round * 10 + 10 {
+            std::fs::remove_file(d.join(format!("f{i}"))).unwrap();
+        }
+        pin(1);
+        for i in round * 10..round * 10 + 10 {
+            std::fs::write(d.join(format!("f{i}")), format!("new {i}")).unwrap();
+        }
+    }
+    pin(0);
+    for i in 200..400 {
+        std::fs::remove_file(d.join(format!("f{i}"))).unwrap();
+    }
+    for i in 0..400 {
+        std::fs::remove_file(d.join("sub").join(format!("g{i}"))).unwrap();
+    }
+    pin(1);
+    std::fs::remove_dir(d.join("sub")).unwrap();
+    fsync_dir(&d).unwrap();
+    let want: BTreeSet<String> = (0..200).map(|i| format!("f{i}")).collect();
+    assert_eq!(names_on_server(&c, "/d"), want);
+    for i in [0, 99, 199] {
+        let f = d.join(format!("f{i}"));
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), format!("new {i}"));
+    }
+    let early = metric_sum(&metrics_page(&metrics), "solofs_mount_early_unlinks_total");
+    assert!(early >= 800, "{early} unlinks answered early of 800");
+    drop(c);
+    // Stopped cleanly: neither the reaper nor the metrics page keeps the
+    // in-process engine past the unmount.
+    assert!(m.stop().success());
+    assert_fsck_clean(&s.path);
+}

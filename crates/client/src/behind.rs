@@ -40,9 +40,17 @@ const LINGER: Duration = Duration::from_millis(2);
 pub type Behind = Box<dyn FnOnce(Result<Removed>, bool) + Send>;
 
 struct Entry {
-    ticket: Ticket,
+    what: What,
     parent: u64,
     done: Behind,
+}
+
+/// An unlink answered early: sent (its reply to come), or, with an
+/// in-process server, still to run (in the reaper's thread, or in the
+/// thread of the next call, which runs it first).
+enum What {
+    Sent(Ticket),
+    Local(Cred, Op),
 }
 
 /// A client's unlinks whose replies are not taken yet.
@@ -70,7 +78,7 @@ impl Client {
     /// a connection whose requests run as sent (WELCOME): then the
     /// caller's kernel, which checked permissions, and the server agree.
     pub fn answers_early(&self) -> bool {
-        self.inner.local.is_none() && self.volume().as_sent
+        self.volume().as_sent
     }
 
     /// Sends an unlink without waiting for its reply; `done` is told it
@@ -88,29 +96,33 @@ impl Client {
             Loc::Path(_) => 0,
         };
         let b = &self.inner.behind;
-        let lane = self.lane_here();
-        let deadline = Instant::now() + self.inner.opts.retry;
-        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-        let op = [(cred.clone(), Op::Unlink { loc })];
         // Counted before it is sent: a call that starts after this one
         // returns waits for it.
         b.n.fetch_add(1, Ordering::AcqRel);
-        // Queued, not written: the reaper writes a burst's unlinks as one
-        // frame (or any request of this client takes them along).
-        let ticket = match self.send_ops(lane, &op, vec![id], false, deadline, true) {
-            Ok(t) => t,
-            Err(e) => {
-                b.n.fetch_sub(1, Ordering::AcqRel);
-                return Err(e);
+        let what = match self.inner.local.is_some() {
+            // Run by the reaper, in parallel with the caller's next
+            // unlinks (or first by the next other call).
+            true => What::Local(cred.clone(), Op::Unlink { loc }),
+            false => {
+                let lane = self.lane_here();
+                let deadline = Instant::now() + self.inner.opts.retry;
+                let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+                let op = [(cred.clone(), Op::Unlink { loc })];
+                // Queued, not written: the reaper writes a burst's unlinks
+                // as one frame (or any request of this client takes them
+                // along).
+                match self.send_ops(lane, &op, vec![id], false, deadline, true) {
+                    Ok(t) => What::Sent(t),
+                    Err(e) => {
+                        b.n.fetch_sub(1, Ordering::AcqRel);
+                        return Err(e);
+                    }
+                }
             }
         };
         let len = {
             let mut q = lock(&b.q);
-            q.push_back(Entry {
-                ticket,
-                parent,
-                done,
-            });
+            q.push_back(Entry { what, parent, done });
             q.len()
         };
         if len >= WINDOW {
@@ -139,11 +151,19 @@ impl Client {
                 let last = !q.iter().any(|x| x.parent == e.parent);
                 (e, last)
             };
-            // Written now if it still waits in its connection's queue (it
-            // may have been queued after this reap began). A failed write
-            // kills the connection: the wait sends it again on a new one.
-            e.ticket.flush();
-            let r = e.ticket.wait().and_then(|mut v| {
+            let ticket = match e.what {
+                // Written now if it still waits in its connection's queue
+                // (it may have been queued after this reap began). A
+                // failed write kills the connection: the wait sends it
+                // again on a new one.
+                What::Sent(t) => {
+                    t.flush();
+                    Ok(t)
+                }
+                // (This thread reaps: the call does not wait for itself.)
+                What::Local(cred, op) => self.submit_on(0, &[(cred, op)]),
+            };
+            let r = ticket.and_then(|t| t.wait()).and_then(|mut v| {
                 v.pop()
                     .ok_or_else(|| ClientError::Protocol("no reply".into()))?
                     .and_then(removed)
@@ -158,21 +178,20 @@ impl Client {
     fn start_reaper(&self) {
         let b = &self.inner.behind;
         b.started.get_or_init(|| {
-            let weak = Arc::downgrade(&self.inner);
+            let (weak, queue) = (Arc::downgrade(&self.inner), b.clone());
             let _ = std::thread::Builder::new()
                 .name("solofs-behind".into())
-                .spawn(move || reaper(weak));
+                .spawn(move || reaper(weak, queue));
         });
     }
 }
 
 /// The reaper thread: [`LINGER`] after a burst's first unlink, reaps.
-fn reaper(weak: Weak<Inner>) {
+/// It holds the client only while it reaps (an in-process server's
+/// engine is closed when its last client goes).
+fn reaper(weak: Weak<Inner>, b: Arc<Queue>) {
     loop {
-        let Some(inner) = weak.upgrade() else { return };
-        let c = Client { inner };
         {
-            let b = &c.inner.behind;
             let q = lock(&b.q);
             if q.is_empty() {
                 // Wakes now and then to see whether the client is gone.
@@ -181,10 +200,14 @@ fn reaper(weak: Weak<Inner>) {
                         .wait_timeout(q, Duration::from_secs(1))
                         .unwrap_or_else(|e| e.into_inner()),
                 );
+                if weak.strong_count() == 0 {
+                    return;
+                }
                 continue;
             }
         }
         std::thread::sleep(LINGER);
-        c.settle_behind();
+        let Some(inner) = weak.upgrade() else { return };
+        Client { inner }.settle_behind();
     }
 }

@@ -123,7 +123,7 @@ struct Inner {
     /// The file locks this client holds and waits for.
     locks: Arc<locks::LockBook>,
     /// Unlinks answered before their replies came (behind.rs).
-    behind: behind::Queue,
+    behind: Arc<behind::Queue>,
     /// Calls no longer wait for a server out of reach ([`Client::give_up`]).
     given_up: std::sync::atomic::AtomicBool,
     /// A thread reconnects while files are open for writing (api.rs).

@@ -88,20 +88,24 @@ pub fn mount(
     let counts = fs.counts();
     let s = fuser::spawn_mount(fs, mountpoint, &cfg)?;
     vfs.set_invalidator(Box::new(Kernel(s.notifier())));
+    let vfs = Arc::downgrade(&vfs);
     Ok((s, MountMetrics { vfs, counts }))
 }
 
 /// A mount's own metrics: the kernel's requests by type, what the mount
 /// answered itself and what it asked the server.
 pub struct MountMetrics {
-    vfs: Arc<Vfs>,
+    /// Weak: the page does not keep the file system (and, under `solofs
+    /// up`, the in-process server's engine) alive past its unmount.
+    vfs: std::sync::Weak<Vfs>,
     counts: Arc<Counts>,
 }
 
 impl MountMetrics {
     /// Prometheus text.
     pub fn render(&self) -> String {
-        self.counts.render() + &self.vfs.metrics()
+        let vfs = self.vfs.upgrade().map(|v| v.metrics()).unwrap_or_default();
+        self.counts.render() + &vfs
     }
 }
 
