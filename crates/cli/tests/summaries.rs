@@ -294,6 +294,16 @@ fn a_quota_refuses_what_would_exceed_it_and_outlives_a_restart() {
         list.contains("/q: space 100 B of 4.0 KiB (4096 B)"),
         "{list}"
     );
+    // The metrics page has each quota's limits and use.
+    let page = metrics_page(&server.metrics);
+    for line in [
+        "solofs_quota_inodes_limit{dir=\"/q\"} 4",
+        "solofs_quota_inodes_used{dir=\"/q\"} 4",
+        "solofs_quota_space_limit_bytes{dir=\"/q\"} 4096",
+        "solofs_quota_space_used_bytes{dir=\"/q\"} 100",
+    ] {
+        assert!(page.contains(line), "{line} not in:\n{page}");
+    }
     drop(c);
 
     // Kept across a restart, with the same use.

@@ -270,6 +270,9 @@ pub(crate) fn render(shared: &Shared, ms: &[Arc<Metrics>]) -> String {
     let _ = writeln!(s, "# HELP solofs_snapshots_total Pool copies taken for dumps of the running volume.\n# TYPE solofs_snapshots_total counter\nsolofs_snapshots_total {}", p.taken.load(Ordering::Relaxed));
     let _ = writeln!(s, "# HELP solofs_snapshot_hold_seconds_total Time changing operations were held for those copies.\n# TYPE solofs_snapshot_hold_seconds_total counter\nsolofs_snapshot_hold_seconds_total {}", p.held_us.load(Ordering::Relaxed) as f64 / 1e6);
     let _ = writeln!(s, "# HELP solofs_snapshot_stray_stores_total Pool stores made outside any operation during a copy (0 expected).\n# TYPE solofs_snapshot_stray_stores_total counter\nsolofs_snapshot_stray_stores_total {}", p.strays.load(Ordering::Relaxed));
+    if let Some(sums) = &shared.sums {
+        crate::summary::metrics(&mut s, sums, &shared.engine);
+    }
     let t = &shared.trash;
     let _ = writeln!(s, "# HELP solofs_trash_moved_total Removed entries kept in the trash (docs/trash.md).\n# TYPE solofs_trash_moved_total counter\nsolofs_trash_moved_total {}", t.moved.load(Ordering::Relaxed));
     let _ = writeln!(s, "# HELP solofs_trash_expired_total Trash entries freed by expiry.\n# TYPE solofs_trash_expired_total counter\nsolofs_trash_expired_total {}", t.expired.load(Ordering::Relaxed));

@@ -585,6 +585,80 @@ impl Summaries {
     }
 }
 
+/// The summaries' part of the metrics page: what is below the root, the
+/// start's walk, and each quota's limits and use (labelled with the
+/// directory's path, or `user`/`group` and the id).
+pub fn metrics(s: &mut String, sums: &Summaries, engine: &Engine) {
+    use std::fmt::Write;
+    if let Some(root) = sums.of(solofs_meta::ROOT_INO) {
+        let _ = writeln!(s, "# HELP solofs_tree_bytes Bytes of regular files in the volume (docs/summaries.md).\n# TYPE solofs_tree_bytes gauge\nsolofs_tree_bytes {}", root.bytes);
+        let _ = writeln!(s, "# HELP solofs_tree_files Non-directories in the volume.\n# TYPE solofs_tree_files gauge\nsolofs_tree_files {}", root.files);
+        let _ = writeln!(s, "# HELP solofs_tree_dirs Directories in the volume (not the root).\n# TYPE solofs_tree_dirs gauge\nsolofs_tree_dirs {}", root.dirs);
+    }
+    if let Some((took, _)) = *sums.walked.lock() {
+        let _ = writeln!(s, "# HELP solofs_tree_walk_seconds How long the start's walk of every inode held changes.\n# TYPE solofs_tree_walk_seconds gauge\nsolofs_tree_walk_seconds {}", took.as_secs_f64());
+    }
+    let mut rows: Vec<(String, Quota, Summary)> = sums
+        .quotas()
+        .into_iter()
+        .map(|(d, q, u)| {
+            let path = engine.dir_path(d).unwrap_or_else(|_| b"?".to_vec());
+            (
+                format!("dir=\"{}\"", escape(&String::from_utf8_lossy(&path))),
+                q,
+                u,
+            )
+        })
+        .collect();
+    rows.extend(sums.owner_quotas().into_iter().map(|(w, q, u)| {
+        let label = match w {
+            Who::Uid(n) => format!("user=\"{n}\""),
+            Who::Gid(n) => format!("group=\"{n}\""),
+        };
+        (label, q, u)
+    }));
+    let families: [(&str, &str, QuotaValue); 4] = [
+        (
+            "solofs_quota_space_limit_bytes",
+            "A quota's space limit.",
+            |q, _| q.space.map(|v| v as i64),
+        ),
+        (
+            "solofs_quota_space_used_bytes",
+            "What a quota counts of space.",
+            |_, u| Some(u.bytes.max(0)),
+        ),
+        (
+            "solofs_quota_inodes_limit",
+            "A quota's inodes limit.",
+            |q, _| q.inodes.map(|v| v as i64),
+        ),
+        (
+            "solofs_quota_inodes_used",
+            "What a quota counts of inodes.",
+            |_, u| Some(u.entries().max(0)),
+        ),
+    ];
+    for (name, help, value) in families {
+        let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for (label, q, u) in &rows {
+            if let Some(v) = value(q, u) {
+                let _ = writeln!(s, "{name}{{{label}}} {v}");
+            }
+        }
+    }
+}
+
+/// One value of a quota for the metrics page (`None`: no sample).
+type QuotaValue = fn(&Quota, &Summary) -> Option<i64>;
+
+/// A label value with `\`, `"` and newlines escaped (Prometheus text).
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 /// What a walk of `engine` (no writers run) finds below the root, and
 /// each quota with its use (`solofs fsck`).
 pub fn counted(engine: &Engine) -> solofs_meta::Result<(Summary, Vec<QuotaUse>)> {
