@@ -89,15 +89,7 @@ fn serve(s: &Scratch) -> (ServerProc, Client) {
 /// Runs `solofs ARGS… --server … --secret-file …` for `s` served by
 /// `server`.
 fn admin(s: &Scratch, server: &ServerProc, args: &[&str]) -> String {
-    let secret = s.path.join("secret");
-    let mut v = args.to_vec();
-    v.extend_from_slice(&[
-        "--server",
-        &server.addr,
-        "--secret-file",
-        secret.to_str().unwrap(),
-    ]);
-    solofs(&v)
+    solofs_via(&server.addr, &s.path.join("secret"), args)
 }
 
 #[test]

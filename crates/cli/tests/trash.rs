@@ -13,9 +13,7 @@ use std::time::Duration;
 
 /// `solofs WHAT… --server ADDR --secret-file SECRET`.
 fn admin(addr: &str, secret: &Path, what: &[&str]) -> String {
-    let mut a = what.to_vec();
-    a.extend_from_slice(&["--server", addr, "--secret-file", secret.to_str().unwrap()]);
-    solofs(&a)
+    solofs_via(addr, secret, what)
 }
 
 /// Files in the block store (every block is one).

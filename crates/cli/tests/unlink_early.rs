@@ -55,6 +55,21 @@ fn pin(cpu: usize) {
     rustix::thread::sched_setaffinity(None, &set).unwrap();
 }
 
+/// Removes `f0..f(10 * rounds)` in `d` from CPU 0, ten at a time, and
+/// writes each again at once from CPU 1 ("new {i}").
+fn remake_from_two_cpus(d: &Path, rounds: usize) {
+    for round in 0..rounds {
+        pin(0);
+        for i in round * 10..round * 10 + 10 {
+            std::fs::remove_file(d.join(format!("f{i}"))).unwrap();
+        }
+        pin(1);
+        for i in round * 10..round * 10 + 10 {
+            std::fs::write(d.join(format!("f{i}")), format!("new {i}")).unwrap();
+        }
+    }
+}
+
 #[test]
 fn later_requests_reach_the_server_after_the_unlinks() {
     if !is_root() {
@@ -83,16 +98,7 @@ fn later_requests_reach_the_server_after_the_unlinks() {
     // mount's requests then go on different connections (lanes), and the
     // creates must still not overtake the unlinks (an overtaking create
     // would open the old file, and the unlink then remove the new one).
-    for round in 0..30 {
-        pin(0);
-        for i in round * 10..round * 10 + 10 {
-            std::fs::remove_file(d.join(format!("f{i}"))).unwrap();
-        }
-        pin(1);
-        for i in round * 10..round * 10 + 10 {
-            std::fs::write(d.join(format!("f{i}")), format!("new {i}")).unwrap();
-        }
-    }
+    remake_from_two_cpus(&d, 30);
     pin(0);
     for i in 300..600 {
         std::fs::remove_file(d.join(format!("f{i}"))).unwrap();
@@ -257,16 +263,7 @@ fn solofs_up_answers_unlinks_early_and_keeps_their_order() {
         std::fs::write(d.join(format!("f{i}")), format!("old {i}")).unwrap();
         std::fs::write(d.join("sub").join(format!("g{i}")), "x").unwrap();
     }
-    for round in 0..20 {
-        pin(0);
-        for i in round * 10..round * 10 + 10 {
-            std::fs::remove_file(d.join(format!("f{i}"))).unwrap();
-        }
-        pin(1);
-        for i in round * 10..round * 10 + 10 {
-            std::fs::write(d.join(format!("f{i}")), format!("new {i}")).unwrap();
-        }
-    }
+    remake_from_two_cpus(&d, 20);
     pin(0);
     for i in 200..400 {
         std::fs::remove_file(d.join(format!("f{i}"))).unwrap();

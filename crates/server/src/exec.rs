@@ -44,6 +44,15 @@ fn unhidden<T>(
     (v, end && !cut)
 }
 
+/// The bytes a quota counts of an inode: a regular file's size.
+fn file_bytes(a: &Attr) -> u64 {
+    if a.mode & S_IFMT == S_IFREG {
+        a.size
+    } else {
+        0
+    }
+}
+
 /// What a request runs with beyond its credentials: its connection's side.
 pub(crate) struct Side<'a> {
     /// Does the requesting connection hold `ino` open for writing (which a
@@ -178,12 +187,7 @@ impl Exec<'_> {
         if to.is_empty() {
             return Ok(());
         }
-        let bytes = if a.mode & S_IFMT == S_IFREG {
-            a.size
-        } else {
-            0
-        };
-        self.room(0, 1, bytes, None, &to)
+        self.room(0, 1, file_bytes(a), None, &to)
     }
     /// Room for regular file `ino` to grow to `size` bytes.
     fn room_to_grow(&self, ino: u64, size: u64) -> Result<()> {
@@ -613,11 +617,7 @@ impl Serve for Exec<'_> {
     fn link_tmpfile(&self, ino: &u64, to: &Loc) -> Result<Body> {
         let (p, n) = self.at(to)?;
         let a = self.e.getattr(*ino)?;
-        let bytes = if a.mode & S_IFMT == S_IFREG {
-            a.size
-        } else {
-            0
-        };
+        let bytes = file_bytes(&a);
         self.room(p, 1, bytes, None, &[])?;
         let a = crate::tmpfiles::link(self.e, self.c, *ino, p, &n)?;
         self.created(a, p)

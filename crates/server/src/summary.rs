@@ -253,9 +253,9 @@ impl Tree {
         }
     }
 
-    /// Whether a user or group has a quota.
-    fn owner_quotas(&self) -> bool {
-        self.owners.values().any(|o| o.quota.is_some())
+    /// Whether any quota is set (on a directory, a user or a group).
+    fn any_quota(&self) -> bool {
+        !self.quotas.is_empty() || self.owners.values().any(|o| o.quota.is_some())
     }
 
     fn apply(&mut self, c: Change) {
@@ -390,7 +390,7 @@ impl Summaries {
                 walk(engine).map(|(tree, n)| {
                     *t = tree;
                     t.ready = true;
-                    let any = !t.quotas.is_empty() || t.owner_quotas();
+                    let any = t.any_quota();
                     self.any_quota.store(any, Ordering::SeqCst);
                     n
                 })
@@ -459,7 +459,7 @@ impl Summaries {
                 None => t.quotas.remove(&dir),
             };
         }
-        let any = !t.quotas.is_empty() || t.owner_quotas();
+        let any = t.any_quota();
         self.any_quota.store(any, Ordering::SeqCst);
     }
 
@@ -541,7 +541,7 @@ impl Summaries {
     pub fn set_owner_quota(&self, w: Who, q: Option<Quota>) {
         let mut t = self.tree.lock();
         t.owners.entry(w).or_default().quota = q;
-        let any = !t.quotas.is_empty() || t.owner_quotas();
+        let any = t.any_quota();
         self.any_quota.store(any, Ordering::SeqCst);
     }
 

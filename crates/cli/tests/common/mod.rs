@@ -675,6 +675,14 @@ pub fn free_loopback_addr() -> String {
     l.local_addr().unwrap().to_string()
 }
 
+/// Runs `solofs ARGS… --server ADDR --secret-file SECRET` (an admin
+/// command through a running server) and returns its stdout.
+pub fn solofs_via(addr: &str, secret: &Path, args: &[&str]) -> String {
+    let mut a = args.to_vec();
+    a.extend_from_slice(&["--server", addr, "--secret-file", secret.to_str().unwrap()]);
+    solofs(&a)
+}
+
 /// Runs `solofs ARGS…` and returns its stdout (fails the test if it fails).
 pub fn solofs(args: &[&str]) -> String {
     let out = Command::new(BIN).args(args).output().unwrap();
