@@ -5,7 +5,9 @@
 //! mount goes away (after the server's grace); a waiting process that is
 //! signalled stops waiting; sqlite with one writer per mount keeps every
 //! row; locks survive a server restart; `O_APPEND` from two mounts keeps
-//! every line.
+//! every line; a mount that alone locks a file decides its locks without
+//! asking the server until another mount asks (delegation, recall,
+//! hand-back), and a delegated mount killed keeps its locks for the grace.
 
 mod common;
 use common::*;
@@ -308,6 +310,114 @@ fn locks_exclude_across_mounts_and_wake_waiters() {
     eprintln!(
         "lock of a dead mount granted after {:.0} ms (grace 1500 ms)",
         at.duration_since(t).as_secs_f64() * 1e3
+    );
+    assert!(w.wait().unwrap().success());
+    drop(h);
+    let _ = Command::new("umount").arg("-l").arg(&a.mnt).status();
+    std::mem::forget(a);
+    assert!(b.stop().success());
+    assert!(srv.stop().success());
+}
+
+/// Takes and drops a lock of byte 0 `argv[2]` times.
+const LOCK_LOOP: &str = r#"
+import fcntl, sys
+f = open(sys.argv[1], "r+")
+for i in range(int(sys.argv[2])):
+    fcntl.lockf(f, fcntl.LOCK_EX, 1, 0)
+    fcntl.lockf(f, fcntl.LOCK_SH, 1, 0)
+    fcntl.lockf(f, fcntl.LOCK_UN, 1, 0)
+"#;
+
+#[test]
+fn a_lone_locker_decides_its_locks_and_hands_them_back_when_asked() {
+    if !is_root() {
+        eprintln!("skipped: FUSE mounts need root here");
+        return;
+    }
+    let Two {
+        a,
+        b,
+        srv,
+        _s: _keep,
+        ..
+    } = two_mounts("deleg", &["--lock-grace-ms", "1500"], "f");
+    let (fa, fb) = (a.mnt.join("f"), b.mnt.join("f"));
+    let page = || metrics_page(&srv.metrics);
+    let locks = |p: &str| metric_sum(p, "solofs_ops_total{op=\"lock\"}");
+
+    // Alone on the file, a's locks are delegated to it after the first:
+    // 500 rounds of lock, downgrade, unlock cost no request.
+    let (code, out) = py(LOCK_LOOP, &[fa.to_str().unwrap(), "1"]);
+    assert_eq!(code, 0, "{out}");
+    let p = page();
+    assert_eq!(metric_sum(&p, "solofs_lock_delegations"), 1, "{p}");
+    let before = locks(&p);
+    let t = Instant::now();
+    let (code, out) = py(LOCK_LOOP, &[fa.to_str().unwrap(), "500"]);
+    assert_eq!(code, 0, "{out}");
+    let spent = t.elapsed();
+    let sent = locks(&page()) - before;
+    eprintln!(
+        "1 500 lock calls on a delegated file: {:.0} ms, {sent} lock requests",
+        spent.as_secs_f64() * 1e3
+    );
+    assert!(
+        sent < 10,
+        "{sent} lock requests for 1 500 delegated lock calls"
+    );
+
+    // A lock held under the delegation: b's try is refused (the
+    // delegation is recalled and a hands its lock back), F_GETLK on b
+    // names a's holder, and b's waiter gets the lock when a lets go.
+    let mut h = Holder::start(&fa, "lockf");
+    h.expect("locked");
+    assert_eq!(metric_sum(&page(), "solofs_lock_delegations"), 1);
+    assert!(
+        !can_lock(&fb, "lockf"),
+        "b took a lock a holds under a delegation"
+    );
+    let p = page();
+    assert_eq!(metric_sum(&p, "solofs_lock_recalls_total"), 1, "{p}");
+    assert_eq!(metric_sum(&p, "solofs_lock_delegations"), 0, "{p}");
+    let (code, out) = py(GETLK, &[fb.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(out.trim(), format!("1 {}", h.pid()), "F_GETLK on b");
+    let (mut w, got) = waiter(&fb, "lockf");
+    assert!(
+        got.recv_timeout(Duration::from_millis(400)).is_err(),
+        "the waiter on b got a held lock"
+    );
+    h.tell("unlock");
+    h.expect("unlocked");
+    got.recv_timeout(Duration::from_secs(5))
+        .expect("the waiter on b was not woken by a's unlock");
+    assert!(w.wait().unwrap().success());
+    drop(h);
+
+    // Delegated again (after the 2 s a recalled file waits), then the
+    // mount holding it is killed: its lock stands for the grace, then b
+    // gets it.
+    std::thread::sleep(Duration::from_millis(2100));
+    let mut h = Holder::start(&fa, "lockf");
+    h.expect("locked");
+    assert_eq!(metric_sum(&page(), "solofs_lock_delegations"), 1);
+    let mut a = a;
+    let t = Instant::now();
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    let (mut w, got) = waiter(&fb, "lockf");
+    let at = got
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the waiter on b was not granted after the delegated mount died");
+    let after = at.duration_since(t);
+    eprintln!(
+        "lock of a dead delegated mount granted after {:.0} ms (grace 1500 ms)",
+        after.as_secs_f64() * 1e3
+    );
+    assert!(
+        after >= Duration::from_millis(1200),
+        "a dead mount's delegated lock went before its grace ({after:?})"
     );
     assert!(w.wait().unwrap().success());
     drop(h);

@@ -60,6 +60,8 @@ fn bound(op: &Op) -> Option<(u64, Option<Access>)> {
         | Op::GetLock { .. }
         | Op::LockCancel { .. }
         | Op::DropLocks
+        | Op::LockReturn { .. }
+        | Op::LockRenew
         | Op::Tmpfile { .. } => None,
     }
 }

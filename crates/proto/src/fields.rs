@@ -13,6 +13,51 @@ pub const MAX_GROUPS: usize = 64;
 pub const LOCK_WAIT: u32 = 1;
 /// `Lock` flag: a claim of a lock held before a reconnect or a restart.
 pub const LOCK_RECLAIM: u32 = 2;
+/// `Lock` flag: the client can take the file's locks over (a delegation,
+/// answered `Delegated`; docs/protocol.md §9).
+pub const LOCK_DELEGATE: u32 = 4;
+/// The errno (`EINPROGRESS`) of a lock request on a file whose locks are
+/// being handed back by the client they were delegated to: send it again
+/// shortly.
+pub const LOCK_RECALLING: i32 = 115;
+/// The most locks one `LockReturn` hands back.
+pub const MAX_RETURNED_LOCKS: usize = 2048;
+
+/// Encodes the locks `LockReturn` hands back: per lock, owner, exclusive
+/// (1) or shared (0), first and last byte, process id.
+pub fn put_lock_list(list: &[solofs_types::ranges::RangeLock<u64>]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(list.len() * LOCK_RECORD);
+    for l in list {
+        out.extend_from_slice(&l.owner.to_le_bytes());
+        out.push(l.write as u8);
+        out.extend_from_slice(&l.start.to_le_bytes());
+        out.extend_from_slice(&l.end.to_le_bytes());
+        out.extend_from_slice(&l.pid.to_le_bytes());
+    }
+    out
+}
+
+/// Decodes [`put_lock_list`]'s bytes (`None`: not such a list).
+pub fn get_lock_list(b: &[u8]) -> Option<Vec<solofs_types::ranges::RangeLock<u64>>> {
+    if b.len() % LOCK_RECORD != 0 {
+        return None;
+    }
+    b.chunks_exact(LOCK_RECORD)
+        .map(|c| {
+            let u64_at = |i: usize| u64::from_le_bytes(c[i..i + 8].try_into().unwrap_or_default());
+            let (write, start, end) = (c[8], u64_at(9), u64_at(17));
+            (write <= 1 && start <= end).then(|| solofs_types::ranges::RangeLock {
+                owner: u64_at(0),
+                write: write == 1,
+                start,
+                end,
+                pid: u32::from_le_bytes(c[25..29].try_into().unwrap_or_default()),
+            })
+        })
+        .collect()
+}
+
+const LOCK_RECORD: usize = 29;
 pub(crate) const NAME: usize = solofs_types::NAME_MAX;
 pub(crate) const PATH: usize = solofs_types::PATH_MAX;
 pub(crate) const VALUE: usize = solofs_types::XATTR_SIZE_MAX;
@@ -425,4 +470,46 @@ pub(crate) fn get_entry(r: &mut Reader) -> Result<DirEntry, DecodeError> {
         kind: FileType::from_mode(r.u32()?).ok_or(DecodeError("bad file type"))?,
         cookie: r.u64()?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use solofs_types::ranges::RangeLock;
+
+    #[test]
+    fn lock_lists_round_trip_and_bad_ones_are_refused() {
+        let list = vec![
+            RangeLock {
+                owner: u64::MAX - 1,
+                write: false,
+                start: 120,
+                end: 120,
+                pid: 7,
+            },
+            RangeLock {
+                owner: 2,
+                write: true,
+                start: 0,
+                end: u64::MAX,
+                pid: u32::MAX,
+            },
+        ];
+        let b = put_lock_list(&list);
+        assert_eq!(get_lock_list(&b), Some(list));
+        assert_eq!(get_lock_list(&[]), Some(vec![]));
+        assert_eq!(get_lock_list(&b[1..]), None, "not whole records");
+        let mut bad = b.clone();
+        bad[8] = 2;
+        assert_eq!(get_lock_list(&bad), None, "neither shared nor exclusive");
+        let mut back = put_lock_list(&[RangeLock {
+            owner: 1,
+            write: true,
+            start: 5,
+            end: 4,
+            pid: 0,
+        }]);
+        assert_eq!(get_lock_list(&back), None, "ends before it starts");
+        back.clear();
+    }
 }

@@ -22,8 +22,9 @@ pub mod spin;
 pub use auth::{auth_mac, key_name_ok, split_key, verify_mac, KEY_NAME_MAX, KEY_PREFIX, NONCE_LEN};
 pub use codec::{DecodeError, Reader, Writer};
 pub use fields::{
-    get_attr, put_attr, Closed, Field, Loc, OpenFlags, ReleaseFlags, Target, LOCK_RECLAIM,
-    LOCK_WAIT, MAX_GROUPS, MAX_RELEASES, OPEN_AGAIN, RELEASE_CLEAN,
+    get_attr, get_lock_list, put_attr, put_lock_list, Closed, Field, Loc, OpenFlags, ReleaseFlags,
+    Target, LOCK_DELEGATE, LOCK_RECALLING, LOCK_RECLAIM, LOCK_WAIT, MAX_GROUPS, MAX_RELEASES,
+    MAX_RETURNED_LOCKS, OPEN_AGAIN, RELEASE_CLEAN,
 };
 pub use frame::*;
 pub use handshake::{hello_ok, put_hello, Auth, Challenge};

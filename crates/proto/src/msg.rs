@@ -63,6 +63,9 @@ pub enum Body {
     Queued,
     /// A file's attributes and the byte ranges of it that hold data.
     Map(Attr, Extents),
+    /// A lock was granted and the file's locks are delegated to the
+    /// client (docs/protocol.md §9), with the file's attributes.
+    Delegated(Attr),
 }
 
 /// One reply: the request's id and its result (an errno on failure).
@@ -189,6 +192,10 @@ impl Reply {
                         put_attr(&mut w, a);
                         m.put(&mut w);
                     }
+                    Body::Delegated(a) => {
+                        w.u8(12);
+                        put_attr(&mut w, a);
+                    }
                     Body::StatFs(s) => {
                         w.u8(6);
                         w.u64(s.pool_bytes);
@@ -264,6 +271,7 @@ impl Reply {
             },
             10 => Body::Queued,
             11 => Body::Map(get_attr(r)?, Extents::get(r, 0)?),
+            12 => Body::Delegated(get_attr(r)?),
             _ => return Err(DecodeError("bad reply body tag")),
         };
         Ok(Reply {
@@ -483,6 +491,17 @@ mod tests {
             },
             Op::LockCancel { token: 5 },
             Op::DropLocks,
+            Op::LockReturn {
+                ino: 9,
+                locks: crate::put_lock_list(&[solofs_types::ranges::RangeLock {
+                    owner: 3,
+                    write: true,
+                    start: 0,
+                    end: u64::MAX,
+                    pid: 12,
+                }]),
+            },
+            Op::LockRenew,
             Op::Fallocate {
                 ino: 9,
                 mode: 0x11,
@@ -544,6 +563,7 @@ mod tests {
             Ok(Body::Entries(vec![], false)),
             Ok(Body::Created(a.clone(), a.clone())),
             Ok(Body::Inline(a.clone(), b"tiny".to_vec())),
+            Ok(Body::Delegated(a.clone())),
             Ok(Body::LockHeld {
                 kind: 1,
                 start: 3,

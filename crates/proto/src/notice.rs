@@ -51,6 +51,12 @@ pub enum Notice {
         /// The inode.
         ino: u64,
     },
+    /// The locks of `ino` delegated to this client are wanted by another
+    /// client: hand them back (`LockReturn`) and decide them no more.
+    Recall {
+        /// The file.
+        ino: u64,
+    },
 }
 
 const ENTRY: u8 = 1;
@@ -61,6 +67,7 @@ const LOST: u8 = 5;
 const WATCHING: u8 = 6;
 const GRANTED: u8 = 7;
 const UNWATCHED: u8 = 8;
+const RECALL: u8 = 9;
 
 impl Notice {
     /// Appends the encoded notice.
@@ -88,6 +95,10 @@ impl Notice {
                 w.u8(UNWATCHED);
                 w.u64(*ino);
             }
+            Notice::Recall { ino } => {
+                w.u8(RECALL);
+                w.u64(*ino);
+            }
         }
     }
 
@@ -105,6 +116,7 @@ impl Notice {
             WATCHING => Notice::Watching,
             GRANTED => Notice::Granted { token: r.u64()? },
             UNWATCHED => Notice::Unwatched { ino: r.u64()? },
+            RECALL => Notice::Recall { ino: r.u64()? },
             _ => return Err(DecodeError("bad notice kind")),
         })
     }
@@ -154,6 +166,7 @@ mod tests {
             Notice::Watching,
             Notice::Unwatched { ino: 77 },
             Notice::Granted { token: 77 },
+            Notice::Recall { ino: 78 },
         ];
         let mut f = Vec::new();
         put_notices(&mut f, &list);

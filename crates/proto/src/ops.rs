@@ -238,7 +238,11 @@ ops! {
     /// `ino`: `kind` 0 shared, 1 exclusive, 2 unlock (docs/protocol.md §9).
     /// `flags`: 1 wait (a conflict queues the request, answered `Queued`,
     /// and a `Granted` notice with `token` follows), 2 reclaim (a lock held
-    /// before a reconnect or a server restart). Granted: `Empty`; a
+    /// before a reconnect or a server restart), 4 delegate (the client can
+    /// take the file's locks over: a grant may answer `Delegated`, and the
+    /// client then decides this file's locks itself until a `Recall`
+    /// notice or its lease ends). Granted: `Empty` (or the file's
+    /// attributes); a
     /// conflict without wait: `EAGAIN`; a wait that would deadlock:
     /// `EDEADLK`. Read-only for resending: setting a lock twice is setting
     /// it once.
@@ -288,6 +292,16 @@ ops! {
     /// text (`Bytes`, its first line `running` or `done`). Only for root
     /// on the volume secret.
     37 Gc gc read { start: bool, dry_run: bool };
+    /// Hands back the locks of `ino` delegated to this client: `locks`
+    /// (`put_lock_list`) are all it holds there now; the delegation ends.
+    /// Without a delegation (the server restarted, or the client was lost
+    /// past its grace) each lock is claimed as `Lock` with reclaim is, and
+    /// one taken meanwhile by another client is lost (`ENOLCK`).
+    38 LockReturn lock_return read { ino: u64, locks: Vec<u8> = VALUE + 1 };
+    /// Renews the lease of this client's delegations: answers (`Bytes`,
+    /// little-endian u64s) the files whose locks stay delegated to it (a
+    /// file being recalled is not among them).
+    39 LockRenew lock_renew read;
 }
 
 impl Op {
@@ -345,6 +359,8 @@ impl Op {
             | Op::GetLock { .. }
             | Op::LockCancel { .. }
             | Op::DropLocks
+            | Op::LockReturn { .. }
+            | Op::LockRenew
             | Op::Fallocate { .. }
             | Op::DataMap { .. }
             | Op::Tmpfile { .. } => {}

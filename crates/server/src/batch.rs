@@ -26,7 +26,7 @@ pub(crate) fn run_batch(
     replies: &mut Vec<Reply>,
     (client, session): (Option<u64>, u128),
 ) -> (Vec<Notice>, Told) {
-    let retried = admit(shared, opens, reqs);
+    let retried = admit(shared, opens, reqs, session);
     let t0 = Instant::now();
     let first = replies.len();
     let before = shared.watch.before(me, &shared.engine, reqs);
@@ -71,15 +71,26 @@ pub(crate) fn run_batch(
 /// counted before they run (so that a deletion cannot slip in between the
 /// check and the registration). Keys were checked by the carrier
 /// (keys.rs).
-fn admit(shared: &Shared, opens: &ConnOpens, reqs: &mut [Request]) -> bool {
+fn admit(shared: &Shared, opens: &ConnOpens, reqs: &mut [Request], session: u128) -> bool {
     let mut retried = false;
     for q in reqs.iter_mut() {
         crate::exec::squash(&mut q.cred, shared.cfg.root_squash);
         retried |= q.id & solofs_proto::RETRY != 0;
     }
     for q in reqs.iter() {
-        if let Op::Open { ino, flags } = q.op {
-            opens.acquire(ino, flags.access.writes());
+        match q.op {
+            Op::Open { ino, flags } => {
+                opens.acquire(ino, flags.access.writes());
+                if flags.access.writes() {
+                    // Counted as a writer first: no delegation after this.
+                    shared.locks.writes(session, ino);
+                }
+            }
+            Op::Setattr {
+                target: solofs_proto::Target::Ino(ino),
+                set: solofs_meta::SetAttr { size: Some(_), .. },
+            } => shared.locks.writes(session, ino),
+            _ => {}
         }
     }
     retried
@@ -174,6 +185,8 @@ fn register(opens: &ConnOpens, reqs: &[Request], done: &[Reply]) {
             | Op::GetLock { .. }
             | Op::LockCancel { .. }
             | Op::DropLocks
+            | Op::LockReturn { .. }
+            | Op::LockRenew
             | Op::Fallocate { .. }
             | Op::DataMap { .. } => {}
         }

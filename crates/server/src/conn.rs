@@ -572,6 +572,7 @@ fn frame(
                 Some(id) => u128::from_le_bytes(id),
                 None => session_of(&shared.nonce()),
             };
+            c.opens.serves(c.session);
             let w = shared
                 .watch
                 .join(crate::watch::Sink::Worker(c.waker.clone()), c.session);

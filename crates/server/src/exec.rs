@@ -1,7 +1,7 @@
 //! Executes decoded requests on the engine.
 
 use crate::error::Result;
-use crate::filelocks::{FileLocks, Want};
+use crate::filelocks::{FileLocks, Got, Want};
 use solofs_meta::extents::Extents;
 use solofs_meta::{Access, Attr, Cred, Engine, Error, SetAttr, S_IFDIR, S_IFMT};
 use solofs_proto::{Body, Closed, Loc, Op, OpenFlags, ReleaseFlags, Reply, Request, Serve, Target};
@@ -543,7 +543,10 @@ impl Serve for Exec<'_> {
         token: &u64,
     ) -> Result<Body> {
         lock_fields(*kind, *start, *end)?;
-        if *flags & !(solofs_proto::LOCK_WAIT | solofs_proto::LOCK_RECLAIM) != 0 {
+        if *flags
+            & !(solofs_proto::LOCK_WAIT | solofs_proto::LOCK_RECLAIM | solofs_proto::LOCK_DELEGATE)
+            != 0
+        {
             return Err(Error::Invalid("unknown lock flags").into());
         }
         let (locks, client) = self.locks()?;
@@ -560,16 +563,43 @@ impl Serve for Exec<'_> {
         // A granted lock comes with the file's attributes: the holder
         // checks its caches against them without asking again.
         match locks.lock(client, want)? {
-            Body::Empty if *kind != 2 => {
-                Ok(self.e.getattr(*ino).map(Body::Attr).unwrap_or(Body::Empty))
-            }
-            b => Ok(b),
+            Got::Queued => Ok(Body::Queued),
+            Got::Now(_) if *kind == 2 => Ok(Body::Empty),
+            Got::Now(delegated) => match self.e.getattr(*ino) {
+                Ok(a) if delegated => Ok(Body::Delegated(a)),
+                Ok(a) => Ok(Body::Attr(a)),
+                Err(_) => {
+                    if delegated {
+                        // Not a file (any more): nothing to decide there.
+                        let _ = locks.returned(
+                            client,
+                            *ino,
+                            &solofs_proto::put_lock_list(&[solofs_types::ranges::RangeLock {
+                                owner: *owner,
+                                write: *kind == 1,
+                                start: *start,
+                                end: *end,
+                                pid: *pid,
+                            }]),
+                        );
+                    }
+                    Ok(Body::Empty)
+                }
+            },
         }
     }
     fn get_lock(&self, ino: &u64, owner: &u64, kind: &u32, start: &u64, end: &u64) -> Result<Body> {
         lock_fields(*kind, *start, *end)?;
         let (locks, client) = self.locks()?;
-        Ok(locks.get(client, *ino, *owner, *kind, *start, *end))
+        locks.get(client, *ino, *owner, *kind, *start, *end)
+    }
+    fn lock_return(&self, ino: &u64, list: &Vec<u8>) -> Result<Body> {
+        let (locks, client) = self.locks()?;
+        locks.returned(client, *ino, list)
+    }
+    fn lock_renew(&self) -> Result<Body> {
+        let (locks, client) = self.locks()?;
+        Ok(locks.renew(client))
     }
     fn lock_cancel(&self, token: &u64) -> Result<Body> {
         let (locks, client) = self.locks()?;
@@ -723,6 +753,8 @@ pub fn resolve_retry(e: &Engine, req: &Request, rep: Reply) -> Reply {
         | Op::GetLock { .. }
         | Op::LockCancel { .. }
         | Op::DropLocks
+        | Op::LockReturn { .. }
+        | Op::LockRenew
         | Op::Fallocate { .. }
         | Op::DataMap { .. }
         | Op::Tmpfile { .. }

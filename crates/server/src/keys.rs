@@ -367,6 +367,7 @@ impl Caps {
             | Op::WriteInline { ino, .. }
             | Op::Lock { ino, .. }
             | Op::GetLock { ino, .. }
+            | Op::LockReturn { ino, .. }
             | Op::Fallocate { ino, .. }
             | Op::DataMap { ino } => inside(ino),
             Op::Tmpfile { parent, .. } => inside(parent),
@@ -383,6 +384,7 @@ impl Caps {
             | Op::Rewatch
             | Op::ReleaseMany { .. }
             | Op::LockCancel { .. }
+            | Op::LockRenew
             | Op::DropLocks => Ok(()),
         }
     }
@@ -411,7 +413,7 @@ impl Caps {
             }
         };
         match body {
-            Body::Attr(a) | Body::Inline(a, _) | Body::Map(a, _) => attr(a),
+            Body::Attr(a) | Body::Inline(a, _) | Body::Map(a, _) | Body::Delegated(a) => attr(a),
             Body::Created(a, p) => {
                 attr(a);
                 attr(p);
@@ -469,6 +471,8 @@ fn set_of(op: &mut Op) -> Option<&mut solofs_meta::SetAttr> {
         | Op::GetLock { .. }
         | Op::LockCancel { .. }
         | Op::DropLocks
+        | Op::LockReturn { .. }
+        | Op::LockRenew
         | Op::Fallocate { .. }
         | Op::DataMap { .. }
         | Op::Tmpfile { .. }

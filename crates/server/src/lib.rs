@@ -321,7 +321,7 @@ impl Server {
         snapshots::clean(engine.path());
         let watch = watch::Watch::new(cfg.watch_cap);
         let marker = engine.path().with_extension("locks");
-        let locks = filelocks::FileLocks::new(cfg.lock_grace, Some(marker));
+        let locks = filelocks::FileLocks::new(cfg.lock_grace, Some(marker), Some(opens.clone()));
         let keys = keys::Keys::open(Some(engine.path().with_file_name("keys")))
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         let sums = summary::Summaries::attach(&engine);

@@ -44,6 +44,7 @@ impl LocalConn {
             .join(crate::watch::Sink::Local(Default::default()), session);
         let _ = shared.locks.attach(session, &watcher);
         let opens = ConnOpens::new(shared.opens.clone());
+        opens.serves(session);
         *watcher.info.lock() = Some(crate::watch::ConnInfo {
             peer: if counted {
                 "in-process".into()

@@ -261,6 +261,8 @@ pub(crate) fn render(shared: &Shared, ms: &[Arc<Metrics>]) -> String {
     }
     let d = &shared.deleter;
     let _ = writeln!(s, "# HELP solofs_file_locks Byte-range and flock locks held by clients.\n# TYPE solofs_file_locks gauge\nsolofs_file_locks {}", shared.locks.count());
+    let _ = writeln!(s, "# HELP solofs_lock_delegations Files whose locks a client decides itself (a delegation).\n# TYPE solofs_lock_delegations gauge\nsolofs_lock_delegations {}", shared.locks.delegations());
+    let _ = writeln!(s, "# HELP solofs_lock_recalls_total Delegations recalled for another client.\n# TYPE solofs_lock_recalls_total counter\nsolofs_lock_recalls_total {}", shared.locks.recalls.load(std::sync::atomic::Ordering::Relaxed));
     let _ = writeln!(s, "# HELP solofs_open_inodes Inodes some client holds open.\n# TYPE solofs_open_inodes gauge\nsolofs_open_inodes {}", shared.opens.open_inodes());
     let _ = writeln!(s, "# HELP solofs_deleted_blocks_total Data blocks the deleter removed.\n# TYPE solofs_deleted_blocks_total counter\nsolofs_deleted_blocks_total {}", d.blocks.load(Ordering::Relaxed));
     let _ = writeln!(s, "# HELP solofs_tofree_entries_total To-free queue entries finished.\n# TYPE solofs_tofree_entries_total counter\nsolofs_tofree_entries_total {}", d.entries.load(Ordering::Relaxed));

@@ -34,6 +34,8 @@ struct Count {
     /// An unclean release came from a lost connection: hand the entry
     /// over only after the grace period.
     lost: bool,
+    /// Opens for writing, by client (the lock holder's id).
+    writers: Vec<(u128, u32)>,
 }
 
 /// Open counts of every inode, for all connections.
@@ -76,13 +78,29 @@ impl Opens {
         self.map.lock().get(&ino).is_some_and(|c| c.opens > 0)
     }
 
-    /// Counts one open of `ino`, waiting while its blocks are being deleted.
-    pub fn acquire(&self, ino: u64) {
+    /// Counts one open of `ino` (for writing by client `writer`, if
+    /// given), waiting while its blocks are being deleted.
+    pub fn acquire(&self, ino: u64, writer: Option<u128>) {
         let mut m = self.map.lock();
         while m.get(&ino).is_some_and(|c| c.deleting) {
             self.cv.wait(&mut m);
         }
-        m.entry(ino).or_default().opens += 1;
+        let c = m.entry(ino).or_default();
+        c.opens += 1;
+        if let Some(id) = writer {
+            match c.writers.iter_mut().find(|w| w.0 == id) {
+                Some(w) => w.1 += 1,
+                None => c.writers.push((id, 1)),
+            }
+        }
+    }
+
+    /// Does a client other than `id` have `ino` open for writing?
+    pub fn written_by_other(&self, ino: u64, id: u128) -> bool {
+        self.map
+            .lock()
+            .get(&ino)
+            .is_some_and(|c| c.writers.iter().any(|w| w.0 != id))
     }
 
     /// An open of `ino` (counted) is for writing: holds a to-free entry for
@@ -101,10 +119,19 @@ impl Opens {
 
     /// Ends one open of `ino`. `clean`: nothing this open stored is left
     /// uncommitted; `lost`: the connection went away.
-    pub fn release(&self, ino: u64, clean: bool, lost: bool) {
+    /// `writer`: the client, if the open was for writing.
+    pub fn release(&self, ino: u64, clean: bool, lost: bool, writer: Option<u128>) {
         let mut m = self.map.lock();
         let Some(c) = m.get_mut(&ino) else { return };
         c.opens = c.opens.saturating_sub(1);
+        if let Some(id) = writer {
+            if let Some(i) = c.writers.iter().position(|w| w.0 == id) {
+                c.writers[i].1 -= 1;
+                if c.writers[i].1 == 0 {
+                    c.writers.swap_remove(i);
+                }
+            }
+        }
         c.unclean |= !clean;
         c.lost |= lost;
         if c.opens > 0 {
@@ -178,6 +205,8 @@ pub(crate) struct ConnOpens {
     held: Mutex<HashMap<u64, (u32, u32)>>,
     /// How many inodes it holds open (for `solofs status`).
     count: Arc<std::sync::atomic::AtomicUsize>,
+    /// The client it serves (its locks' holder id), once known.
+    session: std::sync::OnceLock<u128>,
 }
 
 impl ConnOpens {
@@ -186,7 +215,18 @@ impl ConnOpens {
             opens,
             held: Mutex::new(HashMap::new()),
             count: Default::default(),
+            session: Default::default(),
         }
+    }
+
+    /// The connection serves client `id` (set once, before any open).
+    pub fn serves(&self, id: u128) {
+        let _ = self.session.set(id);
+    }
+
+    /// The client, for an open for writing.
+    fn writer(&self, write: bool) -> Option<u128> {
+        write.then(|| self.session.get().copied().unwrap_or(0))
     }
 
     /// How many inodes it holds open, kept current.
@@ -196,7 +236,7 @@ impl ConnOpens {
 
     /// Counts an open before it runs (a deletion cannot slip in between).
     pub fn acquire(&self, ino: u64, write: bool) {
-        self.opens.acquire(ino);
+        self.opens.acquire(ino, self.writer(write));
         let mut held = self.held.lock();
         let h = held.entry(ino).or_default();
         h.0 += 1;
@@ -225,7 +265,7 @@ impl ConnOpens {
                 self.count
                     .store(held.len(), std::sync::atomic::Ordering::Relaxed);
             }
-            self.opens.release(ino, clean, false);
+            self.opens.release(ino, clean, false, self.writer(write));
         }
     }
 
@@ -252,10 +292,12 @@ impl ConnOpens {
 
 impl Drop for ConnOpens {
     fn drop(&mut self) {
+        let id = self.session.get().copied().unwrap_or(0);
         for (&ino, &(n, w)) in self.held.get_mut().iter() {
             for i in 0..n {
                 // Read-only opens store nothing: they release cleanly.
-                self.opens.release(ino, i >= w, i < w);
+                self.opens
+                    .release(ino, i >= w, i < w, (i < w).then_some(id));
             }
         }
     }

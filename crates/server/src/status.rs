@@ -141,10 +141,11 @@ pub(crate) fn render(shared: &Shared) -> String {
     conns.sort_by_key(|(_, i)| i.as_ref().map(|i| i.since));
     let _ = writeln!(
         s,
-        "clients  {} connections, {} open files, {} file locks",
+        "clients  {} connections, {} open files, {} file locks, {} files' locks delegated",
         conns.len(),
         shared.opens.open_inodes(),
-        shared.locks.count()
+        shared.locks.count(),
+        shared.locks.delegations()
     );
     for (client, info) in conns {
         let Some(i) = info else { continue };

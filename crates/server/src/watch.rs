@@ -642,6 +642,8 @@ fn victims(e: &Engine, cred: &Cred, op: &Op) -> Vec<u64> {
         | Op::GetLock { .. }
         | Op::LockCancel { .. }
         | Op::DropLocks
+        | Op::LockReturn { .. }
+        | Op::LockRenew
         | Op::Fallocate { .. }
         | Op::DataMap { .. }
         | Op::Tmpfile { .. }
@@ -724,6 +726,8 @@ fn changed(e: &Engine, cred: &Cred, op: &Op, rep: &Reply, victims: &[u64], out: 
         | Op::GetLock { .. }
         | Op::LockCancel { .. }
         | Op::DropLocks
+        | Op::LockReturn { .. }
+        | Op::LockRenew
         | Op::DataMap { .. }
         | Op::Tmpfile { .. } => {}
     }
@@ -747,7 +751,7 @@ fn held(op: &Op, rep: &Reply, add: &mut impl FnMut(u64, bool)) {
     match body {
         // (An open of a small file brings its attributes with its bytes:
         // the client keeps both.)
-        Body::Attr(a) | Body::Inline(a, _) => add(a.ino, dir(a)),
+        Body::Attr(a) | Body::Inline(a, _) | Body::Delegated(a) => add(a.ino, dir(a)),
         Body::Created(a, p) => {
             add(a.ino, dir(a));
             add(p.ino, true);

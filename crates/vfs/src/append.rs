@@ -25,8 +25,9 @@ use std::sync::Arc;
 /// (2^63 - 1), the last byte a kernel lock can name.
 const APPEND_SLOT: u64 = 1 << 63;
 /// Owners of append locks count down from here: each append is its own
-/// holder, so two threads of one mount exclude each other too.
-const APPEND_OWNER: u64 = u64::MAX;
+/// holder, so two threads of one mount exclude each other too. (Owner
+/// `u64::MAX` is the server's: docs/protocol.md §9, "Delegations".)
+const APPEND_OWNER: u64 = u64::MAX - 1;
 
 static APPENDS: AtomicU64 = AtomicU64::new(0);
 

@@ -253,7 +253,7 @@ impl Coherence {
                         self.attrs.forget(*ino);
                         kernel.push(Notice::Inode { ino: *ino });
                     }
-                    Notice::Stale | Notice::Granted { .. } => {}
+                    Notice::Stale | Notice::Granted { .. } | Notice::Recall { .. } => {}
                     Notice::Full | Notice::Lost => {
                         untracked = true;
                         self.attrs.clear_names();

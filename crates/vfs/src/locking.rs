@@ -137,6 +137,9 @@ impl Locking {
                     self.revalidate(cred, req.ino, stamped(a, sent));
                     Ok(())
                 }
+                // Decided under this mount's delegation: nothing changed
+                // elsewhere.
+                Ok(Locked::Here) => Ok(()),
                 Ok(Locked::Queued(_)) => Err(Error::Io), // never without wait
                 Err(e) => Err(errno(e)),
             });
@@ -159,6 +162,11 @@ impl Locking {
         let sent = stamp();
         match self.client.set_lock(cred, req, Some(granted)) {
             Ok(Locked::Now(a)) => self.finish_with(key, Ok(()), stamped(a, sent)),
+            Ok(Locked::Here) => {
+                if let Some(p) = self.pending.lock().remove(&key) {
+                    (p.done)(Ok(()));
+                }
+            }
             Ok(Locked::Queued(token)) => {
                 if let Some(p) = self.pending.lock().get_mut(&key) {
                     p.token = Some(token);
@@ -183,6 +191,7 @@ impl Locking {
             .map_err(errno)?
         {
             Locked::Now(a) => Ok(stamped(a, sent)),
+            Locked::Here => Ok(None),
             Locked::Queued(_) => match rx.recv() {
                 Ok(r) => r.map(|()| None).map_err(errno),
                 Err(_) => Err(Error::Io), // the client went away
