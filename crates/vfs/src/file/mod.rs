@@ -433,7 +433,13 @@ impl OpenFile {
             let b = at / self.bs;
             let inb = (at % self.bs) as usize;
             let n = (bs - inb).min(data.len() - pos);
-            self.forget(b);
+            // A clean copy of the block (read or stored here) stays until
+            // the block is based on it: a flush of a small write into it
+            // need not read the block back (an append-and-fsync writer,
+            // sqlite's WAL, stores its tail block again at every fsync).
+            if n == bs || !self.clean.contains_key(&b) {
+                self.forget(b);
+            }
             // A new buffer for a large write has room for the whole block
             // (growing by doubling would copy a writer's bytes again and
             // again). An earlier put of `b` may still run: `send` and `load`
