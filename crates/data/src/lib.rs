@@ -118,6 +118,9 @@ pub struct BlockStore {
     url: String,
     /// A `file://` store: its I/O is done by the calling thread ([`here`]).
     local: bool,
+    /// A `file://` store's directory (its objects are files there, which
+    /// [`BlockStore::patch`] writes in place).
+    root: Option<std::path::PathBuf>,
     /// How long a block's put or get that failed for a passing reason
     /// (connection refused or reset, a timeout, a 5xx) is tried again
     /// before the error reaches the caller: an object store that hiccups
@@ -469,6 +472,7 @@ impl BlockStore {
             block_size,
             url: url.to_string(),
             local: url.starts_with("file://"),
+            root: url.strip_prefix("file://").map(std::path::PathBuf::from),
             retry: if url.starts_with("file://") {
                 std::time::Duration::ZERO
             } else {
@@ -590,6 +594,64 @@ impl BlockStore {
         };
         self.stats.record(StoreOp::Put, t0, len, r.is_ok());
         Ok(r?)
+    }
+
+    /// Can [`BlockStore::patch`] write into blocks where they are (a
+    /// `file://` store)?
+    pub fn patches(&self) -> bool {
+        self.root.is_some()
+    }
+
+    /// The same store, writing whole blocks only (as a remote store
+    /// does): for tests of that path on a `file://` store.
+    pub fn without_patches(mut self) -> BlockStore {
+        self.root = None;
+        self
+    }
+
+    /// Writes `ranges` (offset in the block, bytes) into block `block` of
+    /// `ino` where it is, leaving its other bytes as they are (bytes past
+    /// its end up to a range read as zeros): a small write into a large
+    /// block costs its own size, not the block's. Only for a `file://`
+    /// store ([`BlockStore::patches`]); the caller waits for any put of
+    /// the block first.
+    pub fn patch(&self, ino: u64, block: u64, ranges: &[(u64, &[u8])]) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        let Some(root) = &self.root else {
+            return Err(Error::Read("patch of a block of a remote store".into()));
+        };
+        let t0 = std::time::Instant::now();
+        let len: u64 = ranges.iter().map(|(_, d)| d.len() as u64).sum();
+        let dir = root.join(&self.volume).join(ino.to_string());
+        let path = dir.join(block.to_string());
+        let r = (|| -> std::io::Result<()> {
+            let open = || {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&path)
+            };
+            let f = match open() {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    std::fs::create_dir_all(&dir)?;
+                    open()?
+                }
+                r => r?,
+            };
+            for &(at, data) in ranges {
+                debug_assert!(at + data.len() as u64 <= self.block_size);
+                f.write_all_at(data, at)?;
+            }
+            Ok(())
+        })();
+        self.stats.record(StoreOp::Put, t0, len, r.is_ok());
+        r.map_err(|e| {
+            Error::Store(object_store::Error::Generic {
+                store: "LocalFileSystem",
+                source: Box::new(e),
+            })
+        })
     }
 
     /// Starts writing a block in the background. A block shorter than the

@@ -755,3 +755,50 @@ fn past_the_watch_cap_the_least_recently_used_go_and_are_never_stale() {
         b.getattr(&cb, used).unwrap().into_value().mode & 0o7777 == 0o640
     });
 }
+
+/// A `file://` store takes the written ranges of a stored block where
+/// they are: small writes with an `fsync` each (a database's log) store
+/// their own bytes, not their block again each time, and another client
+/// reads every byte as written.
+#[test]
+fn small_writes_into_stored_blocks_store_only_their_bytes() {
+    let vol = Volume::start("patches");
+    let (a, b) = (vol.remote(), vol.remote());
+    let bs = a.store().block_size() as usize;
+    assert!(bs >= 256 << 10, "blocks of {bs} bytes: too small to tell");
+    let mut model: Vec<u8> = (0..bs + bs / 2).map(|i| (i % 251) as u8).collect();
+    let ino = put(&a, ROOT_INO, "db-wal", &model);
+    let put_bytes = || {
+        a.store().stats().ops[solofs_data::StoreOp::Put as usize]
+            .bytes
+            .load(Ordering::Relaxed)
+    };
+    let before = put_bytes();
+    let ctx = root(&a);
+    let o = a.open(&ctx, ino, libc::O_WRONLY).unwrap();
+    let mut written = 0;
+    for i in 0..60usize {
+        // Inside the full first block, then past the end of the second.
+        let at = if i % 2 == 0 {
+            bs / 4 + i * 4096
+        } else {
+            model.len()
+        };
+        let data = vec![(i + 1) as u8; 4096];
+        a.write(&ctx, ino, at as u64, &data, libc::O_WRONLY, false)
+            .unwrap();
+        a.fsync(&ctx, ino).unwrap();
+        if model.len() < at + data.len() {
+            model.resize(at + data.len(), 0);
+        }
+        model[at..at + data.len()].copy_from_slice(&data);
+        written += data.len() as u64;
+    }
+    a.release(&ctx, ino, o.fh, None).unwrap();
+    let stored = put_bytes() - before;
+    assert!(
+        stored <= 2 * written,
+        "{stored} bytes stored for {written} written in 60 fsyncs (blocks of {bs})"
+    );
+    assert_eq!(get(&b, ino), model, "what another client reads");
+}

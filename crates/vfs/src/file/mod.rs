@@ -440,6 +440,10 @@ impl OpenFile {
             if n == bs || !self.clean.contains_key(&b) {
                 self.forget(b);
             }
+            // A read ahead of the block started before this write would
+            // answer a later read with the old bytes (once the block is
+            // stored and its clean copy let go).
+            self.ahead.remove(&b);
             // A new buffer for a large write has room for the whole block
             // (growing by doubling would copy a writer's bytes again and
             // again). An earlier put of `b` may still run: `send` and `load`
@@ -484,6 +488,9 @@ impl OpenFile {
 
     /// Starts the put of dirty block `b`.
     fn send(&mut self, store: &BlockStore, b: u64) -> Result<()> {
+        if self.patch(store, b)? {
+            return Ok(());
+        }
         self.base(store, b)?;
         let Some(d) = self.dirty.remove(&b) else {
             return Ok(());
@@ -510,6 +517,50 @@ impl OpenFile {
         let t = store.put_async(self.ino, b, data.clone());
         self.inflight.push_back((b, data, t));
         Ok(())
+    }
+
+    /// Writes only the written ranges of dirty block `b` into the stored
+    /// block, where the store can (`file://`) and the stored block is what
+    /// they go on: below the size stored, not read or cut here since
+    /// (then the buffer is whole: put it), not kept inline. `false`: put
+    /// the block as usual.
+    fn patch(&mut self, store: &BlockStore, b: u64) -> Result<bool> {
+        let bs = self.bs as usize;
+        let fits = self
+            .dirty
+            .get(&b)
+            .is_some_and(|d| !d.based && !d.complete(bs));
+        if !fits || !store.patches() || self.inline.is_some() || b * self.bs >= self.stored {
+            return Ok(false);
+        }
+        self.settle(b);
+        // `settle` may have put a failed earlier put back: based, whole.
+        let Some(d) = self.dirty.get(&b).filter(|d| !d.based) else {
+            return Ok(false);
+        };
+        let ranges: Vec<(u64, &[u8])> = d
+            .have
+            .ranges()
+            .iter()
+            .map(|&(x, y)| (x, &d.buf[x as usize..(y as usize).min(d.buf.len())]))
+            .collect();
+        store.patch(self.ino, b, &ranges)?;
+        let d = self.dirty.remove(&b).unwrap_or_else(|| Dirty::new(0));
+        let base = b * self.bs;
+        for &(x, y) in d.have.ranges() {
+            self.sent.add(base + x, base + y);
+        }
+        if self.sent.len() > MAX_SENT_RANGES {
+            self.sent.cap(MAX_SENT_RANGES);
+        }
+        self.inlinable = false;
+        self.uncache(b);
+        // Its clean copy and a read ahead of it are older than the store
+        // now.
+        self.forget(b);
+        self.ahead.remove(&b);
+        self.stored = self.stored.max(base + d.buf.len() as u64);
+        Ok(true)
     }
 
     /// A whole small file to keep inline, if this flush can be one: the

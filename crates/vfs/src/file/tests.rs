@@ -81,14 +81,29 @@ fn failed_puts_are_retried_and_never_committed() {
 /// truncates, flushes and re-opens of one file with 4 KiB blocks,
 /// checked against a byte vector. A re-open starts from what the store
 /// holds, as another mount would after a close.
+/// Small writes into stored blocks go where they are (a `file://` store's
+/// patches) in one run and as whole blocks (as to a remote store) in the
+/// other.
 #[test]
 fn open_file_matches_a_byte_model() {
+    byte_model(true, 48);
+    byte_model(false, 48);
+}
+
+fn byte_model(patches: bool, seeds: u64) {
     const BS: u64 = 4096;
-    let dir = std::env::temp_dir().join(format!("solofs-openfile-{}", std::process::id()));
+    let dir =
+        std::env::temp_dir().join(format!("solofs-openfile-{}-{patches}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let url = format!("file://{}", dir.display());
     let store = BlockStore::open(&url, "vol", BS, None).unwrap();
-    for seed in 1..=12u64 {
+    let store = if patches {
+        store
+    } else {
+        store.without_patches()
+    };
+    assert_eq!(store.patches(), patches);
+    for seed in 1..=seeds {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let ino = seed;
         let mut model: Vec<u8> = Vec::new();
@@ -122,7 +137,7 @@ fn open_file_matches_a_byte_model() {
                     same(
                         &got,
                         &model[lo..hi],
-                        &format!("seed {seed} step {step} read {off}+{len}"),
+                        &format!("patches {patches} seed {seed} step {step} read {off}+{len}"),
                     );
                 }
                 7 => {
