@@ -100,6 +100,7 @@ impl Vfs {
             failed: Default::default(),
             gone_dirs: Default::default(),
             misses: Default::default(),
+            absent: Default::default(),
             stats: Default::default(),
         }
     }
@@ -165,10 +166,15 @@ impl Vfs {
     /// the front end may cache the miss (the kernel: like a hit, inode 0),
     /// and this client remembers that the name held nothing.
     pub(crate) fn entry_missing(&self, (parent, name): (u64, &[u8])) -> Cached<'_, Option<Attr>> {
-        // The absence is kept no longer than the negative timeout
-        // (default 0): a name another mount made is then looked up again
-        // here, at the server.
+        // The kernel keeps the absence no longer than the negative
+        // timeout (default 0): a name another mount made is then looked
+        // up again here, which answers from what it keeps under the
+        // server's watch once the notices on its connection are handled
+        // (paths.rs, `kept_absent`).
         let mut c = self.coh.cached(None);
+        if c.ttl.watch != 0 {
+            self.note_absent(parent, name, c.ttl.watch);
+        }
         c.ttl.entry = c.ttl.entry.min(self.opts.negative_timeout);
         c.ttl.attr = c.ttl.entry;
         self.attrs.name(parent, name, 0, c.ttl.entry);

@@ -169,6 +169,8 @@ pub struct Vfs {
     pub(crate) gone_dirs: known::GoneDirs,
     /// Lookups by path that missed, per directory (paths.rs).
     pub(crate) misses: paths::Misses,
+    /// Names known to be absent (paths.rs).
+    pub(crate) absent: paths::Absent,
     /// What it answered itself (stats.rs).
     pub(crate) stats: Arc<stats::Stats>,
 }

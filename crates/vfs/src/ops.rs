@@ -53,6 +53,11 @@ impl Vfs {
             // since changed the name or the inode.
             self.stats.lookup_here.fetch_add(1, Ordering::Relaxed);
             Ok(a)
+        } else if self.kept_absent(&ctx.cred, parent, name) {
+            // Found absent under the current watch, and the directory is
+            // as it was then.
+            self.stats.lookup_here.fetch_add(1, Ordering::Relaxed);
+            Err(Error::NotFound)
         } else if self.new_dirs.absent(parent, name)
             // A notice already here may say another mount made names in
             // it: handled first (it drops the directory from new_dirs).

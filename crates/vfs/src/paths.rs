@@ -42,6 +42,26 @@ pub(crate) struct Misses(
     Mutex<HashMap<u64, Vec<u8>>>,
 );
 
+/// Names known to be absent, per directory, with the watch and the
+/// directory's version they were learnt under: a name made there since
+/// changed the directory (its attributes were dropped by the notice or
+/// replaced by this client's own reply), so the names stand only while
+/// the directory is kept, watched and as it was.
+#[derive(Default)]
+pub(crate) struct Absent(Mutex<HashMap<u64, AbsentIn>>);
+
+struct AbsentIn {
+    watch: u64,
+    version: crate::blockcache::Version,
+    names: std::collections::HashSet<Vec<u8>>,
+}
+
+/// Directories with names known to be absent, at most (more: forgotten).
+const ABSENT_DIRS: usize = 4096;
+
+/// Names known to be absent in one directory, at most.
+const ABSENT_NAMES: usize = 1024;
+
 /// Most symbolic links one resolution follows (`ELOOP` past it).
 const MAX_LINKS: u32 = 40;
 
@@ -124,6 +144,51 @@ impl Vfs {
             return Err(Error::Access);
         }
         Ok(Some(self.local(a)))
+    }
+
+    /// Notes that `name` was found absent in `dir` by a reply cached under
+    /// `watch` (not 0): kept while `dir` is kept under that watch at the
+    /// version it has now.
+    pub(crate) fn note_absent(&self, dir: u64, name: &[u8], watch: u64) {
+        let Some(d) = self.attrs.watched(dir, watch) else {
+            return;
+        };
+        let v = version(&d);
+        let mut m = self.absent.0.lock();
+        if m.len() >= ABSENT_DIRS && !m.contains_key(&dir) {
+            m.clear();
+        }
+        let e = m.entry(dir).or_insert_with(|| AbsentIn {
+            watch,
+            version: v,
+            names: Default::default(),
+        });
+        if e.watch != watch || e.version != v || e.names.len() >= ABSENT_NAMES {
+            *e = AbsentIn {
+                watch,
+                version: v,
+                names: Default::default(),
+            };
+        }
+        e.names.insert(name.to_vec());
+    }
+
+    /// Is `name` known to be absent from `dir` (noted by
+    /// [`Vfs::note_absent`], and `dir` kept under the current watch as it
+    /// was then, once every notice that reached this host is handled)?
+    /// `false` also when the caller may not search `dir`: the server says.
+    pub(crate) fn kept_absent(&self, cred: &Cred, dir: u64, name: &[u8]) -> bool {
+        let watch = self.coh.watch();
+        let still = || {
+            let Some(d) = self.attrs.watched(dir, watch).filter(|_| watch != 0) else {
+                return false;
+            };
+            let m = self.absent.0.lock();
+            m.get(&dir).is_some_and(|e| {
+                e.watch == watch && e.version == version(&d) && e.names.contains(name)
+            }) && may_search(cred, &d)
+        };
+        still() && self.client.notices_settled() && self.coh.watch() == watch && still()
     }
 
     /// The target of symbolic link `ino`, kept.

@@ -645,18 +645,7 @@ fn a_client_that_removes_what_it_made_keeps_its_caches() {
 fn a_name_made_by_another_client_is_found_as_soon_as_its_create_is_answered() {
     let vol = Volume::start("close-to-open");
     let (a, b) = (vol.remote(), vol.remote());
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let busy: Vec<_> = (0..2)
-        .map(|_| {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                let mut x = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
-                }
-            })
-        })
-        .collect();
+    let busy = Busy::start(2);
     let mut missed = 0;
     for i in 0..300 {
         let name = format!("d{i}");
@@ -673,10 +662,7 @@ fn a_name_made_by_another_client_is_found_as_soon_as_its_create_is_answered() {
             missed += 1;
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    for t in busy {
-        t.join().unwrap();
-    }
+    drop(busy);
     assert_eq!(missed, 0, "lookups that missed a name made and answered");
     a.shutdown();
     b.shutdown();
@@ -801,4 +787,93 @@ fn small_writes_into_stored_blocks_store_only_their_bytes() {
         "{stored} bytes stored for {written} written in 60 fsyncs (blocks of {bs})"
     );
     assert_eq!(get(&b, ino), model, "what another client reads");
+}
+
+/// Threads that keep the CPUs busy until dropped (uneven scheduling).
+struct Busy(Arc<std::sync::atomic::AtomicBool>, Vec<JoinHandle<()>>);
+
+impl Busy {
+    fn start(n: usize) -> Busy {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads = (0..n)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut x = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                    }
+                })
+            })
+            .collect();
+        Busy(stop, threads)
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+        for t in self.1.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The mount's lookups answered by the server, from its metrics page.
+fn lookups_sent(v: &Vfs) -> u64 {
+    let page = v.metrics();
+    let line = page
+        .lines()
+        .find(|l| l.starts_with("solofs_mount_lookup_answers_total{from=\"server\"}"))
+        .unwrap();
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// A name found absent is answered absent again without the server while
+/// the directory stays as it was under the server's watch; once another
+/// client's create of it is answered, a lookup here finds it (300
+/// rounds, busy threads making the two sides' scheduling uneven).
+#[test]
+fn a_name_found_absent_is_answered_here_until_another_client_makes_it() {
+    let vol = Volume::start("absent");
+    let (a, b) = (vol.remote(), vol.remote());
+    let d = a
+        .mkdir(&root(&a), ROOT_INO, b"shared", 0o755)
+        .unwrap()
+        .into_value()
+        .ino;
+    let db = lookup(&b, ROOT_INO, "shared").unwrap().ino;
+    assert_eq!(db, d);
+    assert!(lookup(&b, d, "journal").is_none());
+    let sent = lookups_sent(&b);
+    for _ in 0..50 {
+        assert!(lookup(&b, d, "journal").is_none());
+    }
+    assert_eq!(lookups_sent(&b), sent, "repeated misses asked the server");
+    let busy = Busy::start(2);
+    let (mut missed, mut stale) = (0, 0);
+    for i in 0..300 {
+        let name = format!("f{i}");
+        assert!(lookup(&b, d, &name).is_none());
+        assert!(lookup(&b, d, &name).is_none());
+        let ino = put(&a, d, &name, b"x");
+        match lookup(&b, d, &name) {
+            Some(x) if x.ino == ino => {}
+            Some(_) => stale += 1,
+            None => missed += 1,
+        }
+        a.unlink(&root(&a), d, name.as_bytes()).unwrap();
+        a.fsyncdir(d).unwrap();
+        if lookup(&b, d, &name).is_some() {
+            stale += 1;
+        }
+    }
+    drop(busy);
+    assert_eq!(
+        (missed, stale),
+        (0, 0),
+        "lookups that missed a name made, or found one removed"
+    );
+    a.shutdown();
+    b.shutdown();
 }
