@@ -445,13 +445,21 @@ impl Client {
             if r.is_ok() {
                 st.apply(req);
             }
-            let start = !st.delegs.is_empty() && st.recalls.is_none();
+            // The thread's channel is there before the delegation can be
+            // recalled: a recall read meanwhile is not lost.
+            let start = if !st.delegs.is_empty() && st.recalls.is_none() {
+                let (tx, rx) = channel();
+                st.recalls = Some(tx);
+                Some(rx)
+            } else {
+                None
+            };
             drop(st);
             self.asked(ask);
             (r, start)
         };
-        if start.1 {
-            self.serve_delegations();
+        if let Some(rx) = start.1 {
+            self.serve_delegations(rx);
         }
         start.0
     }
@@ -521,16 +529,7 @@ impl Client {
 
     /// Starts the thread that hands delegations back when recalled and
     /// renews their lease (it ends with the last delegation).
-    fn serve_delegations(&self) {
-        let rx: Receiver<u64> = {
-            let mut st = self.inner.locks.st();
-            if st.recalls.is_some() {
-                return;
-            }
-            let (tx, rx) = channel();
-            st.recalls = Some(tx);
-            rx
-        };
+    fn serve_delegations(&self, rx: Receiver<u64>) {
         let weak = Arc::downgrade(&self.inner);
         let started = std::thread::Builder::new()
             .name("solofs-delegs".into())
