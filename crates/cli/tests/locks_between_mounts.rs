@@ -427,6 +427,133 @@ fn a_lone_locker_decides_its_locks_and_hands_them_back_when_asked() {
     assert!(srv.stop().success());
 }
 
+/// Holds an exclusive lock of byte `argv[2]` (`locked` once it has it)
+/// until told `unlock` on stdin.
+const BYTE_HOLDER: &str = r#"
+import fcntl, sys
+f = open(sys.argv[1], "r+")
+fcntl.lockf(f, fcntl.LOCK_EX, 1, int(sys.argv[2]))
+print("locked", flush=True)
+for line in sys.stdin:
+    if line.strip() == "unlock":
+        fcntl.lockf(f, fcntl.LOCK_UN, 1, int(sys.argv[2]))
+        print("unlocked", flush=True)
+"#;
+
+/// Tries an exclusive lock of byte `argv[2]` without waiting: exit 0 if
+/// taken, 1 if someone holds it.
+const TRY_BYTE: &str = r#"
+import fcntl, sys
+f = open(sys.argv[1], "r+")
+try:
+    fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, int(sys.argv[2]))
+except BlockingIOError:
+    sys.exit(1)
+"#;
+
+/// A mount holding a file's delegation is cut off from the server (its
+/// connections closed, new ones refused): the server keeps what it held
+/// for the grace, so the other mount cannot take it; once its lease has
+/// run out the cut-off mount decides nothing itself (a new lock there
+/// waits for the server); back within the grace it hands its locks back
+/// and keeps them, and the waiting lock is decided by the server.
+#[test]
+fn a_delegated_mount_cut_off_stops_deciding_and_claims_its_locks_back() {
+    if !is_root() {
+        eprintln!("skipped: FUSE mounts need root here");
+        return;
+    }
+    let s = Scratch::new("deleg-cut");
+    let data = s.path.join("data");
+    mkfs_volume(&data);
+    // Grace 8 s: the lease is 4 s.
+    let srv = ServerProc::start_with(&data, "127.0.0.1:0", &["--lock-grace-ms", "8000"]);
+    let pipe = common::replicas::Pipe::new(srv.addr.parse().unwrap());
+    let secret = data.join("secret");
+    let a = MountProc::start(&pipe.addr.to_string(), &secret, &s.path.join("a"), &[]);
+    let b = MountProc::start(&srv.addr, &secret, &s.path.join("b"), &[]);
+    std::fs::write(a.mnt.join("f"), "").unwrap();
+    let (fa, fb) = (a.mnt.join("f"), b.mnt.join("f"));
+    within("the file on b", Duration::from_secs(2), || fb.exists());
+    let try_b = |byte: &str| {
+        let (code, out) = py(TRY_BYTE, &[fb.to_str().unwrap(), byte]);
+        assert!(code == 0 || code == 1, "lock attempt failed: {out}");
+        code == 0
+    };
+
+    let mut h = Command::new("python3")
+        .args(["-c", BYTE_HOLDER])
+        .arg(&fa)
+        .arg("0")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut h_in = h.stdin.take().unwrap();
+    let mut h_out = BufReader::new(h.stdout.take().unwrap()).lines();
+    assert_eq!(h_out.next().unwrap().unwrap(), "locked");
+    assert_eq!(
+        metric_sum(&metrics_page(&srv.metrics), "solofs_lock_delegations"),
+        1
+    );
+    // A renewal has run: the lease is the server's (4 s), not the first 1 s.
+    std::thread::sleep(Duration::from_millis(1500));
+
+    let cut = Instant::now();
+    pipe.cut();
+    assert!(!try_b("0"), "b took the lock a cut-off mount holds");
+    assert!(
+        !try_b("5"),
+        "b took a byte the cut-off mount may have decided"
+    );
+    // Past a's lease (4 s from its last renewal): a lock on a goes to the
+    // server and waits for it.
+    std::thread::sleep(Duration::from_millis(4500).saturating_sub(cut.elapsed()));
+    let mut t = Command::new("python3")
+        .args(["-c", TRY_BYTE])
+        .arg(&fa)
+        .arg("10")
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let early = t.try_wait().unwrap();
+    assert!(
+        early.is_none(),
+        "a cut-off mount decided a lock after its lease: {early:?}"
+    );
+    assert!(!try_b("0"), "b took the lock during a's grace");
+    assert!(
+        cut.elapsed() < Duration::from_millis(7000),
+        "too slow to test within the grace"
+    );
+    pipe.heal();
+    let st = t.wait().unwrap();
+    assert!(
+        st.success(),
+        "the waiting lock on a, decided by the server: {st:?}"
+    );
+    eprintln!(
+        "a's lock decided by the server {:.1} s after the cut",
+        cut.elapsed().as_secs_f64()
+    );
+    // a handed its lock back: still held, and b gets it once a lets go.
+    assert!(!try_b("0"), "a's lock was lost over the cut");
+    writeln!(h_in, "unlock").unwrap();
+    h_in.flush().unwrap();
+    assert_eq!(h_out.next().unwrap().unwrap(), "unlocked");
+    within("b takes the lock a let go", Duration::from_secs(5), || {
+        try_b("0")
+    });
+    drop(h_in);
+    let _ = h.kill();
+    let _ = h.wait();
+    assert!(b.stop().success());
+    assert!(a.stop().success());
+    drop(pipe);
+    assert!(srv.stop().success());
+    assert_fsck_clean(&data);
+}
+
 const SQLITE_SETUP: &str = r#"
 import sqlite3, sys
 c = sqlite3.connect(sys.argv[1])

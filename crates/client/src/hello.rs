@@ -113,7 +113,13 @@ fn greet_one(inner: &Inner, at: &str) -> Result<(TcpStream, Vec<u8>, Volume, u32
         Ok(f) => f,
         Err(ClientError::Protocol(why)) => return Err(not_solofs(why)),
         Err(ClientError::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
-            return Err(not_solofs("it closed the connection".into()))
+            // Worth trying again on a reconnect (a proxy whose server is
+            // down, a server going away): not the protocol error of a
+            // port that answers something else.
+            return Err(ClientError::Io(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("{at} closed the connection before answering the greeting (a server stopping, a proxy without its server, or not a SoloFS server)"),
+            )));
         }
         Err(ClientError::Io(e))
             if matches!(
