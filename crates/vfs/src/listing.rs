@@ -7,8 +7,10 @@
 //! mount, its notice not handled yet) fails the open with `ESTALE`, so the
 //! kernel looks the path up again and opens what the name holds now. The
 //! batch answers that first call, so a listing costs no more requests than
-//! before. While the server cannot be reached, the open is answered by the
-//! mount as it was before (see [`Vfs::opendir`]).
+//! before. A directory this mount keeps under the server's watch (it
+//! exists as of the notices handled) is opened without a request, and its
+//! listing asks at its first call. While the server cannot be reached, the
+//! open is answered by the mount as it was before (see [`Vfs::opendir`]).
 
 use crate::convert::*;
 use crate::{Ctx, Res, Ttl, Vfs};
@@ -62,6 +64,15 @@ impl Vfs {
         let cred = &ctx.cred;
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         if !self.client.reachable() {
+            return Ok(fh);
+        }
+        // A directory kept under the server's watch exists as of the last
+        // notice handled: no need to ask for its first batch now (an open
+        // to `fsync` it, as sqlite does at every commit, then costs
+        // nothing; a listing asks at its first call).
+        let watch = self.coh.watch();
+        let kept = || watch != 0 && self.attrs.watched(ino, watch).is_some();
+        if kept() && self.client.notices_settled() && kept() {
             return Ok(fh);
         }
         let changes = self.new_dirs.changes();

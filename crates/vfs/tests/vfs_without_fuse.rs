@@ -877,3 +877,51 @@ fn a_name_found_absent_is_answered_here_until_another_client_makes_it() {
     a.shutdown();
     b.shutdown();
 }
+
+/// The requests a Vfs sent, from its metrics page.
+fn requests_sent(v: &Vfs) -> u64 {
+    let page = v.metrics();
+    let line = page
+        .lines()
+        .find(|l| l.starts_with("solofs_mount_server_requests_total "))
+        .unwrap();
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// Opening a directory this client keeps under the server's watch, to
+/// `fsync` it (sqlite does at every commit), costs no request; a listing
+/// through such an open still shows what another client made.
+#[test]
+fn opening_a_kept_directory_costs_no_request_and_lists_what_is_there() {
+    let vol = Volume::start("opendir");
+    let (a, b) = (vol.remote(), vol.remote());
+    let d = a
+        .mkdir(&root(&a), ROOT_INO, b"db", 0o755)
+        .unwrap()
+        .into_value()
+        .ino;
+    put(&a, d, "one", b"1");
+    assert_eq!(list(&b, d, 100), vec!["one"]);
+    let ctx = root(&b);
+    let sent = requests_sent(&b);
+    for _ in 0..20 {
+        let fh = b.opendir(&ctx, d).unwrap();
+        b.fsyncdir(d).unwrap();
+        b.releasedir(fh);
+    }
+    assert_eq!(
+        requests_sent(&b),
+        sent,
+        "opens of a kept directory asked the server"
+    );
+    put(&a, d, "two", b"2");
+    let mut names = list(&b, d, 100);
+    names.sort();
+    assert_eq!(
+        names,
+        vec!["one", "two"],
+        "listed after another client's create"
+    );
+    a.shutdown();
+    b.shutdown();
+}
