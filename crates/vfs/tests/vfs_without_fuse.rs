@@ -819,14 +819,20 @@ impl Drop for Busy {
     }
 }
 
-/// The mount's lookups answered by the server, from its metrics page.
-fn lookups_sent(v: &Vfs) -> u64 {
+/// A counter of `v`'s metrics page: the sample whose line starts with
+/// `series` (name and labels).
+fn counter(v: &Vfs, series: &str) -> u64 {
     let page = v.metrics();
     let line = page
         .lines()
-        .find(|l| l.starts_with("solofs_mount_lookup_answers_total{from=\"server\"}"))
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
         .unwrap();
     line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// The mount's lookups answered by the server.
+fn lookups_sent(v: &Vfs) -> u64 {
+    counter(v, "solofs_mount_lookup_answers_total{from=\"server\"}")
 }
 
 /// A name found absent is answered absent again without the server while
@@ -878,14 +884,9 @@ fn a_name_found_absent_is_answered_here_until_another_client_makes_it() {
     b.shutdown();
 }
 
-/// The requests a Vfs sent, from its metrics page.
+/// The requests a Vfs sent.
 fn requests_sent(v: &Vfs) -> u64 {
-    let page = v.metrics();
-    let line = page
-        .lines()
-        .find(|l| l.starts_with("solofs_mount_server_requests_total "))
-        .unwrap();
-    line.rsplit(' ').next().unwrap().parse().unwrap()
+    counter(v, "solofs_mount_server_requests_total")
 }
 
 /// Opening a directory this client keeps under the server's watch, to
