@@ -39,10 +39,16 @@ for line in sys.stdin:
 
 impl Holder {
     fn start(file: &Path, how: &str) -> Holder {
+        Holder::run(HOLDER, file, how)
+    }
+
+    /// Python `code` with arguments `file` and `arg`, speaking as
+    /// [`HOLDER`] does.
+    fn run(code: &str, file: &Path, arg: &str) -> Holder {
         let mut child = Command::new("python3")
-            .args(["-c", HOLDER])
+            .args(["-c", code])
             .arg(file)
-            .arg(how)
+            .arg(arg)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -481,17 +487,8 @@ fn a_delegated_mount_cut_off_stops_deciding_and_claims_its_locks_back() {
         code == 0
     };
 
-    let mut h = Command::new("python3")
-        .args(["-c", BYTE_HOLDER])
-        .arg(&fa)
-        .arg("0")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut h_in = h.stdin.take().unwrap();
-    let mut h_out = BufReader::new(h.stdout.take().unwrap()).lines();
-    assert_eq!(h_out.next().unwrap().unwrap(), "locked");
+    let mut h = Holder::run(BYTE_HOLDER, &fa, "0");
+    h.expect("locked");
     assert_eq!(
         metric_sum(&metrics_page(&srv.metrics), "solofs_lock_delegations"),
         1
@@ -538,15 +535,12 @@ fn a_delegated_mount_cut_off_stops_deciding_and_claims_its_locks_back() {
     );
     // a handed its lock back: still held, and b gets it once a lets go.
     assert!(!try_b("0"), "a's lock was lost over the cut");
-    writeln!(h_in, "unlock").unwrap();
-    h_in.flush().unwrap();
-    assert_eq!(h_out.next().unwrap().unwrap(), "unlocked");
+    h.tell("unlock");
+    h.expect("unlocked");
     within("b takes the lock a let go", Duration::from_secs(5), || {
         try_b("0")
     });
-    drop(h_in);
-    let _ = h.kill();
-    let _ = h.wait();
+    drop(h);
     assert!(b.stop().success());
     assert!(a.stop().success());
     drop(pipe);
