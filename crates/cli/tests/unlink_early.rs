@@ -43,18 +43,6 @@ fn fsync_dir(p: &Path) -> std::io::Result<()> {
     std::fs::File::open(p)?.sync_all()
 }
 
-/// Moves this thread to CPU `cpu` if this machine has it (a FUSE request
-/// goes to the ring of the CPU it is made on, and from there on that
-/// CPU's connection to the server).
-fn pin(cpu: usize) {
-    // (Not available_parallelism: that counts this thread's CPUs only.)
-    let cpus = rustix::thread::sched_getaffinity(Some(rustix::process::getpid()))
-        .map_or(1, |s| s.count().max(1) as usize);
-    let mut set = rustix::thread::CpuSet::new();
-    set.set(cpu % cpus);
-    rustix::thread::sched_setaffinity(None, &set).unwrap();
-}
-
 /// Removes `f0..f(10 * rounds)` in `d` from CPU 0, ten at a time, and
 /// writes each again at once from CPU 1 ("new {i}").
 fn remake_from_two_cpus(d: &Path, rounds: usize) {

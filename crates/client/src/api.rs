@@ -57,7 +57,7 @@ impl Client {
         Ok(m)
     }
 
-    fn note_open(&self, lane: usize, cred: &Cred, ino: u64, access: Access) {
+    pub(crate) fn note_open(&self, lane: usize, cred: &Cred, ino: u64, access: Access) {
         let mut o = self.inner.opens.lock().unwrap_or_else(|e| e.into_inner());
         o.entry((lane, ino, access)).or_insert((0, cred.clone())).0 += 1;
         drop(o);
@@ -147,6 +147,8 @@ impl Client {
     /// Ends one open of `ino` this client holds (with `access`); returns
     /// the lane it was on.
     fn forget_open(&self, ino: u64, access: Access) -> usize {
+        // An open answered early is noted when its reply comes.
+        self.settle_behind();
         if let Some(lane) = self.forget_tmpfile(ino) {
             return lane;
         }
@@ -543,6 +545,14 @@ pub struct Removed {
 }
 
 /// An unlink's reply as [`Client::unlink_in`] gives it.
+/// The attributes an open's or a setattr's reply carries.
+pub(crate) fn attr_of(b: Body) -> Result<Attr> {
+    match b {
+        Body::Attr(a) | Body::Inline(a, _) => Ok(a),
+        b => Err(unexpected(b)),
+    }
+}
+
 pub(crate) fn removed(b: Body) -> Result<Removed> {
     match b {
         Body::Empty => Ok(Removed::default()),

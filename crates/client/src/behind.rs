@@ -1,23 +1,27 @@
-//! Unlinks answered before the server's reply (docs/data.md, "Unlinks
-//! answered early").
+//! Requests answered before the server's reply (docs/data.md, "Requests
+//! answered early"): unlinks, opens and setattrs.
 //!
-//! [`Client::unlink_behind`] queues an unlink on its connection and
+//! [`Client::unlink_behind`] (and [`Client::open_behind`],
+//! [`Client::setattr_behind`]) queues its request on its connection and
 //! returns at once; the caller answers its own caller as if it had
-//! succeeded. The queued unlinks go out as one frame with the next request
+//! succeeded. The queued requests go out as one frame with the next request
 //! anyone writes on that connection, or when they are reaped. The replies
 //! are taken later, one reaper at a time and in the order sent:
 //! * by any other call of this client, before it sends anything: every
 //!   later request so reaches the server after the unlinks, whatever lane
 //!   it takes and across a reconnect (a lost unlink is sent again, marked
 //!   as a retry, before anything else goes out);
-//! * by the caller of the unlink that finds [`WINDOW`] outstanding;
-//! * by a reaper thread [`LINGER`] after the first unlink of a burst, so
+//! * by the caller of the request that finds [`WINDOW`] outstanding;
+//! * by a reaper thread [`LINGER`] after the first request of a burst, so
 //!   that a failure is heard soon even when nothing else follows.
 //!
-//! Each reply goes to the [`Behind`] given with its unlink, in the
-//! reaper's thread: it must not call this client.
+//! Each reply goes to the [`Behind`] (or [`BehindAttr`]) given with its
+//! request, in the reaper's thread: it must not call this client. An open
+//! answered early is noted as this client's (to be registered again after
+//! a reconnect, and released on its lane) when its reply comes; every
+//! choice of a lane takes the replies first (lanes.rs).
 
-use crate::api::removed;
+use crate::api::{attr_of, removed};
 use crate::conn::lock;
 use crate::*;
 use std::cell::Cell;
@@ -30,19 +34,48 @@ use std::time::Instant;
 /// of them (one round trip per this many unlinks).
 const WINDOW: usize = 256;
 
+/// The lane every request answered early goes on: a connection runs its
+/// requests in the order sent, so two about the same file (a chmod and
+/// another, an open and the unlink of the file's last name) reach the
+/// server in the order they were answered. (On separate lanes, separate
+/// workers could run them the other way round.)
+const EARLY_LANE: usize = 0;
+
 /// How long after the first unlink of a burst the reaper thread sends it
 /// and takes the replies (a burst's unlinks so travel together).
 const LINGER: Duration = Duration::from_millis(2);
 
 /// Told the reply of an unlink answered early: the server's result, and
-/// whether no other unlink in the same directory is still outstanding
-/// (then the directory's attributes in the reply are its latest).
+/// whether no other request answered early about the same directory is
+/// still outstanding (then the directory's attributes in the reply are
+/// its latest).
 pub type Behind = Box<dyn FnOnce(Result<Removed>, bool) + Send>;
+
+/// Told the reply of an open or a setattr answered early: the file's
+/// attributes, and whether no other request answered early about the same
+/// file is still outstanding (then they are its latest).
+pub type BehindAttr = Box<dyn FnOnce(Result<Attr>, bool) + Send>;
 
 struct Entry {
     what: What,
-    parent: u64,
-    done: Behind,
+    /// The inode whose attributes the reply carries (an unlink's
+    /// directory, an open's or a setattr's file).
+    key: u64,
+    done: Done,
+}
+
+/// Whom a reply goes to.
+enum Done {
+    Unlink(Behind),
+    Setattr(BehindAttr),
+    /// An open: noted as this client's when it succeeds.
+    Open {
+        lane: usize,
+        cred: Cred,
+        ino: u64,
+        access: Access,
+        done: BehindAttr,
+    },
 }
 
 /// An unlink answered early: sent (its reply to come), or, with an
@@ -86,28 +119,76 @@ impl Client {
     /// (no connection within the retry window, or this client cannot
     /// answer early, [`Client::answers_early`]); `done` is not told.
     pub fn unlink_behind(&self, cred: &Cred, loc: Loc, done: Behind) -> Result<()> {
-        if !self.answers_early() {
-            return Err(ClientError::Protocol(
-                "this connection cannot answer unlinks early".into(),
-            ));
-        }
         let parent = match &loc {
             Loc::At(p, _) => *p,
             Loc::Path(_) => 0,
         };
+        self.behind(cred, Op::Unlink { loc }, parent, Done::Unlink(done))
+    }
+
+    /// Sends a setattr of inode `ino` without waiting for its reply, as
+    /// [`Client::unlink_behind`]; `done` is told the file's attributes.
+    pub fn setattr_behind(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        sa: SetAttr,
+        done: BehindAttr,
+    ) -> Result<()> {
+        let op = Op::Setattr {
+            target: Target::Ino(ino),
+            set: sa,
+        };
+        self.behind(cred, op, ino, Done::Setattr(done))
+    }
+
+    /// Opens inode `ino` without waiting for the reply, as
+    /// [`Client::unlink_behind`]: for a caller that knows the attributes
+    /// the reply will carry and needs no bytes from it. The open is this
+    /// client's (released with [`Client::release_many`]) once it succeeded.
+    pub fn open_behind(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        access: Access,
+        done: BehindAttr,
+    ) -> Result<()> {
+        let flags = OpenFlags {
+            access,
+            again: false,
+        };
+        let op = Op::Open { ino, flags };
+        let done = Done::Open {
+            lane: EARLY_LANE,
+            cred: cred.clone(),
+            ino,
+            access,
+            done,
+        };
+        self.behind(cred, op, ino, done)
+    }
+
+    /// Queues `op` on lane [`EARLY_LANE`], its reply to go to `done`
+    /// (`key`: the inode whose attributes the reply carries).
+    fn behind(&self, cred: &Cred, op: Op, key: u64, done: Done) -> Result<()> {
+        let lane = EARLY_LANE;
+        if !self.answers_early() {
+            return Err(ClientError::Protocol(
+                "this connection cannot answer requests early".into(),
+            ));
+        }
         let b = &self.inner.behind;
         // Counted before it is sent: a call that starts after this one
         // returns waits for it.
         b.n.fetch_add(1, Ordering::AcqRel);
         let what = match self.inner.local.is_some() {
             // Run by the reaper, in parallel with the caller's next
-            // unlinks (or first by the next other call).
-            true => What::Local(cred.clone(), Op::Unlink { loc }),
+            // requests (or first by the next other call).
+            true => What::Local(cred.clone(), op),
             false => {
-                let lane = self.lane_here();
                 let deadline = Instant::now() + self.inner.opts.retry;
                 let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-                let op = [(cred.clone(), Op::Unlink { loc })];
+                let op = [(cred.clone(), op)];
                 // Queued, not written: the reaper writes a burst's unlinks
                 // as one frame (or any request of this client takes them
                 // along).
@@ -122,7 +203,7 @@ impl Client {
         };
         let len = {
             let mut q = lock(&b.q);
-            q.push_back(Entry { what, parent, done });
+            q.push_back(Entry { what, key, done });
             q.len()
         };
         if len >= WINDOW {
@@ -148,7 +229,7 @@ impl Client {
             let (e, last) = {
                 let mut q = lock(&b.q);
                 let Some(e) = q.pop_front() else { break };
-                let last = !q.iter().any(|x| x.parent == e.parent);
+                let last = !q.iter().any(|x| x.key == e.key);
                 (e, last)
             };
             let ticket = match e.what {
@@ -166,9 +247,24 @@ impl Client {
             let r = ticket.and_then(|t| t.wait()).and_then(|mut v| {
                 v.pop()
                     .ok_or_else(|| ClientError::Protocol("no reply".into()))?
-                    .and_then(removed)
             });
-            (e.done)(r, last);
+            match e.done {
+                Done::Unlink(done) => done(r.and_then(removed), last),
+                Done::Setattr(done) => done(r.and_then(attr_of), last),
+                Done::Open {
+                    lane,
+                    cred,
+                    ino,
+                    access,
+                    done,
+                } => {
+                    let r = r.and_then(attr_of);
+                    if r.is_ok() {
+                        self.note_open(lane, &cred, ino, access);
+                    }
+                    done(r, last)
+                }
+            }
             b.n.fetch_sub(1, Ordering::AcqRel);
         }
         REAPING.set(false);

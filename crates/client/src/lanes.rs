@@ -110,7 +110,19 @@ impl Client {
     }
 
     /// [`Client::lane_for`] of requests `ops`.
-    pub(crate) fn lane_for_ops<'a>(&self, mut ops: impl Iterator<Item = &'a Op>) -> usize {
+    pub(crate) fn lane_for_ops<'a>(&self, ops: impl Iterator<Item = &'a Op>) -> usize {
+        if self.inner.lanes.len() == 1 {
+            return 0;
+        }
+        // An open answered early is noted when its reply comes (behind.rs).
+        self.settle_behind();
+        self.lane_noted(ops)
+    }
+
+    /// [`Client::lane_for_ops`] from the opens noted now, without taking
+    /// the replies of requests answered early first (for another such
+    /// request: it goes out behind them).
+    pub(crate) fn lane_noted<'a>(&self, mut ops: impl Iterator<Item = &'a Op>) -> usize {
         if self.inner.lanes.len() == 1 {
             return 0;
         }

@@ -32,7 +32,7 @@ mod lanes;
 mod locks;
 
 pub use api::{at, path, Made, Removed};
-pub use behind::Behind;
+pub use behind::{Behind, BehindAttr};
 pub(crate) use errors::{retryable, unexpected};
 pub use errors::{ClientError, Result};
 

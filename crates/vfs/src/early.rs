@@ -1,5 +1,5 @@
-//! Unlinks answered before the server's reply (docs/data.md, "Unlinks
-//! answered early").
+//! Requests answered before the server's reply (docs/data.md, "Requests
+//! answered early"): unlinks, opens and setattrs.
 //!
 //! An unlink costs a program one round trip to the server; `rm -r` and
 //! mdtest's removal phase make nothing else. When this mount knows what
@@ -18,15 +18,33 @@
 //! mount, a full pool, a lost connection past the retry window), the name
 //! comes back: it is forgotten here and in the kernel, the failure is
 //! logged, and the next `fsync` of the directory reports it.
+//!
+//! Opens and setattrs go the same way when this mount holds the file's
+//! attributes under the current watch (every notice that reached this host
+//! handled) and the file is not open here:
+//! * an open that needs nothing from the reply but the attributes — a
+//!   file of blocks, an empty one, or a small one whose bytes of that very
+//!   version are kept here (smalls.rs) — and neither truncates nor appends.
+//!   It is registered at the server when its request arrives: an unlink by
+//!   another mount that came first makes the open fail there (logged; the
+//!   file's attributes are forgotten), and reads and writes through the
+//!   handle then fail as on a file removed while open elsewhere.
+//! * a setattr by the file's owner or root that changes no size and no
+//!   owner and leaves no set-user-ID or set-group-ID bit (what the server
+//!   would then do is plain: the mode and times given, ctime now). Its
+//!   times are sent as set here, so the server's match; the ctime of the
+//!   reply replaces the one made here. A refusal is logged, the file's
+//!   attributes are forgotten, and the next `fsync` of the file reports it.
 
 use crate::cache::AttrCache;
 use crate::coherence::Coherence;
 use crate::convert::{errno, now_ns};
+use crate::file::version;
 use crate::smalls::Smalls;
 use crate::{Res, Vfs};
 use parking_lot::Mutex;
 use solofs_client::{at, ClientError, Notice, Removed};
-use solofs_types::{Cred, FileType};
+use solofs_types::{Access, Attr, Cred, FileType, SetAttr, TimeSet};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -92,14 +110,143 @@ impl Vfs {
         Some(answer.map(|_| ()).map_err(errno))
     }
 
-    /// `fsync` of directory `ino`: every unlink answered early is on the
-    /// server; the first failure of one in `ino` since the last `fsync`.
-    pub(crate) fn fsync_dir(&self, ino: u64) -> Result<(), i32> {
+    /// `fsync` of `ino`: every request answered early is on the server;
+    /// the first failure of an unlink in directory `ino`, or of a setattr
+    /// of `ino`, since the last `fsync`.
+    pub(crate) fn early_failure(&self, ino: u64) -> Result<(), i32> {
         self.client.settle_behind();
         match self.failed.lock().remove(&ino) {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+}
+
+impl Vfs {
+    /// Answers the open of `ino` (`flags`) before the server has, if it
+    /// may (see the module's text): the handle and the attributes.
+    pub(crate) fn open_early(&self, cred: &Cred, ino: u64, flags: i32) -> Option<(u64, Attr)> {
+        if !self.opts.early_attrs
+            || !self.client.answers_early()
+            || flags & (libc::O_TRUNC | libc::O_APPEND) != 0
+            || self.file(ino).is_some()
+        {
+            return None;
+        }
+        let inline_max = self.inline_max;
+        let a = self.settled_attrs(ino, |a| {
+            a.mode & libc::S_IFMT == libc::S_IFREG
+                && (a.size == 0 || a.size > inline_max || self.smalls.has(ino))
+        })?;
+        let data = match a.size {
+            0 => None,
+            s if s > inline_max => None,
+            _ => Some(self.smalls.get(ino, version(&a))?),
+        };
+        let access = Access::from_open_flags(flags);
+        let (attrs, coh) = (self.attrs.clone(), self.coh.clone());
+        let sent = self.client.open_behind(
+            cred,
+            ino,
+            access,
+            Box::new(move |r, _| {
+                if let Err(e) = r {
+                    eprintln!(
+                        "solofs: the open of inode {ino}, answered before the server's reply, \
+                         failed ({e}); reads and writes through it may fail"
+                    );
+                    attrs.forget(ino);
+                    coh.drop_attrs(ino);
+                }
+            }),
+        );
+        sent.ok()?;
+        self.stats.early_opens.fetch_add(1, Ordering::Relaxed);
+        Some((self.opened(ino, access, &a, data, false, None), a))
+    }
+
+    /// Answers the setattr `sa` of `ino` before the server has, if it may
+    /// (see the module's text): the file's attributes after it.
+    pub(crate) fn setattr_early(&self, cred: &Cred, ino: u64, sa: &SetAttr) -> Option<Attr> {
+        if !self.opts.early_attrs
+            || !self.client.answers_early()
+            || sa.size.is_some()
+            || self.file(ino).is_some()
+        {
+            return None;
+        }
+        let cur = self.settled_attrs(ino, |_| true)?;
+        if !(cred.is_root() || cred.uid == cur.uid)
+            || sa.uid.is_some_and(|u| u != cur.uid)
+            || sa.gid.is_some_and(|g| g != cur.gid)
+        {
+            return None;
+        }
+        let mode = sa
+            .mode
+            .map_or(cur.mode, |m| (cur.mode & libc::S_IFMT) | (m & 0o7777));
+        let setid = libc::S_ISUID | libc::S_ISGID;
+        let any = sa.mode.is_some()
+            || sa.uid.is_some()
+            || sa.gid.is_some()
+            || sa.atime != TimeSet::Omit
+            || sa.mtime != TimeSet::Omit;
+        if (cur.mode | mode) & setid != 0 || !any {
+            return None;
+        }
+        let now = now_ns();
+        let at = |t: TimeSet| match t {
+            TimeSet::Now => TimeSet::At(now),
+            t => t,
+        };
+        let pick = |t: TimeSet, old: i64| match t {
+            TimeSet::At(v) => v,
+            _ => old,
+        };
+        let sa = SetAttr {
+            atime: at(sa.atime),
+            mtime: at(sa.mtime),
+            ..sa.clone()
+        };
+        let mut a = cur.clone();
+        a.mode = mode;
+        a.atime = pick(sa.atime, cur.atime);
+        a.mtime = pick(sa.mtime, cur.mtime);
+        a.ctime = now;
+        let (attrs, coh, failed) = (self.attrs.clone(), self.coh.clone(), self.failed.clone());
+        let smalls = self.smalls.clone();
+        let begun = self.coh.begun();
+        let sent = self.client.setattr_behind(
+            cred,
+            ino,
+            sa,
+            Box::new(move |r, last| match r {
+                Ok(a) => {
+                    // As an unlink's reply (below).
+                    let own = coh.begun();
+                    coh.resume(begun);
+                    coh.gated(|t| {
+                        if last {
+                            smalls.put_attr(&attrs, &a, &t);
+                        }
+                    });
+                    coh.resume(own);
+                }
+                Err(e) => {
+                    eprintln!(
+                        "solofs: a setattr of inode {ino}, answered before the server's reply, \
+                         failed ({e})"
+                    );
+                    failed.lock().entry(ino).or_insert(e.errno());
+                    attrs.forget(ino);
+                    coh.drop_attrs(ino);
+                }
+            }),
+        );
+        sent.ok()?;
+        self.stats.early_setattrs.fetch_add(1, Ordering::Relaxed);
+        self.keep(&a);
+        Some(a)
     }
 }
 

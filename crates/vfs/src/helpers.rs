@@ -212,6 +212,9 @@ impl Vfs {
             self.stats.opens_here.fetch_add(1, Ordering::Relaxed);
             return Ok(r);
         }
+        if let Some(r) = self.open_early(cred, ino, flags) {
+            return Ok(r);
+        }
         if let Some(f) = self.file(ino) {
             self.send_held(&mut f.lock())?;
         }

@@ -90,6 +90,12 @@ pub struct Options {
     /// name's file and the server runs requests as sent (early.rs);
     /// false: every unlink waits for the server (`--sync-unlink`).
     pub early_unlink: bool,
+    /// Answer an open or a setattr before the server has, when this
+    /// client knows the file's attributes the server watches for it, the
+    /// reply carries nothing else it needs and the server runs requests as
+    /// sent (early.rs); false: every open and setattr waits for the server
+    /// (`--sync-attrs`).
+    pub early_attrs: bool,
     /// Most attributes (and most names) kept ([`DEFAULT_CACHE_ENTRIES`]);
     /// a front end without a cache of its own (the Python package) keeps
     /// more.
@@ -122,6 +128,7 @@ impl Default for Options {
             cache_size: None,
             small_cache: DEFAULT_SMALL_CACHE,
             early_unlink: true,
+            early_attrs: true,
             cache_entries: DEFAULT_CACHE_ENTRIES,
         }
     }

@@ -96,6 +96,9 @@ impl Vfs {
         if let Some(a) = self.hold_setattr(cred, ino, &sa) {
             return Ok(self.coh.cached(a));
         }
+        if let Some(a) = self.setattr_early(cred, ino, &sa) {
+            return Ok(self.coh.cached(a));
+        }
         let r = match sa.size {
             Some(s) => self.truncate(cred, ino, s, sa),
             None => {
@@ -339,15 +342,17 @@ impl Vfs {
     }
 
     /// `fsync` of open file `ino`: stores what was written and commits
-    /// its size.
+    /// its size; a setattr of it answered early that the server refused
+    /// is reported.
     pub fn fsync(&self, ctx: &Ctx, ino: u64) -> Res<()> {
-        self.flush_ino(&ctx.cred, ino)
+        self.flush_ino(&ctx.cred, ino)?;
+        self.early_failure(ino).map_err(Error::from_errno)
     }
 
     /// `fsync` of directory `ino`: an unlink in it answered early that the
     /// server refused is reported.
     pub fn fsyncdir(&self, ino: u64) -> Res<()> {
-        self.fsync_dir(ino).map_err(Error::from_errno)
+        self.early_failure(ino).map_err(Error::from_errno)
     }
 
     /// `F_GETLK`: the conflicting lock of another owner, if any, as

@@ -96,7 +96,7 @@ impl Smalls {
     }
 
     /// Are bytes of `ino` kept (of any version)?
-    fn has(&self, ino: u64) -> bool {
+    pub(crate) fn has(&self, ino: u64) -> bool {
         self.inner.lock().map.contains_key(&ino)
     }
 

@@ -21,6 +21,9 @@ pub(crate) struct Stats {
     /// whose reply has not come yet.
     pub early_unlinks: AtomicU64,
     pub early_pending: AtomicI64,
+    /// Opens and setattrs answered before the server's reply (early.rs).
+    pub early_opens: AtomicU64,
+    pub early_setattrs: AtomicU64,
 }
 
 fn get(c: &AtomicU64) -> u64 {
@@ -68,6 +71,14 @@ impl Vfs {
             "solofs_mount_early_unlinks_total",
             "Unlinks answered before the server's reply.",
             &[("", get(&s.early_unlinks))],
+        );
+        counter(
+            "solofs_mount_early_answers_total",
+            "Opens and setattrs answered before the server's reply.",
+            &[
+                ("{op=\"open\"}", get(&s.early_opens)),
+                ("{op=\"setattr\"}", get(&s.early_setattrs)),
+            ],
         );
         let (hits, misses, used) = match &self.blocks {
             Some(b) => b.counts(),

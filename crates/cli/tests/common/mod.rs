@@ -694,3 +694,15 @@ pub fn solofs(args: &[&str]) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Moves this thread to CPU `cpu` if this machine has it (a FUSE request
+/// goes to the ring of the CPU it is made on, and from there on that
+/// CPU's connection to the server).
+pub fn pin(cpu: usize) {
+    // (Not available_parallelism: that counts this thread's CPUs only.)
+    let cpus = rustix::thread::sched_getaffinity(Some(rustix::process::getpid()))
+        .map_or(1, |s| s.count().max(1) as usize);
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu % cpus);
+    rustix::thread::sched_setaffinity(None, &set).unwrap();
+}
