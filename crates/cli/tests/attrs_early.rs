@@ -193,14 +193,7 @@ fn opens_and_setattrs_answered_early_land_in_order_and_hold_the_file() {
 /// A server, a mount of it (long timeouts, retries for 1 s, `extra`) and
 /// a file `d/f` (mode 0644) there, looked at.
 fn mounted_file(tag: &str, extra: &[&str]) -> (Scratch, ServerProc, MountProc, PathBuf) {
-    let s = Scratch::new(tag);
-    let srv = ServerProc::start(&s.path);
-    let mut args = LONG.to_vec();
-    args.extend(["--retry-secs", "1"]);
-    args.extend(extra);
-    let m = MountProc::start(&srv.addr, &s.path.join("secret"), &s.path.join("m"), &args);
-    let d = m.mnt.join("d");
-    std::fs::create_dir(&d).unwrap();
+    let (s, srv, m, d) = mounted_dir(tag, extra);
     let f = d.join("f");
     std::fs::write(&f, "kept").unwrap();
     std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -218,15 +211,10 @@ fn mounted_file(tag: &str, extra: &[&str]) -> (Scratch, ServerProc, MountProc, P
 /// chmod of `f` to `mode` in a thread; its result if it comes within
 /// `bound`.
 fn chmod_within(f: &Path, mode: u32, bound: Duration) -> Option<std::io::Result<()>> {
-    let (tx, rx) = std::sync::mpsc::channel();
     let f = f.to_path_buf();
-    std::thread::spawn(move || {
-        let _ = tx.send(std::fs::set_permissions(
-            &f,
-            std::fs::Permissions::from_mode(mode),
-        ));
-    });
-    rx.recv_timeout(bound).ok()
+    done_within(bound, move || {
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode))
+    })
 }
 
 #[test]

@@ -137,14 +137,7 @@ fn later_requests_reach_the_server_after_the_unlinks() {
 /// a directory `d` there with files `f` ("kept") and `g` ("other"),
 /// looked at.
 fn mounted_file(tag: &str, extra: &[&str]) -> (Scratch, ServerProc, MountProc, PathBuf) {
-    let s = Scratch::new(tag);
-    let srv = ServerProc::start(&s.path);
-    let mut args = LONG.to_vec();
-    args.extend(["--retry-secs", "1"]);
-    args.extend(extra);
-    let m = MountProc::start(&srv.addr, &s.path.join("secret"), &s.path.join("m"), &args);
-    let d = m.mnt.join("d");
-    std::fs::create_dir(&d).unwrap();
+    let (s, srv, m, d) = mounted_dir(tag, extra);
     std::fs::write(d.join("f"), "kept").unwrap();
     std::fs::write(d.join("g"), "other").unwrap();
     std::fs::metadata(d.join("f")).unwrap();
@@ -153,12 +146,8 @@ fn mounted_file(tag: &str, extra: &[&str]) -> (Scratch, ServerProc, MountProc, P
 
 /// Removes `f` in a thread; its result if it comes within `bound`.
 fn remove_within(f: &Path, bound: Duration) -> Option<std::io::Result<()>> {
-    let (tx, rx) = std::sync::mpsc::channel();
     let f = f.to_path_buf();
-    std::thread::spawn(move || {
-        let _ = tx.send(std::fs::remove_file(&f));
-    });
-    rx.recv_timeout(bound).ok()
+    done_within(bound, move || std::fs::remove_file(&f))
 }
 
 #[test]

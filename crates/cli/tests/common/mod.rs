@@ -706,3 +706,36 @@ pub fn pin(cpu: usize) {
     set.set(cpu % cpus);
     rustix::thread::sched_setaffinity(None, &set).unwrap();
 }
+
+/// A server, a mount of it (attribute and entry timeouts of 60 s, retries
+/// for 1 s, then `extra`) and an empty directory `d` there (returned).
+pub fn mounted_dir(tag: &str, extra: &[&str]) -> (Scratch, ServerProc, MountProc, PathBuf) {
+    let s = Scratch::new(tag);
+    let srv = ServerProc::start(&s.path);
+    let mut args = vec![
+        "--attr-timeout",
+        "60",
+        "--entry-timeout",
+        "60",
+        "--retry-secs",
+        "1",
+    ];
+    args.extend(extra);
+    let m = MountProc::start(&srv.addr, &s.path.join("secret"), &s.path.join("m"), &args);
+    let d = m.mnt.join("d");
+    std::fs::create_dir(&d).unwrap();
+    (s, srv, m, d)
+}
+
+/// Runs `f` in a thread of its own; its result if it comes within
+/// `bound` (the thread is left to finish by itself otherwise).
+pub fn done_within<T: Send + 'static>(
+    bound: std::time::Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(bound).ok()
+}
