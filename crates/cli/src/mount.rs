@@ -53,6 +53,13 @@ fn mount_flag(a: &Arg, p: &mut lexopt::Parser, o: &mut MountOptions) -> Result<b
         "read-ahead" => o.vfs.read_ahead = Some(p.value()?.parse()?),
         "allow-other" => o.allow_other = true,
         "no-io-uring" => o.io_uring = false,
+        "ring-poll-us" => {
+            let v: u64 = p.value()?.parse()?;
+            if v > 100_000 {
+                bail!("--ring-poll-us is 0..=100000");
+            }
+            o.ring_poll = Duration::from_micros(v);
+        }
         "sync-unlink" => o.vfs.early_unlink = false,
         "sync-attrs" => o.vfs.early_attrs = false,
         "cache-dir" => o.vfs.cache_dir = Some(p.value()?.into()),
@@ -94,7 +101,7 @@ pub(crate) fn parse_size(s: &str) -> Result<u64> {
 }
 
 const MOUNT_FLAGS: &str =
-    "[--attr-timeout S] [--entry-timeout S] [--negative-timeout S] [--threads N] [--read-ahead BLOCKS] [--allow-other] [--cache-dir DIR] [--cache-size BYTES] [--small-cache BYTES] [--no-io-uring] [--sync-unlink] [--sync-attrs] [--metrics ADDR]";
+    "[--attr-timeout S] [--entry-timeout S] [--negative-timeout S] [--threads N] [--read-ahead BLOCKS] [--allow-other] [--cache-dir DIR] [--cache-size BYTES] [--small-cache BYTES] [--no-io-uring] [--ring-poll-us N] [--sync-unlink] [--sync-attrs] [--metrics ADDR]";
 
 /// SIGINT/SIGTERM received (set by the signal handlers, cleared when a
 /// busy mount was detached and keeps serving).

@@ -40,6 +40,7 @@ use conn::{handshake, tell, Conn, Notices, Waited};
 pub use locks::{Granted, LockHolder, LockReq, Locked};
 pub use solofs_types::ranges::LockKind;
 
+pub use solofs_proto::spin::hogged;
 use solofs_proto::{Body, OpenFlags, Request};
 pub use solofs_proto::{
     Closed, InProcess, Loc, Notice, NoticeSink, Op, ReleaseFlags, Target, MAX_RELEASES,

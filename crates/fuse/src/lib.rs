@@ -40,7 +40,14 @@ pub struct MountOptions {
     /// Take requests through FUSE over io_uring when the kernel has it:
     /// one queue per CPU, served by threads pinned to that CPU.
     pub io_uring: bool,
+    /// Most a ring thread polls for the kernel's next request after a
+    /// reply before it sleeps (adaptive below; 0: never; fuser's
+    /// `set_ring_poll`). The default is [`DEFAULT_RING_POLL`].
+    pub ring_poll: std::time::Duration,
 }
+
+/// [`MountOptions::ring_poll`] unless told otherwise (`--ring-poll-us`).
+pub const DEFAULT_RING_POLL: std::time::Duration = std::time::Duration::from_micros(50);
 
 impl Default for MountOptions {
     fn default() -> MountOptions {
@@ -49,6 +56,7 @@ impl Default for MountOptions {
             threads: 4,
             allow_other: false,
             io_uring: true,
+            ring_poll: DEFAULT_RING_POLL,
         }
     }
 }
@@ -82,6 +90,7 @@ pub fn mount(
     let cfg = session_config("solofs", opts.threads, opts.allow_other);
     if opts.io_uring {
         kernel_uring();
+        fuser::set_ring_poll(opts.ring_poll, solofs_client::hogged);
     }
     let vfs = Arc::new(Vfs::new(client, store, opts.vfs));
     let fs = SoloFs::new(vfs.clone(), opts.io_uring);

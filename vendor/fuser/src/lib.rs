@@ -105,6 +105,7 @@ mod request_param;
 mod session;
 mod time;
 mod uring; // SoloFS patch
+pub use uring::set_ring_poll; // SoloFS patch
 
 /// We generally support async reads
 #[cfg(not(target_os = "macos"))]

@@ -21,6 +21,14 @@
 //!
 //! Forgets and interrupts still come through `/dev/fuse` (the kernel sends
 //! them there), so one classic reader thread keeps running beside the rings.
+//!
+//! After it replied, a thread may poll its completion queue for a while
+//! before it sleeps in the kernel ([`set_ring_poll`]): the caller's next
+//! request then finds it running (its task work runs as the poller enters
+//! the kernel to yield) instead of asleep, which spares a wake-up. How long
+//! adapts as the file system's own polling does: when the next request came
+//! soon after the thread went to sleep (within the most it may poll), the
+//! window doubles; when it came later, it halves, down to none.
 
 use std::io;
 use std::os::fd::AsFd;
@@ -29,7 +37,12 @@ use std::os::fd::FromRawFd;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::sync::Mutex;
+use std::sync::OnceLock;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
 use std::thread::ThreadId;
+use std::time::Duration;
+use std::time::Instant;
 
 use io_uring::IoUring;
 use io_uring::cqueue;
@@ -331,6 +344,71 @@ enum Ended {
     Refused(io::Error),
 }
 
+/// Most ns a ring thread polls (0: never), and the file system's test of
+/// whether polling is off for now (its cores are taken by other work).
+static POLL_MAX_NS: AtomicU64 = AtomicU64::new(0);
+static POLL_OFF: OnceLock<fn() -> bool> = OnceLock::new();
+
+/// Lets ring threads poll their queue for the next request for at most
+/// `max` after each reply (see the module's text); `off` says when not to
+/// (called before each poll). Set before the session starts.
+pub fn set_ring_poll(max: Duration, off: fn() -> bool) {
+    POLL_MAX_NS.store(max.as_nanos() as u64, Ordering::Relaxed);
+    let _ = POLL_OFF.set(off);
+}
+
+/// A ring thread's polling window.
+struct Poll {
+    cur: Duration,
+    max: Duration,
+}
+
+impl Poll {
+    fn new() -> Poll {
+        let max = Duration::from_nanos(POLL_MAX_NS.load(Ordering::Relaxed));
+        Poll { cur: max / 2, max }
+    }
+
+    /// Polls `ready` for the window, yielding between looks: whether it
+    /// said yes.
+    fn wait(&self, mut ready: impl FnMut() -> bool) -> bool {
+        if self.cur.is_zero() || POLL_OFF.get().is_some_and(|off| off()) {
+            return false;
+        }
+        let until = Instant::now() + self.cur;
+        loop {
+            if ready() {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            let t = Instant::now();
+            // SAFETY: sched_yield takes nothing and cannot fail here.
+            unsafe { libc::sched_yield() };
+            // Another thread of this CPU took the core a while: it needs it.
+            if t.elapsed() > Duration::from_micros(20) {
+                return false;
+            }
+        }
+    }
+
+    /// The thread slept, and the next request came `slept` later.
+    fn woke(&mut self, slept: Duration) {
+        if self.max.is_zero() {
+            return;
+        }
+        if slept <= self.max {
+            self.cur = (self.cur * 2).clamp(Duration::from_micros(5), self.max);
+        } else {
+            self.cur /= 2;
+            if self.cur < Duration::from_micros(2) {
+                self.cur = Duration::ZERO;
+            }
+        }
+    }
+}
+
 fn run<FS: Filesystem>(
     se: &SessionEventLoop<FS>,
     ch: &Channel,
@@ -388,6 +466,7 @@ fn ring_loop<FS: Filesystem>(
     r.register()?;
     let mut scratch = Vec::new();
     let mut refused: Option<i32> = None;
+    let mut poll = Poll::new();
     loop {
         let armed = r.entries.iter().filter(|e| e.armed).count();
         if armed == 0 {
@@ -397,10 +476,20 @@ fn ring_loop<FS: Filesystem>(
                 None => r.register()?,
             }
         }
-        match r.ring.submit_and_wait(1) {
-            Ok(_) => {}
+        // Replies out first; then the next request, polled for a while.
+        let polled = match r.ring.submit() {
+            Ok(_) => poll.wait(|| !r.ring.completion().is_empty()),
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
             Err(e) => return Err(e),
+        };
+        if !polled {
+            let slept = Instant::now();
+            match r.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) => return Err(e),
+            }
+            poll.woke(slept.elapsed());
         }
         let done: Vec<(u64, i32)> = r
             .ring
