@@ -98,6 +98,10 @@ struct Image {
 /// How often the image is made durable (then fewer entries of the log
 /// are replayed after a restart).
 const IMAGE_SYNC: Duration = Duration::from_secs(1);
+/// How long the image's applier lets a burst of entries gather after the
+/// first woke it, unless [`GATHER_MAX`] are there already.
+const GATHER: Duration = Duration::from_millis(2);
+const GATHER_MAX: usize = 256;
 
 impl Image {
     /// Opens the image of the volume at `pool`; a volume that becomes a
@@ -353,6 +357,18 @@ impl Feed {
                 if q.stop && q.entries.is_empty() {
                     return;
                 }
+                if !q.stop && q.entries.len() < GATHER_MAX {
+                    // A burst's first entry woke this thread: the rest of
+                    // the burst joins it (one wake-up and one pass over the
+                    // image for many entries; nobody waits for the image
+                    // but a member about to lead, `drained`).
+                    drop(q);
+                    std::thread::sleep(GATHER);
+                    q = match self.q.lock() {
+                        Ok(q) => q,
+                        Err(_) => return,
+                    };
+                }
                 q.entries.drain(..).collect()
             };
             let mut last = None;
@@ -420,8 +436,12 @@ impl Apply for ToImage {
         }
         q.entries.push_back((index, data.to_vec()));
         q.queued = index;
+        // Only the first of a burst wakes the applier (it gathers the rest).
+        let first = q.entries.len() == 1;
         drop(q);
-        self.1.cv.notify_all();
+        if first {
+            self.1.cv.notify_all();
+        }
         Ok(())
     }
 

@@ -345,10 +345,10 @@ impl Core {
             .segs
             .last_mut()
             .ok_or_else(|| Error::Corrupt("no segment".into()))?;
-        let p = seg_path(&self.dir, seg.seq);
+        // (The path is made only for an error: an append is hot.)
         seg.file
             .write_all_at(&buf, self.tail)
-            .map_err(|e| io("append to", &p, e))?;
+            .map_err(|e| io("append to", &seg_path(&self.dir, seg.seq), e))?;
         seg.first = seg.first.or(Some(entries[0].index));
         let seq = seg.seq;
         self.tail += buf.len() as u64;

@@ -321,8 +321,9 @@ impl Committer {
         if *w < lsn {
             *w = lsn;
             // A replica set's leader has several commit threads; one that
-            // is idle takes it (the others wait for their entries).
-            self.asked.notify_all();
+            // is idle takes it (the others wait for their entries; waking
+            // them all cost a thread wake-up each per commit).
+            self.asked.notify_one();
         }
     }
 
