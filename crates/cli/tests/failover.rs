@@ -532,10 +532,19 @@ fn a_member_whose_disk_fills_stops_and_the_others_go_on() {
         t.elapsed()
     );
     assert!(!why.success(), "a member that failed exits with success");
-    // The two others commit on: the writers go on without error.
+    // The two others commit on: the writers go on without error, and one
+    // of the two leads (within a few elections: on a loaded machine, with
+    // the other tests' members sharing two cores, one may be lost).
     std::thread::sleep(Duration::from_millis(1500));
-    let st = set.status();
-    assert_eq!(st.matches(": leader, term").count(), 1, "{st}");
+    let t = Instant::now();
+    loop {
+        let st = set.status();
+        if st.matches(": leader, term").count() == 1 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "no leader: {st}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     // Space again: it comes back and catches up.
     remount(256 << 20);
     set.start(2);

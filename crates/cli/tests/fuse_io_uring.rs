@@ -106,7 +106,9 @@ fn requests_come_through_a_ring_per_cpu_and_not_with_no_io_uring() {
     }
     let s = Scratch::new("uring-rings");
     let mnt = s.path.with_extension("mnt");
-    let (m, _) = MountProc::up(&s.path, &mnt, &[]);
+    // Without polling for the next request, a ring thread waits once per
+    // request it serves: its count of waits shows what it served.
+    let (m, _) = MountProc::up(&s.path, &mnt, &["--ring-poll-us", "0"]);
     let pid = m.child.id();
     let cpus = possible_cpus();
     // The session starts its rings just after the mount is announced, one
