@@ -485,6 +485,20 @@ impl wal::Replicate for ToLog {
         let p = self.0.submit(data).map_err(err)?;
         Ok(Box::new(move || p.wait().map(|_| ()).map_err(err)))
     }
+
+    fn replicate_then(&self, start: u64, bytes: &[u8], done: wal::Done) {
+        let mut data = Vec::with_capacity(8 + bytes.len());
+        data.extend_from_slice(&start.to_le_bytes());
+        data.extend_from_slice(bytes);
+        self.0.submit_then(
+            data,
+            Box::new(move |r| {
+                done(r.map(|_| ()).map_err(|e| {
+                    solofs_meta::Error::io("replica set".into(), std::io::Error::other(e))
+                }))
+            }),
+        );
+    }
 }
 
 /// Runs member `m` of a replica set on the volume in `data` until a

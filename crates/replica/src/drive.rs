@@ -138,9 +138,7 @@ impl Driver {
 /// Answers an input a stopped node will not take.
 fn refuse(i: Input) {
     match i {
-        Input::Propose(_, answer) | Input::Change(_, answer) => {
-            let _ = answer.send(Err(Error::Stopped));
-        }
+        Input::Propose(_, answer) | Input::Change(_, answer) => answer.send(Err(Error::Stopped)),
         Input::Link(_) | Input::Tick | Input::StepDown | Input::Stop => {}
     }
 }

@@ -124,7 +124,7 @@ pub(crate) fn write_book(dir: &Path, book: &HashMap<u64, SocketAddr>) -> Result<
 /// entry is committed and the configuration shows it; the configuration.
 pub(crate) fn change(driver: &Driver, status: &Mutex<Status>, c: Change) -> Result<String> {
     let (tx, rx) = channel();
-    driver.deliver(Input::Change(c, tx));
+    driver.deliver(Input::Change(c, crate::node::Answer::Wait(tx)));
     let index = rx.recv().map_err(|_| Error::Stopped)??;
     // The status is published right after the entry is applied; Raft
     // turns a change proposed while another is pending into an empty

@@ -118,9 +118,30 @@ pub(crate) enum Input {
     Tick,
     /// A leader that cannot serve hands its office over.
     StepDown,
-    Propose(Vec<u8>, Sender<Result<u64>>),
-    Change(Change, Sender<Result<u64>>),
+    Propose(Vec<u8>, Answer),
+    Change(Change, Answer),
     Stop,
+}
+
+/// Who is told how a proposal ended: its entry's index once committed
+/// and applied here, or why not.
+pub(crate) enum Answer {
+    /// A thread waiting on a channel ([`Proposal::wait`]).
+    Wait(Sender<Result<u64>>),
+    /// A callback, run in the thread that handles the node then
+    /// ([`Replica::submit_then`]).
+    Call(Box<dyn FnOnce(Result<u64>) + Send>),
+}
+
+impl Answer {
+    pub(crate) fn send(self, r: Result<u64>) {
+        match self {
+            Answer::Wait(tx) => {
+                let _ = tx.send(r);
+            }
+            Answer::Call(f) => f(r),
+        }
+    }
 }
 
 /// A submitted proposal ([`Replica::submit`]).
@@ -311,8 +332,19 @@ impl Replica {
     /// they are submitted, and several may be in flight at once.
     pub fn submit(&self, data: Vec<u8>) -> Result<Proposal> {
         let (tx, rx) = channel();
-        self.driver.enqueue(Input::Propose(data, tx));
+        self.driver.enqueue(Input::Propose(data, Answer::Wait(tx)));
         Ok(Proposal(rx, Arc::clone(&self.driver)))
+    }
+
+    /// Proposes `data` and returns once it is handed to the node (this
+    /// thread handles it if the node is free): `done` is told how it ended,
+    /// as [`Replica::propose`] would answer, in the thread that handles
+    /// the node then (the one whose input committed it), so it must be
+    /// quick and must not call this member. No thread waits for it.
+    pub fn submit_then(&self, data: Vec<u8>, done: Box<dyn FnOnce(Result<u64>) + Send>) {
+        self.driver
+            .enqueue(Input::Propose(data, Answer::Call(done)));
+        self.driver.combine();
     }
 
     /// Changes the replica set's membership (this member must lead);
@@ -381,7 +413,7 @@ pub(crate) struct Run {
     pub(crate) lease: Arc<AtomicU64>,
     pub(crate) epoch: Instant,
     /// Proposals waiting for their entry: (index, term, answer).
-    pub(crate) pending: VecDeque<(u64, u64, Sender<Result<u64>>)>,
+    pub(crate) pending: VecDeque<(u64, u64, Answer)>,
     /// When each member last answered this leader in its term.
     pub(crate) heard: HashMap<u64, Instant>,
     /// When each member last held the leader's last entry.
@@ -469,17 +501,17 @@ impl Run {
                     self.pending.push_back((idx, self.node.raft.term, answer));
                 }
                 Err(e) => {
-                    let _ = answer.send(Err(e));
+                    answer.send(Err(e));
                 }
             },
             Input::Propose(data, answer) => {
                 // A leader without its lease may already have a successor:
                 // it takes nothing more.
                 if self.node.raft.state != StateRole::Leader {
-                    let _ = answer.send(Err(Error::NotLeader(self.leader())));
+                    answer.send(Err(Error::NotLeader(self.leader())));
                 } else if !self.lease_held() {
                     // Still Raft's leader, but no longer sure of it.
-                    let _ = answer.send(Err(Error::NotLeader(None)));
+                    answer.send(Err(Error::NotLeader(None)));
                 } else {
                     match self.node.propose(Vec::new(), data) {
                         Ok(()) => {
@@ -487,7 +519,7 @@ impl Run {
                             self.pending.push_back((idx, self.node.raft.term, answer));
                         }
                         Err(e) => {
-                            let _ = answer.send(Err(e.into()));
+                            answer.send(Err(e.into()));
                         }
                     }
                 }
@@ -566,7 +598,7 @@ impl Run {
                 }
                 let ok = *idx == e.index && *term == e.term;
                 if let Some((_, _, answer)) = self.pending.pop_front() {
-                    let _ = answer.send(if ok {
+                    answer.send(if ok {
                         Ok(e.index)
                     } else {
                         Err(Error::NotLeader(self.leader()))
@@ -580,7 +612,7 @@ impl Run {
     fn fail_pending(&mut self) {
         let leader = self.leader();
         for (_, _, answer) in self.pending.drain(..) {
-            let _ = answer.send(Err(Error::NotLeader(leader)));
+            answer.send(Err(Error::NotLeader(leader)));
         }
     }
 

@@ -617,7 +617,13 @@ fn requests(shared: &Shared, c: &mut Conn, m: &Metrics, r: &mut Reader, replies:
         if head > durable {
             m.held_for_journal.fetch_add(1, Ordering::Relaxed);
             hold.durable = head;
-            shared.committer.ask(head);
+            // A replica set's leader hands the frames to the log here and
+            // goes on; the commit's callback wakes the workers
+            // (Engine::on_durable). A failed hand-off goes to the commit
+            // threads, which stop serving.
+            if !shared.engine.is_replica() || shared.engine.hand_off(head).is_err() {
+                shared.committer.ask(head);
+            }
         }
     }
     if !hold.told.is_empty() {

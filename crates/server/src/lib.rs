@@ -436,6 +436,15 @@ impl Server {
             // waits for its log entry to be committed by the others): one
             // thread each.
             let committers = if self.shared.engine.is_replica() {
+                // Replies wait for no commit thread: the replica set's
+                // commit wakes the workers itself (conn.rs hands the
+                // frames off).
+                let w = wakers.clone();
+                self.shared.engine.on_durable(Box::new(move || {
+                    for k in &w {
+                        let _ = k.wake();
+                    }
+                }));
                 4
             } else {
                 1

@@ -36,6 +36,21 @@ impl Engine {
         self.pool.journal()
     }
 
+    /// A replica set leader's commit up to `upto` (a position from
+    /// [`Engine::sync_journal`]) that returns once the journal's frames
+    /// are handed to the replica set; the durable end moves, and the hook
+    /// given to [`Engine::on_durable`] runs, when they are committed.
+    /// Other `sync` pools commit and wait.
+    pub fn hand_off(&self, upto: u64) -> Result<()> {
+        self.pool.hand_off(upto)
+    }
+
+    /// Runs `hook` each time a replica set's commit moves the journal's
+    /// durable end (in the thread that learned of it: it must be quick).
+    pub fn on_durable(&self, hook: Box<dyn Fn() + Send + Sync>) {
+        self.pool.on_durable(hook)
+    }
+
     /// How far a `sync` pool's journal is durable (no lock taken).
     /// `None` in other modes.
     pub fn sync_durable(&self) -> Option<u64> {

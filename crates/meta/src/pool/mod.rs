@@ -549,6 +549,24 @@ impl Pool {
         }
     }
 
+    /// A replica set leader's commit of the journal up to `upto` that
+    /// does not wait ([`wal::Wal::hand_off`]); as [`Pool::commit`] for
+    /// other `sync` pools, a no-op for the rest.
+    pub fn hand_off(&self, upto: u64) -> Result<()> {
+        match self.synced.get() {
+            Some(s) => s.wal.hand_off(upto),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs `hook` when a replica set's commit moves the journal's durable
+    /// end ([`wal::Wal::on_durable`]).
+    pub fn on_durable(&self, hook: Box<dyn Fn() + Send + Sync>) {
+        if let Some(s) = self.synced.get() {
+            s.wal.on_durable(hook);
+        }
+    }
+
     /// The journal's position a reply must wait for (after the last
     /// record it may depend on: [`wal::unseen`]) and its durable position
     /// (`sync` pools).

@@ -94,7 +94,20 @@ pub trait Replicate: Send + Sync {
     /// or fails (this member no longer leads: nothing after them may be
     /// acknowledged). Several may be in flight at once.
     fn replicate(&self, start: u64, bytes: &[u8]) -> Result<Pending>;
+
+    /// [`Replicate::replicate`] without a waiting thread: `done` is told
+    /// when the bytes are durable, or why they will not be, in whatever
+    /// thread learns it (it must be quick). This default waits here.
+    fn replicate_then(&self, start: u64, bytes: &[u8], done: Done) {
+        match self.replicate(start, bytes) {
+            Ok(wait) => done(wait()),
+            Err(e) => done(Err(e)),
+        }
+    }
 }
+
+/// Told how bytes handed with [`Replicate::replicate_then`] ended.
+pub type Done = Box<dyn FnOnce(Result<()>) + Send>;
 
 /// Waits for bytes handed to a [`Replicate`] to be durable.
 pub type Pending = Box<dyn FnOnce() -> Result<()> + Send>;
@@ -103,10 +116,8 @@ pub type Pending = Box<dyn FnOnce() -> Result<()> + Send>;
 pub struct Wal {
     dir: PathBuf,
     log: Mutex<Log>,
-    flush: Mutex<Flush>,
-    flushed: Condvar,
-    durable: AtomicU64,
-    failed: AtomicBool,
+    /// Shared with the replica set's callbacks ([`Wal::hand_off`]).
+    t: std::sync::Arc<Tail>,
     /// Held while a segment file is made (zero-filled ahead of use).
     making: Mutex<()>,
     /// The oldest position a restore replays from (the last checkpoint's).
@@ -134,6 +145,17 @@ struct Log {
     /// The last entry, if it is `BYTES` and the last thing in `buf`:
     /// `(payload index in buf, pool offset, bytes)`.
     last: Option<(usize, u64, u64)>,
+}
+
+/// The journal's writing state and durable end.
+struct Tail {
+    flush: Mutex<Flush>,
+    flushed: Condvar,
+    durable: AtomicU64,
+    failed: AtomicBool,
+    /// Run after the durable end moved in a replica set's callback
+    /// ([`Wal::on_durable`]).
+    on_durable: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 struct Flush {
@@ -246,18 +268,21 @@ impl Wal {
                 open: None,
                 last: None,
             }),
-            flush: Mutex::new(Flush {
-                busy: false,
-                sent: head,
-                out: Out {
-                    page: page_before(dir, head),
-                    ..Out::default()
-                },
-                spare: Vec::with_capacity(256 << 10),
+            t: std::sync::Arc::new(Tail {
+                flush: Mutex::new(Flush {
+                    busy: false,
+                    sent: head,
+                    out: Out {
+                        page: page_before(dir, head),
+                        ..Out::default()
+                    },
+                    spare: Vec::with_capacity(256 << 10),
+                }),
+                flushed: Condvar::new(),
+                durable: AtomicU64::new(head),
+                failed: AtomicBool::new(false),
+                on_durable: std::sync::OnceLock::new(),
             }),
-            flushed: Condvar::new(),
-            durable: AtomicU64::new(head),
-            failed: AtomicBool::new(false),
             making: Mutex::new(()),
             replay_from: AtomicU64::new(from),
             keep: AtomicU64::new(u64::MAX),
@@ -270,7 +295,7 @@ impl Wal {
     /// commit hands its frames to `sink` instead of writing segments.
     pub(crate) fn replicated(head: u64, sink: std::sync::Arc<dyn Replicate>) -> Wal {
         let mut w = Wal::new(Path::new(""), head, head);
-        w.flush.get_mut().out.page = None;
+        w.t.flush.lock().out.page = None;
         w.sink = Some(sink);
         w
     }
@@ -333,7 +358,7 @@ impl Wal {
         let end = (off + len.max(1)).next_multiple_of(8).min(pool.len());
         if end > OFF_MASK {
             // Beyond what a tag can name (a pool over 256 TiB).
-            self.failed.store(true, Ordering::Release);
+            self.t.failed.store(true, Ordering::Release);
             return;
         }
         let mut log = self.log.lock();
@@ -383,7 +408,7 @@ impl Wal {
         b.extend_from_slice(bytes);
         b.resize(b.len().next_multiple_of(8), 0);
         if a + b.len() as u64 > OFF_MASK || b.len() as u64 > PIECE {
-            self.failed.store(true, Ordering::Release);
+            self.t.failed.store(true, Ordering::Release);
             return;
         }
         let mut log = self.log.lock();
@@ -423,43 +448,31 @@ impl Wal {
     /// write every commit fails: what the pool holds is no longer what a
     /// restart would rebuild.
     pub fn commit(&self, upto: u64) -> Result<()> {
-        if self.durable.load(Ordering::Acquire) >= upto {
+        if self.t.durable.load(Ordering::Acquire) >= upto {
             return Ok(());
         }
-        let mut f = self.flush.lock();
+        let mut f = self.t.flush.lock();
         loop {
-            if self.failed.load(Ordering::Acquire) {
+            if self.t.failed.load(Ordering::Acquire) {
                 return Err(Error::io(
                     "journal".into(),
                     std::io::Error::other("an earlier journal write failed"),
                 ));
             }
-            if self.durable.load(Ordering::Acquire) >= upto {
+            if self.t.durable.load(Ordering::Acquire) >= upto {
                 return Ok(());
             }
             if f.busy || f.sent >= upto {
                 // Another commit writes, or has handed to the replica
                 // set's log, what this one waits for.
-                self.flushed.wait(&mut f);
+                self.t.flushed.wait(&mut f);
                 continue;
             }
             f.busy = true;
             let mut out = std::mem::take(&mut f.out);
-            let mut spare = std::mem::take(&mut f.spare);
+            let spare = std::mem::take(&mut f.spare);
             drop(f);
-            spare.clear();
-            let (start, mut bytes, open) = {
-                let mut l = self.log.lock();
-                let s = l.start;
-                l.start = l.head;
-                l.last = None;
-                let open = l.open.take();
-                (s, std::mem::replace(&mut l.buf, spare), open)
-            };
-            // The frame is checked here, off the workers' path.
-            if let Some(at) = open {
-                seal(&mut bytes, at, start + at as u64);
-            }
+            let (start, bytes) = self.take(spare);
             let end = start + bytes.len() as u64;
             if let Some(s) = &self.sink {
                 // Handed over in order; the next commit may follow before
@@ -469,39 +482,125 @@ impl Wal {
                 } else {
                     s.replicate(start, &bytes)
                 };
-                f = self.flush.lock();
+                f = self.t.flush.lock();
                 f.spare = bytes;
                 f.out = out;
                 f.busy = false;
                 f.sent = end;
-                self.flushed.notify_all();
+                self.t.flushed.notify_all();
                 drop(f);
                 let r = sent.and_then(|wait| wait());
-                let g = self.flush.lock();
+                let g = self.t.flush.lock();
                 match r {
                     // Entries commit in order: one committed holds every
                     // earlier one, so the durable end only grows.
-                    Ok(()) if !self.failed.load(Ordering::Acquire) => {
-                        self.durable.fetch_max(end, Ordering::AcqRel);
+                    Ok(()) if !self.t.failed.load(Ordering::Acquire) => {
+                        self.t.durable.fetch_max(end, Ordering::AcqRel);
                     }
-                    _ => self.failed.store(true, Ordering::Release),
+                    _ => self.t.failed.store(true, Ordering::Release),
                 }
-                self.flushed.notify_all();
+                self.t.flushed.notify_all();
                 f = g;
                 continue;
             }
             let r = self.write_out(&mut out, start, &bytes);
-            f = self.flush.lock();
+            f = self.t.flush.lock();
             f.out = out;
             f.spare = bytes;
             f.busy = false;
             match r {
-                Ok(()) => self.durable.store(end, Ordering::Release),
-                Err(_) => self.failed.store(true, Ordering::Release),
+                Ok(()) => self.t.durable.store(end, Ordering::Release),
+                Err(_) => self.t.failed.store(true, Ordering::Release),
             }
-            self.flushed.notify_all();
+            self.t.flushed.notify_all();
             r?;
         }
+    }
+
+    /// The frames made since the last take, sealed (in `spare`'s place),
+    /// and where they start. The caller holds the flush (`busy`).
+    fn take(&self, mut spare: Vec<u8>) -> (u64, Vec<u8>) {
+        spare.clear();
+        let (start, mut bytes, open) = {
+            let mut l = self.log.lock();
+            let s = l.start;
+            l.start = l.head;
+            l.last = None;
+            let open = l.open.take();
+            (s, std::mem::replace(&mut l.buf, spare), open)
+        };
+        // The frame is checked here, off the workers' path.
+        if let Some(at) = open {
+            seal(&mut bytes, at, start + at as u64);
+        }
+        (start, bytes)
+    }
+
+    /// A replica set leader's commit that no thread waits for: hands every
+    /// record before `upto` to the replica set's log and returns. The
+    /// durable end moves, and the hook set with [`Wal::on_durable`] runs,
+    /// in the thread that learns of the entry's commit (it saves the
+    /// commit thread's wake-up and wait per entry). Without a replica
+    /// set, as [`Wal::commit`].
+    pub fn hand_off(&self, upto: u64) -> Result<()> {
+        let Some(s) = &self.sink else {
+            return self.commit(upto);
+        };
+        let t = &self.t;
+        let mut f = t.flush.lock();
+        loop {
+            if t.failed.load(Ordering::Acquire) {
+                return Err(Error::io(
+                    "journal".into(),
+                    std::io::Error::other("an earlier journal write failed"),
+                ));
+            }
+            if t.durable.load(Ordering::Acquire) >= upto || f.sent >= upto {
+                return Ok(());
+            }
+            if f.busy {
+                t.flushed.wait(&mut f);
+                continue;
+            }
+            f.busy = true;
+            let spare = std::mem::take(&mut f.spare);
+            drop(f);
+            let (start, bytes) = self.take(spare);
+            let end = start + bytes.len() as u64;
+            let tail = t.clone();
+            let done: Done = Box::new(move |r| {
+                {
+                    let _g = tail.flush.lock();
+                    match r {
+                        // Entries commit in order (as in `commit`).
+                        Ok(()) if !tail.failed.load(Ordering::Acquire) => {
+                            tail.durable.fetch_max(end, Ordering::AcqRel);
+                        }
+                        _ => tail.failed.store(true, Ordering::Release),
+                    }
+                    tail.flushed.notify_all();
+                }
+                if let Some(h) = tail.on_durable.get() {
+                    h();
+                }
+            });
+            if bytes.is_empty() {
+                done(Ok(()));
+            } else {
+                s.replicate_then(start, &bytes, done);
+            }
+            f = t.flush.lock();
+            f.spare = bytes;
+            f.busy = false;
+            f.sent = f.sent.max(end);
+            t.flushed.notify_all();
+        }
+    }
+
+    /// Runs `hook` each time a replica set's callback moves the durable
+    /// end ([`Wal::hand_off`]); set once.
+    pub fn on_durable(&self, hook: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.t.on_durable.set(hook);
     }
 
     /// Writes `bytes` at journal position `start`. Whole pages: the write
@@ -560,7 +659,7 @@ impl Wal {
 
     /// The position up to which the journal is durable.
     pub fn durable(&self) -> u64 {
-        self.durable.load(Ordering::Acquire)
+        self.t.durable.load(Ordering::Acquire)
     }
 
     /// Forgets the segments wholly before `from` (a checkpoint made them

@@ -206,3 +206,70 @@ fn kept_segments_stay_until_archived_and_read_back_in_pieces() {
     drop(pool);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A replica set's log as the journal sees it: what was handed over, in
+/// order, and the callbacks, settled when the test says so.
+#[derive(Default)]
+struct HeldLog {
+    got: Mutex<Vec<(u64, Vec<u8>)>>,
+    done: Mutex<Vec<Done>>,
+}
+
+impl Replicate for HeldLog {
+    fn replicate(&self, _: u64, _: &[u8]) -> Result<Pending> {
+        unreachable!("hand_off uses replicate_then")
+    }
+    fn replicate_then(&self, start: u64, bytes: &[u8], done: Done) {
+        self.got.lock().push((start, bytes.to_vec()));
+        self.done.lock().push(done);
+    }
+}
+
+/// A leader's hand-off returns before its frames commit; the durable end
+/// moves, and the hook runs, only when the replica set's callback says
+/// they did, in order; a failure fails the journal.
+#[test]
+fn a_hand_off_is_durable_when_the_replica_set_says_so() {
+    let (dir, pool) = scratch("wal-hand-off");
+    let log = std::sync::Arc::new(HeldLog::default());
+    let wal = Wal::replicated(0, log.clone());
+    let told = std::sync::Arc::new(AtomicU64::new(0));
+    let t = told.clone();
+    wal.on_durable(Box::new(move || {
+        t.fetch_add(1, Ordering::Relaxed);
+    }));
+    wal.capture(&pool, 4096, 64);
+    let first = wal.head();
+    wal.hand_off(first).unwrap();
+    assert_eq!(wal.durable(), 0, "not durable before the commit");
+    assert_eq!(log.got.lock().len(), 1);
+    assert_eq!(log.got.lock()[0].0, 0, "handed over from the start");
+    // Handed over already: another hand-off up to there sends nothing.
+    wal.hand_off(first).unwrap();
+    assert_eq!(log.got.lock().len(), 1);
+    wal.capture(&pool, 8192, 64);
+    let second = wal.head();
+    wal.hand_off(second).unwrap();
+    assert_eq!(log.got.lock()[1].0, first, "the next frames follow");
+    let mut done = std::mem::take(&mut *log.done.lock());
+    assert_eq!(done.len(), 2);
+    let last = done.pop().unwrap();
+    (done.pop().unwrap())(Ok(()));
+    assert_eq!((wal.durable(), told.load(Ordering::Relaxed)), (first, 1));
+    last(Ok(()));
+    assert_eq!((wal.durable(), told.load(Ordering::Relaxed)), (second, 2));
+    // A commit that fails (the member lost its office) fails the journal:
+    // nothing after it may be acknowledged.
+    wal.capture(&pool, 12288, 64);
+    wal.hand_off(wal.head()).unwrap();
+    let failed = log.done.lock().pop().unwrap();
+    failed(Err(Error::io(
+        "replica set".into(),
+        std::io::Error::other("not the leader"),
+    )));
+    assert_eq!(wal.durable(), second);
+    assert!(wal.hand_off(wal.head()).is_err());
+    assert!(wal.commit(wal.head()).is_err());
+    drop(pool);
+    let _ = std::fs::remove_dir_all(&dir);
+}
