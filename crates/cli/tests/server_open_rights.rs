@@ -99,6 +99,7 @@ fn opens_grant_what_they_were_opened_for() {
         u.put(&mut w);
         at(ROOT_INO, b"bad").put(&mut w);
         w.u32(0o644);
+        w.u64(0);
         w.u32(3);
         Request {
             id: 2,

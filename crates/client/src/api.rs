@@ -52,7 +52,16 @@ impl Client {
         access: Access,
     ) -> Result<Made> {
         let lane = self.lane_here();
-        let m = self.made_on(lane, cred, Op::CreateOpen { loc, mode, access })?;
+        let m = self.made_on(
+            lane,
+            cred,
+            Op::CreateOpen {
+                loc,
+                mode,
+                access,
+                ino: 0,
+            },
+        )?;
         self.note_open(lane, cred, m.attr.ino, access);
         Ok(m)
     }

@@ -1,5 +1,5 @@
 //! Requests answered before the server's reply (docs/data.md, "Requests
-//! answered early"): unlinks, opens and setattrs.
+//! answered early"): unlinks, opens, setattrs and creates.
 //!
 //! [`Client::unlink_behind`] (and [`Client::open_behind`],
 //! [`Client::setattr_behind`]) queues its request on its connection and
@@ -20,8 +20,15 @@
 //! answered early is noted as this client's (to be registered again after
 //! a reconnect, and released on its lane) when its reply comes; every
 //! choice of a lane takes the replies first (lanes.rs).
+//!
+//! A create answered early ([`Client::create_behind`]) gives the file a
+//! number of this client's grant of inode numbers (op `Inos`, kept by the
+//! server in its reply record), taken in increasing order; a new grant is
+//! asked for when one is used up, by a call that (as every other) waits
+//! for the requests answered early first, so no create of the old grant
+//! reaches the server after the new grant replaced it.
 
-use crate::api::{attr_of, removed};
+use crate::api::{attr_of, removed, Made};
 use crate::conn::lock;
 use crate::*;
 use std::cell::Cell;
@@ -56,11 +63,22 @@ pub type Behind = Box<dyn FnOnce(Result<Removed>, bool) + Send>;
 /// file is still outstanding (then they are its latest).
 pub type BehindAttr = Box<dyn FnOnce(Result<Attr>, bool) + Send>;
 
+/// Told the reply of a create answered early: the new file's attributes
+/// and its directory's, whether no other request answered early about the
+/// file is still outstanding, and the same of the directory.
+pub type BehindMade = Box<dyn FnOnce(Result<Made>, bool, bool) + Send>;
+
+/// Inode numbers asked for at once (one request per this many creates
+/// answered early).
+const GRANT: u32 = 1024;
+
 struct Entry {
     what: What,
     /// The inode whose attributes the reply carries (an unlink's
-    /// directory, an open's or a setattr's file).
+    /// directory, an open's or a setattr's file, a create's file).
     key: u64,
+    /// A second one (a create's directory), or 0.
+    also: u64,
     done: Done,
 }
 
@@ -75,6 +93,13 @@ enum Done {
         ino: u64,
         access: Access,
         done: BehindAttr,
+    },
+    /// A create: its open noted as this client's when it succeeds.
+    Create {
+        cred: Cred,
+        ino: u64,
+        access: Access,
+        done: BehindMade,
     },
 }
 
@@ -98,6 +123,13 @@ pub(crate) struct Queue {
     /// The reaper thread waits here for a burst's first unlink.
     wake: Condvar,
     started: std::sync::OnceLock<()>,
+    /// This client's grant of inode numbers: `[next, end)`. Held while
+    /// one is taken and its create queued, and while a new grant is
+    /// asked for.
+    inos: Mutex<(u64, u64)>,
+    /// The server refused a number of the grant (it no longer has it):
+    /// the next create asks for a new one.
+    inos_lost: std::sync::atomic::AtomicBool,
 }
 
 thread_local! {
@@ -123,7 +155,69 @@ impl Client {
             Loc::At(p, _) => *p,
             Loc::Path(_) => 0,
         };
-        self.behind(cred, Op::Unlink { loc }, parent, Done::Unlink(done))
+        self.behind(cred, Op::Unlink { loc }, (parent, 0), Done::Unlink(done))
+    }
+
+    /// Creates and opens `name` in directory `parent` without waiting for
+    /// the reply, as [`Client::unlink_behind`]: the file gets a number of
+    /// this client's grant (asked for first if none is left, which waits
+    /// for the server), which is returned. `done(ino)` makes what is told
+    /// the reply. The open is this client's once the create succeeded.
+    pub fn create_behind(
+        &self,
+        cred: &Cred,
+        (parent, name): (u64, &[u8]),
+        mode: u32,
+        access: Access,
+        done: impl FnOnce(u64) -> BehindMade,
+    ) -> Result<u64> {
+        if self.inner.local.is_some() {
+            return Err(ClientError::Protocol(
+                "a client of a server in this process numbers no files".into(),
+            ));
+        }
+        let b = &self.inner.behind;
+        let mut g = lock(&b.inos);
+        if b.inos_lost.swap(false, Ordering::AcqRel) {
+            *g = (0, 0);
+        }
+        if g.0 >= g.1 {
+            // (Every other request, this one included, first waits for
+            // the requests answered early: none of the last grant's
+            // creates is still to reach the server.)
+            let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+            let mut tries = 0;
+            *g = loop {
+                match self.call(&Cred::root(), Op::Inos { count: GRANT })? {
+                    Body::Bytes(v) if v.len() == 16 => break (word(&v[..8]), word(&v[8..])),
+                    // A retry answered from the reply record, which keeps
+                    // no range: the grant it made is lost; another.
+                    Body::Empty if tries < 3 => tries += 1,
+                    b => return Err(crate::errors::unexpected(b)),
+                }
+            };
+            if g.0 >= g.1 {
+                return Err(ClientError::Protocol(
+                    "an empty grant of inode numbers".into(),
+                ));
+            }
+        }
+        let ino = g.0;
+        g.0 += 1;
+        let op = Op::CreateOpen {
+            loc: Loc::At(parent, name.to_vec()),
+            mode,
+            access,
+            ino,
+        };
+        let d = Done::Create {
+            cred: cred.clone(),
+            ino,
+            access,
+            done: done(ino),
+        };
+        self.behind(cred, op, (ino, parent), d)?;
+        Ok(ino)
     }
 
     /// Sends a setattr of inode `ino` without waiting for its reply, as
@@ -139,7 +233,7 @@ impl Client {
             target: Target::Ino(ino),
             set: sa,
         };
-        self.behind(cred, op, ino, Done::Setattr(done))
+        self.behind(cred, op, (ino, 0), Done::Setattr(done))
     }
 
     /// Opens inode `ino` without waiting for the reply, as
@@ -165,12 +259,12 @@ impl Client {
             access,
             done,
         };
-        self.behind(cred, op, ino, done)
+        self.behind(cred, op, (ino, 0), done)
     }
 
     /// Queues `op` on lane [`EARLY_LANE`], its reply to go to `done`
-    /// (`key`: the inode whose attributes the reply carries).
-    fn behind(&self, cred: &Cred, op: Op, key: u64, done: Done) -> Result<()> {
+    /// (`key`, `also`: the inodes whose attributes the reply carries).
+    fn behind(&self, cred: &Cred, op: Op, (key, also): (u64, u64), done: Done) -> Result<()> {
         let lane = EARLY_LANE;
         if !self.answers_early() {
             return Err(ClientError::Protocol(
@@ -203,7 +297,12 @@ impl Client {
         };
         let len = {
             let mut q = lock(&b.q);
-            q.push_back(Entry { what, key, done });
+            q.push_back(Entry {
+                what,
+                key,
+                also,
+                done,
+            });
             q.len()
         };
         if len >= WINDOW {
@@ -226,11 +325,12 @@ impl Client {
         let _g = lock(&b.reap);
         REAPING.set(true);
         loop {
-            let (e, last) = {
+            let (e, last, also_last) = {
                 let mut q = lock(&b.q);
                 let Some(e) = q.pop_front() else { break };
-                let last = !q.iter().any(|x| x.key == e.key);
-                (e, last)
+                let busy = |k: u64| q.iter().any(|x| x.key == k || x.also == k);
+                let (last, also_last) = (!busy(e.key), e.also == 0 || !busy(e.also));
+                (e, last, also_last)
             };
             let ticket = match e.what {
                 // Written now if it still waits in its connection's queue
@@ -263,6 +363,29 @@ impl Client {
                         self.note_open(lane, &cred, ino, access);
                     }
                     done(r, last)
+                }
+                Done::Create {
+                    cred,
+                    ino,
+                    access,
+                    done,
+                } => {
+                    let r = r.and_then(|b| match b {
+                        Body::Created(attr, p) => Ok(Made {
+                            attr,
+                            parent: Some(p),
+                        }),
+                        Body::Attr(attr) => Ok(Made { attr, parent: None }),
+                        b => Err(crate::errors::unexpected(b)),
+                    });
+                    match &r {
+                        Ok(_) => self.note_open(EARLY_LANE, &cred, ino, access),
+                        Err(e) if e.errno() == solofs_types::errno::EINVAL => {
+                            b.inos_lost.store(true, Ordering::Release)
+                        }
+                        Err(_) => {}
+                    }
+                    done(r, last, also_last)
                 }
             }
             b.n.fetch_sub(1, Ordering::AcqRel);

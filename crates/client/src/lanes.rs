@@ -62,6 +62,7 @@ fn bound(op: &Op) -> Option<(u64, Option<Access>)> {
         | Op::DropLocks
         | Op::LockReturn { .. }
         | Op::LockRenew
+        | Op::Inos { .. }
         | Op::Tmpfile { .. } => None,
     }
 }

@@ -3,7 +3,7 @@
 use crate::codec::DecodeError;
 
 /// Protocol version spoken by this build.
-pub const PROTOCOL_VERSION: u16 = 15;
+pub const PROTOCOL_VERSION: u16 = 16;
 /// Magic that opens a client's HELLO.
 pub const MAGIC: u32 = 0x4F4C_4F53; // "SOLO" little-endian
 /// Largest frame either side sends or accepts (length field value).

@@ -368,6 +368,7 @@ mod tests {
                 loc: at.clone(),
                 mode: 0o444,
                 access: Access::ReadWrite,
+                ino: 77,
             },
             Op::Open {
                 ino: 3,
@@ -502,6 +503,7 @@ mod tests {
                 }]),
             },
             Op::LockRenew,
+            Op::Inos { count: 1024 },
             Op::Fallocate {
                 ino: 9,
                 mode: 0x11,

@@ -217,8 +217,14 @@ ops! {
     /// `open(O_CREAT|O_EXCL)`: creates a regular file and opens it as
     /// `Open` does, without checking the new file's permission bits
     /// (POSIX: the creating open gets the access it asked for, so a file
-    /// created read-only can still be written through it).
-    24 CreateOpen create_open write { loc: Loc, mode: u32, access: Access };
+    /// created read-only can still be written through it). `ino`: 0 (the
+    /// server numbers the file), or a number of this client's grant
+    /// (`Inos`), above every one it used before: the file gets it (a
+    /// create answered by the client before the server's reply; `EINVAL`
+    /// for a number not so granted).
+    // (`access` last: a bad access word is found once the request's
+    // other fields are read, and the frame's next request decodes.)
+    24 CreateOpen create_open write { loc: Loc, mode: u32, ino: u64, access: Access };
     /// Ends several opens of this connection at once (each as `Release`):
     /// a mount sends its closes in the background, many per request.
     25 ReleaseMany release_many close { opens: Vec<Closed> };
@@ -302,6 +308,12 @@ ops! {
     /// little-endian u64s) the files whose locks stay delegated to it (a
     /// file being recalled is not among them).
     39 LockRenew lock_renew read;
+    /// Grants this client `count` (1..=65 536) inode numbers never handed
+    /// out before, for its `CreateOpen`s with `ino`: answers `Bytes`, the
+    /// first number and the end (two little-endian u64s). The grant
+    /// replaces the client's last one; it is kept in the reply record, so
+    /// it outlives a restart of the server and a failover.
+    40 Inos inos write { count: u32 };
 }
 
 impl Op {
@@ -336,6 +348,7 @@ impl Op {
             // No entry named by its directory's inode (every operation is
             // named: a new one must say).
             Op::Noop
+            | Op::Inos { .. }
             | Op::Getattr { .. }
             | Op::Setattr { .. }
             | Op::Readlink { .. }

@@ -32,11 +32,13 @@ pub(crate) fn run_batch(
     let before = shared.watch.before(me, &shared.engine, reqs);
     let record = shared.replies.as_ref().zip(client);
     let side = Side {
+        grants: record,
         writing: &|ino| opens.writing(ino),
         locks: Some((&shared.locks, session)),
         trash: Some(&shared.trash),
         sums: shared.sums.as_deref(),
         opened: &|ino| shared.opens.is_open(ino),
+        hold: &|ino, writes| opens.acquire(ino, writes),
         status: Some(&|| crate::status::render(shared)),
         gc: Some(&|start, dry| {
             if start && !dry {
@@ -141,8 +143,8 @@ fn register(opens: &ConnOpens, reqs: &[Request], done: &[Reply]) {
                 }
             }
             Op::CreateOpen { access, .. } | Op::Tmpfile { access, .. } => {
+                // (Counted when it was made: exec.rs, `Side::hold`.)
                 if let Ok(Body::Attr(a) | Body::Created(a, _)) = &rep.result {
-                    opens.acquire(a.ino, access.writes());
                     opens.opened(a.ino, access.writes());
                     if matches!(q.op, Op::Tmpfile { .. }) {
                         opens.anonymous(a.ino, true);
@@ -187,6 +189,7 @@ fn register(opens: &ConnOpens, reqs: &[Request], done: &[Reply]) {
             | Op::DropLocks
             | Op::LockReturn { .. }
             | Op::LockRenew
+            | Op::Inos { .. }
             | Op::Fallocate { .. }
             | Op::DataMap { .. } => {}
         }

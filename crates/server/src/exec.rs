@@ -67,10 +67,17 @@ pub(crate) struct Side<'a> {
     pub sums: Option<&'a Summaries>,
     /// Does any connection hold `ino` open?
     pub opened: &'a dyn Fn(u64) -> bool,
+    /// Counts the open of a file just made (`create_open`, `tmpfile`;
+    /// writing?) at once: a later request of the same batch (an unlink
+    /// answered early behind the create) finds it open.
+    pub hold: &'a dyn Fn(u64, bool),
     /// The server's report of itself (`None`: none here).
     pub status: Option<&'a dyn Fn() -> String>,
     /// Online garbage collection: `(start, dry_run)` → the report.
     pub gc: Option<&'a dyn Fn(bool, bool) -> String>,
+    /// The requesting client's slot in the reply record, which keeps its
+    /// grant of inode numbers (`None`: no grants here).
+    pub grants: Option<(&'a crate::replies::Replies, u64)>,
 }
 
 /// Runs one request of a connection that holds no opens and no locks
@@ -82,8 +89,10 @@ pub fn execute(e: &Engine, req: &Request) -> Reply {
         trash: None,
         sums: None,
         opened: &|_| false,
+        hold: &|_, _| {},
         status: None,
         gc: None,
+        grants: None,
     };
     execute_with(e, req, &side)
 }
@@ -641,8 +650,10 @@ impl Serve for Exec<'_> {
         let a = self.e.fallocate(self.c, *ino, *mode, *off, *len, writing)?;
         Ok(Body::Attr(a))
     }
-    fn tmpfile(&self, parent: &u64, mode: &u32, _access: &Access) -> Result<Body> {
-        Ok(crate::tmpfiles::create(self.e, self.c, *parent, *mode).map(Body::Attr)?)
+    fn tmpfile(&self, parent: &u64, mode: &u32, access: &Access) -> Result<Body> {
+        let a = crate::tmpfiles::create(self.e, self.c, *parent, *mode)?;
+        (self.side.hold)(a.ino, access.writes());
+        Ok(Body::Attr(a))
     }
     fn link_tmpfile(&self, ino: &u64, to: &Loc) -> Result<Body> {
         let (p, n) = self.at(to)?;
@@ -665,10 +676,34 @@ impl Serve for Exec<'_> {
         }
         self.setattr(&Target::Ino(*ino), set)
     }
-    fn create_open(&self, loc: &Loc, mode: &u32, _access: &Access) -> Result<Body> {
+    fn create_open(&self, loc: &Loc, mode: &u32, ino: &u64, access: &Access) -> Result<Body> {
         let (p, n) = self.room_for_one(loc)?;
-        let a = self.e.create(self.c, p, &n, *mode)?;
+        let a = match *ino {
+            0 => self.e.create(self.c, p, &n, *mode)?,
+            i => {
+                let granted = self.side.grants.is_some_and(|(r, slot)| r.take(slot, i));
+                if !granted {
+                    return Err(Error::Invalid("an inode number not granted to this client").into());
+                }
+                self.e.with_ino(i, || self.e.create(self.c, p, &n, *mode))?
+            }
+        };
+        (self.side.hold)(a.ino, access.writes());
         self.created(a, p)
+    }
+    fn inos(&self, count: &u32) -> Result<Body> {
+        let Some((r, slot)) = self.side.grants else {
+            return Err(Error::Invalid("no inode numbers are granted to this client").into());
+        };
+        if !(1..=MAX_GRANT).contains(count) {
+            return Err(Error::Invalid("inode numbers are granted 1 to 65536 at a time").into());
+        }
+        let start = self.e.grant_inos(*count as u64)?;
+        let end = start + *count as u64;
+        r.grant(slot, start, end)?;
+        let mut b = start.to_le_bytes().to_vec();
+        b.extend_from_slice(&end.to_le_bytes());
+        Ok(Body::Bytes(b))
     }
     fn release_many(&self, _opens: &Vec<Closed>) -> Result<Body> {
         // As `release`: the registrations are the connection's business.
@@ -700,10 +735,15 @@ pub fn resolve_retry(e: &Engine, req: &Request, rep: Reply) -> Reply {
         | Op::Mknod { loc, .. }
         | Op::Mkdir { loc, .. }
         | Op::Symlink { loc, .. }
-        | Op::CreateOpen { loc, .. }
+        | Op::CreateOpen { loc, ino: 0, .. }
             if err == EEXIST =>
         {
             lookup(loc).map(Body::Attr)
+        }
+        // A number of the client's grant is used once: the retry of a
+        // create that took it finds its file under the name.
+        Op::CreateOpen { loc, ino, .. } if matches!(err, EEXIST | EINVAL) => {
+            lookup(loc).filter(|a| a.ino == *ino).map(Body::Attr)
         }
         // ESTALE: the directory went too (after the name, stale()).
         Op::Unlink { .. } | Op::Rmdir { .. } if matches!(err, ENOENT | ESTALE) => Some(Body::Empty),
@@ -755,6 +795,7 @@ pub fn resolve_retry(e: &Engine, req: &Request, rep: Reply) -> Reply {
         | Op::DropLocks
         | Op::LockReturn { .. }
         | Op::LockRenew
+        | Op::Inos { .. }
         | Op::Fallocate { .. }
         | Op::DataMap { .. }
         | Op::Tmpfile { .. }
@@ -768,6 +809,9 @@ pub fn resolve_retry(e: &Engine, req: &Request, rep: Reply) -> Reply {
         None => rep,
     }
 }
+
+/// Most inode numbers one grant holds.
+pub const MAX_GRANT: u32 = 65_536;
 
 /// Most entries one readdir reply carries (keeps replies well under the
 /// frame limit: 4096 × (255-byte name + 24) ≈ 1.1 MiB).

@@ -385,6 +385,7 @@ impl Caps {
             | Op::ReleaseMany { .. }
             | Op::LockCancel { .. }
             | Op::LockRenew
+            | Op::Inos { .. }
             | Op::DropLocks => Ok(()),
         }
     }
@@ -473,6 +474,7 @@ fn set_of(op: &mut Op) -> Option<&mut solofs_meta::SetAttr> {
         | Op::DropLocks
         | Op::LockReturn { .. }
         | Op::LockRenew
+        | Op::Inos { .. }
         | Op::Fallocate { .. }
         | Op::DataMap { .. }
         | Op::Tmpfile { .. }

@@ -8,12 +8,17 @@
 //!
 //! Layout (little-endian words): a header `{magic, version, clients,
 //! ring}`, then `CLIENTS` client slots of `{id low, id high, last use (s),
-//! RING records}`; a record is `{request id, result, 9 attribute words}` (the fifth: a
+//! RING records, grant next, grant end}`; a record is `{request id, result, 9 attribute words}` (the fifth: a
 //! device's number, or anything else's stored blocks).
 //! `result`: bit 63 error (errno in the low 32 bits), bit 62 an attribute
 //! body follows, else an empty body. Writing a record clears its id first
 //! and sets it last, so a record whose id matches is whole: a store to a
 //! shared mapping survives the process in program order.
+//!
+//! A slot's *grant* is the range of inode numbers the client may give
+//! the files it creates before the server's reply (`Inos`, `CreateOpen`
+//! with `ino`): `[next, end)`, `next` moving past each number used, so no
+//! number is used twice.
 
 use solofs_meta::pool::{Durability, Pool};
 use solofs_meta::Attr;
@@ -22,13 +27,15 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 
 const MAGIC: u64 = 0x5350_4c59_534f_4c4f; // "SOLOSYLPS"
-const VERSION: u64 = 1;
+const VERSION: u64 = 2;
 /// Clients the record keeps at once (the least recently seen give way).
 pub const CLIENTS: u64 = 512;
 /// Changes remembered per client (by request id modulo this).
 pub const RING: u64 = 128;
 const REC: u64 = 11 * 8;
-const SLOT: u64 = 24 + RING * REC;
+const SLOT: u64 = 24 + RING * REC + GRANT;
+/// The grant's two words, at the end of a slot.
+const GRANT: u64 = 16;
 const BASE: u64 = 64;
 /// Bytes of the record file.
 pub const SIZE: u64 = BASE + CLIENTS * SLOT;
@@ -90,6 +97,35 @@ impl Replies {
         })
     }
 
+    /// Gives the client at `slot` the inode numbers `[start, end)`
+    /// (replacing its last grant).
+    pub fn grant(&self, slot: u64, start: u64, end: u64) -> solofs_meta::Result<()> {
+        let g = slot + SLOT - GRANT;
+        let _g = self.slots.lock();
+        // Nothing taken from a half-written grant (a crash in between).
+        self.pool.st(g, u64::MAX)?;
+        self.pool.st(g + 8, end)?;
+        self.pool.st(g, start)?;
+        self.journal(g, GRANT);
+        Ok(())
+    }
+
+    /// Takes `ino` from the grant of the client at `slot`: true if it is
+    /// in the grant and above every number taken before (they are then
+    /// used up).
+    pub fn take(&self, slot: u64, ino: u64) -> bool {
+        let g = slot + SLOT - GRANT;
+        let _g = self.slots.lock();
+        let (Ok(next), Ok(end)) = (self.pool.ld(g), self.pool.ld(g + 8)) else {
+            return false;
+        };
+        if ino < next || ino >= end || self.pool.st(g, ino + 1).is_err() {
+            return false;
+        }
+        self.journal(g, 8);
+        true
+    }
+
     /// Journals the record's changes with `engine`'s (a replica set's
     /// leader), starting with its header.
     pub fn journal_with(&mut self, engine: std::sync::Arc<solofs_meta::Engine>) {
@@ -147,6 +183,8 @@ impl Replies {
         for r in 0..RING {
             self.pool.st(s + 24 + r * REC, 0).ok()?;
         }
+        self.pool.st(s + SLOT - GRANT, 0).ok()?;
+        self.pool.st(s + SLOT - GRANT + 8, 0).ok()?;
         self.pool.st(s + 16, now).ok()?;
         self.pool.st(s + 8, hi).ok()?;
         self.pool.st(s, lo).ok()?;
@@ -273,6 +311,21 @@ mod tests {
         assert!(matches!(r.find(s, 12), Some(Ok(Body::Empty))));
         assert!(r.find(s, 13).is_none());
         assert!(r.find(s, 10 + RING).is_none(), "a different id in the slot");
+        // A grant: numbers taken in increasing order, each once.
+        assert!(!r.take(s, 500), "nothing granted yet");
+        r.grant(s, 500, 510).unwrap();
+        assert!(r.take(s, 500));
+        assert!(!r.take(s, 500), "a number is used once");
+        assert!(r.take(s, 505), "numbers may be skipped");
+        assert!(!r.take(s, 503), "but not gone back to");
+        assert!(!r.take(s, 510), "past the grant");
+        drop(r);
+        let r = Replies::open(&p).unwrap();
+        let s = r.slot([1; 16]).unwrap();
+        assert!(r.take(s, 509), "the grant outlives a reopen");
+        assert!(!r.take(s, 506));
+        let s2 = r.slot([2; 16]).unwrap();
+        assert!(!r.take(s2, 509), "another client's grant is not this one's");
         let _ = std::fs::remove_file(&p);
     }
 }

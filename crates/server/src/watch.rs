@@ -644,6 +644,7 @@ fn victims(e: &Engine, cred: &Cred, op: &Op) -> Vec<u64> {
         | Op::DropLocks
         | Op::LockReturn { .. }
         | Op::LockRenew
+        | Op::Inos { .. }
         | Op::Fallocate { .. }
         | Op::DataMap { .. }
         | Op::Tmpfile { .. }
@@ -728,6 +729,7 @@ fn changed(e: &Engine, cred: &Cred, op: &Op, rep: &Reply, victims: &[u64], out: 
         | Op::DropLocks
         | Op::LockReturn { .. }
         | Op::LockRenew
+        | Op::Inos { .. }
         | Op::DataMap { .. }
         | Op::Tmpfile { .. } => {}
     }

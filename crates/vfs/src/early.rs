@@ -35,16 +35,31 @@
 //!   times are sent as set here, so the server's match; the ctime of the
 //!   reply replaces the one made here. A refusal is logged, the file's
 //!   attributes are forgotten, and the next `fsync` of the file reports it.
+//!
+//! A create goes the same way when this mount knows the name is absent (a
+//! directory it made that no other mount touched, or a miss kept under the
+//! current watch) and holds the directory's attributes under the current
+//! watch, the directory is not set-group-ID and the new mode has no
+//! set-ID bit (then the server's file is plain: this caller's owner and
+//! group, the mode given, no extended attributes), and the open does not
+//! append: the file gets a number of the client's grant (solofs-client's
+//! behind.rs), times now, and the directory one entry more and its times
+//! now; the server's reply replaces them. A refusal (another mount made
+//! the name in the same instant, a quota, a full pool) is logged, the name
+//! and the file are forgotten here and in the kernel, the next `fsync` of
+//! the directory or of the file reports it, and the handle's writes fail
+//! at their commit (the `close` reports it).
 
 use crate::cache::AttrCache;
-use crate::coherence::Coherence;
+use crate::coherence::{Coherence, Ttl};
 use crate::convert::{errno, now_ns};
 use crate::file::version;
 use crate::smalls::Smalls;
 use crate::{Res, Vfs};
 use parking_lot::Mutex;
+use solofs_client::Made;
 use solofs_client::{at, ClientError, Notice, Removed};
-use solofs_types::{Access, Attr, Cred, FileType, SetAttr, TimeSet};
+use solofs_types::{Access, Attr, Cred, FileType, SetAttr, TimeSet, Xattrs};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -221,17 +236,11 @@ impl Vfs {
             ino,
             sa,
             Box::new(move |r, last| match r {
-                Ok(a) => {
-                    // As an unlink's reply (below).
-                    let own = coh.begun();
-                    coh.resume(begun);
-                    coh.gated(|t| {
-                        if last {
-                            smalls.put_attr(&attrs, &a, &t);
-                        }
-                    });
-                    coh.resume(own);
-                }
+                Ok(a) => as_begun(&coh, begun, |t| {
+                    if last {
+                        smalls.put_attr(&attrs, &a, &t);
+                    }
+                }),
                 Err(e) => {
                     eprintln!(
                         "solofs: a setattr of inode {ino}, answered before the server's reply, \
@@ -250,6 +259,144 @@ impl Vfs {
     }
 }
 
+impl Vfs {
+    /// Answers the create of `name` in `parent` (`mode` after the umask,
+    /// open `flags`) before the server has, if it may (see the module's
+    /// text): the handle and the new file's attributes.
+    pub(crate) fn create_early(
+        &self,
+        cred: &Cred,
+        (parent, name): (u64, &[u8]),
+        mode: u32,
+        flags: i32,
+    ) -> Option<(u64, Attr)> {
+        let setid = libc::S_ISUID | libc::S_ISGID;
+        if !self.opts.early_creates
+            || !self.client.answers_early()
+            || flags & libc::O_APPEND != 0
+            || mode & setid != 0
+            || name.len() > solofs_types::NAME_MAX
+        {
+            return None;
+        }
+        // A notice already here may say another mount made names in a
+        // directory this mount made: handled first (it drops the directory).
+        let fresh_dir = || self.new_dirs.absent(parent, name);
+        let absent = (fresh_dir() && self.client.notices_settled() && fresh_dir())
+            || self.kept_absent(cred, parent, name);
+        if !absent {
+            return None;
+        }
+        let mut dir = self.settled_attrs(parent, |d| {
+            d.mode & libc::S_IFMT == libc::S_IFDIR && d.mode & libc::S_ISGID == 0
+        })?;
+        let access = Access::from_open_flags(flags);
+        let (attrs, coh, failed) = (self.attrs.clone(), self.coh.clone(), self.failed.clone());
+        let smalls = self.smalls.clone();
+        let (begun, owned) = (self.coh.begun(), name.to_vec());
+        let ino = self
+            .client
+            .create_behind(cred, (parent, name), mode, access, |ino| {
+                Box::new(move |r, last, dir_last| {
+                    create_replied(
+                        (&attrs, &smalls, &coh, &failed),
+                        begun,
+                        (parent, owned, ino),
+                        r,
+                        (last, dir_last),
+                    )
+                })
+            })
+            .ok()?;
+        self.stats.early_creates.fetch_add(1, Ordering::Relaxed);
+        let now = now_ns();
+        let a = Attr {
+            ino,
+            mode: libc::S_IFREG | (mode & 0o7777),
+            nlink: 1,
+            uid: cred.uid,
+            gid: cred.gid,
+            size: 0,
+            rdev: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            btime: now,
+            blocks: 0,
+            xattrs: Xattrs::None,
+        };
+        dir.mtime = now;
+        dir.ctime = now;
+        dir.size += 1;
+        self.new_dirs.added(parent, name);
+        self.note_made(
+            parent,
+            &Made {
+                attr: a.clone(),
+                parent: Some(dir),
+            },
+        );
+        self.coh
+            .gated(|t| self.attrs.name(parent, name, ino, t.entry));
+        let fh = self.opened(ino, access, &a, None, false, None);
+        if let Some(f) = self.file(ino) {
+            let mut g = f.lock();
+            g.no_xattrs = g.handles == 1;
+        }
+        Some((fh, a))
+    }
+}
+
+/// Runs `f` under the gate as the request that began at `begun` would:
+/// what a reply that came later, to this thread, says is kept only if no
+/// notice came since the request was asked (this thread may be inside a
+/// request of its own: its start is put back after).
+fn as_begun(coh: &Coherence, begun: u64, f: impl FnOnce(Ttl)) {
+    let own = coh.begun();
+    coh.resume(begun);
+    coh.gated(f);
+    coh.resume(own);
+}
+
+/// The server's reply to a create answered early (in the client's
+/// reaping thread; `last`, `dir_last`: no later request answered early
+/// about the file, or about the directory, is outstanding).
+fn create_replied(
+    (attrs, smalls, coh, failed): (&AttrCache, &Smalls, &Coherence, &Failed),
+    begun: u64,
+    (parent, name, ino): (u64, Vec<u8>, u64),
+    r: Result<Made, ClientError>,
+    (last, dir_last): (bool, bool),
+) {
+    match r {
+        Ok(m) => as_begun(coh, begun, |t| {
+            if last {
+                smalls.put_attr(attrs, &m.attr, &t);
+            }
+            if let (Some(d), true) = (&m.parent, dir_last) {
+                attrs.put(d, t.attr, t.watch);
+            }
+        }),
+        Err(e) => {
+            let errno = e.errno();
+            eprintln!(
+                "solofs: the create of {:?} in directory {parent}, answered before the \
+                 server's reply, failed ({e}); the file is gone",
+                String::from_utf8_lossy(&name)
+            );
+            {
+                let mut f = failed.lock();
+                f.entry(parent).or_insert(errno);
+                f.entry(ino).or_insert(errno);
+            }
+            attrs.forget(ino);
+            attrs.forget(parent);
+            coh.drop_attrs(ino);
+            coh.notice(&[Notice::Entry { parent, name }]);
+        }
+    }
+}
+
 /// The server's reply to an unlink answered early (in the client's
 /// reaping thread; `last`: no later unlink in the directory is
 /// outstanding, so the directory's attributes are the newest).
@@ -265,24 +412,16 @@ fn replied(
     last: bool,
 ) {
     match r {
-        Ok(rm) => {
-            // Kept only if no notice came since the unlink was asked (this
-            // thread may be inside a request of its own: its start is
-            // put back after).
-            let own = coh.begun();
-            coh.resume(begun);
-            coh.gated(|t| {
-                if let (Some(d), true) = (&rm.dir, last) {
-                    attrs.put(d, t.attr, t.watch);
-                }
-                if let Some(k) = &rm.kept {
-                    // The bytes kept of a small file stay its own: the
-                    // reply's ctime replaces the one made here.
-                    smalls.put_attr(attrs, k, &t);
-                }
-            });
-            coh.resume(own);
-        }
+        Ok(rm) => as_begun(coh, begun, |t| {
+            if let (Some(d), true) = (&rm.dir, last) {
+                attrs.put(d, t.attr, t.watch);
+            }
+            if let Some(k) = &rm.kept {
+                // The bytes kept of a small file stay its own: the
+                // reply's ctime replaces the one made here.
+                smalls.put_attr(attrs, k, &t);
+            }
+        }),
         Err(e) => {
             let errno = e.errno();
             eprintln!(

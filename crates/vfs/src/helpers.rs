@@ -462,6 +462,9 @@ impl Vfs {
         flags: i32,
     ) -> Res<Cached<'_, Opened>> {
         let cred = &ctx.cred;
+        if let Some((fh, a)) = self.create_early(cred, (parent, name), mode, flags) {
+            return Ok(self.created(a, fh, flags));
+        }
         let loc = at(parent, name);
         let acc = Access::from_open_flags(flags);
         let created = self.client.create_open_made(cred, loc.clone(), mode, acc);

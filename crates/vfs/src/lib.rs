@@ -96,6 +96,11 @@ pub struct Options {
     /// sent (early.rs); false: every open and setattr waits for the server
     /// (`--sync-attrs`).
     pub early_attrs: bool,
+    /// Answer a create before the server has, when this client knows the
+    /// name is absent and the directory's attributes the server watches
+    /// for it, and the server runs requests as sent (early.rs); false:
+    /// every create waits for the server (`--sync-creates`).
+    pub early_creates: bool,
     /// Most attributes (and most names) kept ([`DEFAULT_CACHE_ENTRIES`]);
     /// a front end without a cache of its own (the Python package) keeps
     /// more.
@@ -129,6 +134,7 @@ impl Default for Options {
             small_cache: DEFAULT_SMALL_CACHE,
             early_unlink: true,
             early_attrs: true,
+            early_creates: true,
             cache_entries: DEFAULT_CACHE_ENTRIES,
         }
     }

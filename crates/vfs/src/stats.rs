@@ -24,6 +24,8 @@ pub(crate) struct Stats {
     /// Opens and setattrs answered before the server's reply (early.rs).
     pub early_opens: AtomicU64,
     pub early_setattrs: AtomicU64,
+    /// Creates answered before the server's reply (early.rs).
+    pub early_creates: AtomicU64,
 }
 
 fn get(c: &AtomicU64) -> u64 {
@@ -74,10 +76,11 @@ impl Vfs {
         );
         counter(
             "solofs_mount_early_answers_total",
-            "Opens and setattrs answered before the server's reply.",
+            "Opens, setattrs and creates answered before the server's reply.",
             &[
                 ("{op=\"open\"}", get(&s.early_opens)),
                 ("{op=\"setattr\"}", get(&s.early_setattrs)),
+                ("{op=\"create\"}", get(&s.early_creates)),
             ],
         );
         let (hits, misses, used) = match &self.blocks {

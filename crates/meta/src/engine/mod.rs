@@ -655,6 +655,19 @@ impl Engine {
         r
     }
 
+    /// Reserves `count` inode numbers for a client's own creates
+    /// ([`Engine::with_ino`]): the first; no create of the engine hands
+    /// out any of them.
+    pub fn grant_inos(&self, count: u64) -> Result<u64> {
+        self.check_writable()?;
+        self.with_ctx(|_| {
+            let w = self.pool.header().next_ino().atomic()?;
+            let start = w.fetch_add(count, Ordering::AcqRel);
+            self.pool.header().next_ino().persist();
+            Ok(start)
+        })
+    }
+
     /// Inode numbers up to `max` are never handed out by later creates.
     pub fn keep_inos_above(&self, max: u64) -> Result<()> {
         let w = self.pool.header().next_ino().atomic()?;
