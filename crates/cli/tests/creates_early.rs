@@ -176,6 +176,38 @@ fn a_create_the_server_refuses_is_reported_and_its_name_is_gone() {
         let e = std::fs::metadata(&p).expect_err("a refused create's name is gone");
         assert_eq!(e.raw_os_error(), Some(solofs_meta::errno::ENOENT), "{p:?}");
     }
+    // Without an fsync: the close of a file whose create was refused
+    // reports it, once the refusal is in (as NFS reports a write).
+    let e = m.mnt.join("e");
+    std::fs::create_dir(&e).unwrap();
+    solofs_via(&srv.addr, &secret, &["quota", "set", "/e", "--inodes", "2"]);
+    std::fs::metadata(&e).unwrap();
+    let script = format!(
+        "import os, time\n\
+         fds = [os.open('{}/g%d' % i, os.O_CREAT | os.O_WRONLY | os.O_EXCL) for i in range(5)]\n\
+         os.write(fds[4], b'x')\n\
+         time.sleep(0.2)\n\
+         for fd in fds:\n\
+         \x20   try:\n\
+         \x20       os.close(fd); print('ok')\n\
+         \x20   except OSError as e:\n\
+         \x20       print(e.errno)\n",
+        e.display()
+    );
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(&script)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{out:?}");
+    let closes: Vec<&str> = said.lines().collect();
+    let quota = solofs_meta::errno::EDQUOT.to_string();
+    assert_eq!(
+        closes,
+        ["ok", "ok", quota.as_str(), quota.as_str(), quota.as_str()],
+        "the closes of the three refused files report it"
+    );
     drop(m);
     srv.stop();
 }

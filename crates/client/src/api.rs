@@ -285,19 +285,19 @@ impl Client {
     }
 
     pub(crate) fn made(&self, cred: &Cred, op: Op) -> Result<Made> {
+        // A writer's commit of a file created (or opened) early goes right
+        // behind that create (behind.rs).
+        if let Op::WriteCommit { ino, .. } | Op::WriteInline { ino, .. } = &op {
+            if self.opened_behind(*ino) {
+                return made_of(self.call_behind(cred, op)?);
+            }
+        }
         let lane = self.lane_for_ops(std::iter::once(&op));
         self.made_on(lane, cred, op)
     }
 
     pub(crate) fn made_on(&self, lane: usize, cred: &Cred, op: Op) -> Result<Made> {
-        match self.call_on(lane, cred, op)? {
-            Body::Attr(attr) | Body::Inline(attr, _) => Ok(Made { attr, parent: None }),
-            Body::Created(attr, p) => Ok(Made {
-                attr,
-                parent: Some(p),
-            }),
-            b => Err(unexpected(b)),
-        }
+        made_of(self.call_on(lane, cred, op)?)
     }
 
     pub(crate) fn maybe_attr(&self, cred: &Cred, op: Op) -> Result<Option<Attr>> {
@@ -555,6 +555,18 @@ pub struct Removed {
 
 /// An unlink's reply as [`Client::unlink_in`] gives it.
 /// The attributes an open's or a setattr's reply carries.
+/// A new or changed entry's attributes (with its directory's, if sent).
+fn made_of(b: Body) -> Result<Made> {
+    match b {
+        Body::Attr(attr) | Body::Inline(attr, _) => Ok(Made { attr, parent: None }),
+        Body::Created(attr, p) => Ok(Made {
+            attr,
+            parent: Some(p),
+        }),
+        b => Err(unexpected(b)),
+    }
+}
+
 pub(crate) fn attr_of(b: Body) -> Result<Attr> {
     match b {
         Body::Attr(a) | Body::Inline(a, _) => Ok(a),

@@ -314,6 +314,46 @@ impl Client {
         Ok(())
     }
 
+    /// Is a create or an open of `ino` answered early still to be sent or
+    /// reaped? Then a request about the file may go right behind it
+    /// ([`Client::call_behind`]).
+    pub(crate) fn opened_behind(&self, ino: u64) -> bool {
+        let b = &self.inner.behind;
+        b.n.load(Ordering::Acquire) > 0
+            && lock(&b.q)
+                .iter()
+                .any(|e| e.key == ino && matches!(e.done, Done::Create { .. } | Done::Open { .. }))
+    }
+
+    /// Runs `op`, about a file opened early ([`Client::opened_behind`]),
+    /// on [`EARLY_LANE`] right behind the requests answered early, without
+    /// waiting for their replies first (the connection runs them in
+    /// order): a close's commit of a file created early costs one round
+    /// trip, not two. Their replies are taken after its own. A reconnect
+    /// may send it again before them: an `ENOENT` (its file not made yet
+    /// there) or a lost connection sends it once more the usual way, after
+    /// them.
+    pub(crate) fn call_behind(&self, cred: &Cred, op: Op) -> Result<Body> {
+        let deadline = Instant::now() + self.inner.opts.retry;
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let ops = [(cred.clone(), op)];
+        let r = self
+            .send_ops(EARLY_LANE, &ops, vec![id], false, deadline, false)
+            .and_then(|t| t.wait())
+            .and_then(|mut v| {
+                v.pop()
+                    .ok_or_else(|| ClientError::Protocol("no reply".into()))?
+            });
+        self.settle_behind();
+        match r {
+            Err(e) if e.errno() == solofs_types::errno::ENOENT || retryable(&e) => {
+                let [(cred, op)] = ops;
+                self.call(&cred, op)
+            }
+            r => r,
+        }
+    }
+
     /// Waits until every unlink answered early has its reply, and tells
     /// them. Every other call does this first; so may anyone who needs
     /// the unlinks on the server (an `fsync` of a directory, an unmount).

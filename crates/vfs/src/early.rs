@@ -46,9 +46,9 @@
 //! behind.rs), times now, and the directory one entry more and its times
 //! now; the server's reply replaces them. A refusal (another mount made
 //! the name in the same instant, a quota, a full pool) is logged, the name
-//! and the file are forgotten here and in the kernel, the next `fsync` of
-//! the directory or of the file reports it, and the handle's writes fail
-//! at their commit (the `close` reports it).
+//! and the file are forgotten here and in the kernel, and the file's
+//! `close` (once the refusal is in) and the next `fsync` of the directory
+//! or of the file report it.
 
 use crate::cache::AttrCache;
 use crate::coherence::{Coherence, Ttl};

@@ -332,7 +332,10 @@ impl Vfs {
     pub fn flush(&self, ctx: &Ctx, ino: u64, fh: u64, owner: u64) -> Res<()> {
         let r = self.flush_ino(&ctx.cred, ino);
         self.locking.closed(&ctx.cred, fh, ino, owner);
-        r
+        // A create or setattr of the file answered early that the server
+        // refused, if its reply is in (as NFS reports a write at close).
+        let refused = self.failed.lock().remove(&ino);
+        r.and(refused.map_or(Ok(()), |e| Err(Error::from_errno(e))))
     }
 
     /// The last descriptor of handle `fh` of file `ino` is closed (`owner`:
