@@ -525,13 +525,35 @@ pub fn within(
     t.elapsed()
 }
 
-/// Sends signal `sig` (`-STOP`, `-KILL`, …) to process `pid`.
+/// Sends signal `sig` (`-STOP`, `-KILL`, …) to process `pid`. A `-STOP`
+/// returns once every thread of it is stopped (the signal takes effect
+/// as each is next scheduled: one running on another CPU could still
+/// answer a request meanwhile).
 pub fn signal(pid: u32, sig: &str) {
     let st = Command::new("kill")
         .args([sig, &pid.to_string()])
         .status()
         .unwrap();
     assert!(st.success());
+    if sig == "-STOP" {
+        let stopped = || {
+            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+                return true;
+            };
+            tasks.flatten().all(|t| {
+                // The state follows the command's closing parenthesis.
+                std::fs::read_to_string(t.path().join("stat")).map_or(true, |s| {
+                    s.rsplit(')')
+                        .next()
+                        .is_some_and(|r| matches!(r.trim_start().chars().next(), Some('T' | 't')))
+                })
+            })
+        };
+        let t = std::time::Instant::now();
+        while !stopped() && t.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
 }
 
 /// Names a rename writer keeps: it unlinks g{i-KEEP} at step i.
