@@ -63,6 +63,10 @@ fn mount_flag(a: &Arg, p: &mut lexopt::Parser, o: &mut MountOptions) -> Result<b
         "sync-unlink" => o.vfs.early_unlink = false,
         "sync-attrs" => o.vfs.early_attrs = false,
         "sync-creates" => o.vfs.early_creates = false,
+        "early-creates-over-us" => {
+            let v: u64 = p.value()?.parse()?;
+            o.vfs.early_create_rtt = Duration::from_micros(v);
+        }
         "cache-dir" => o.vfs.cache_dir = Some(p.value()?.into()),
         "cache-size" => o.vfs.cache_size = Some(parse_size(&p.value()?.string()?)?),
         "small-cache" => o.vfs.small_cache = parse_size(&p.value()?.string()?)?,
@@ -102,7 +106,7 @@ pub(crate) fn parse_size(s: &str) -> Result<u64> {
 }
 
 const MOUNT_FLAGS: &str =
-    "[--attr-timeout S] [--entry-timeout S] [--negative-timeout S] [--threads N] [--read-ahead BLOCKS] [--allow-other] [--cache-dir DIR] [--cache-size BYTES] [--small-cache BYTES] [--no-io-uring] [--ring-poll-us N] [--sync-unlink] [--sync-attrs] [--sync-creates] [--metrics ADDR]";
+    "[--attr-timeout S] [--entry-timeout S] [--negative-timeout S] [--threads N] [--read-ahead BLOCKS] [--allow-other] [--cache-dir DIR] [--cache-size BYTES] [--small-cache BYTES] [--no-io-uring] [--ring-poll-us N] [--sync-unlink] [--sync-attrs] [--sync-creates] [--early-creates-over-us N] [--metrics ADDR]";
 
 /// SIGINT/SIGTERM received (set by the signal handlers, cleared when a
 /// busy mount was detached and keeps serving).

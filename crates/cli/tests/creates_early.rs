@@ -17,7 +17,14 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::Duration;
 
-const LONG: &[&str] = &["--attr-timeout", "60", "--entry-timeout", "60"];
+const LONG: &[&str] = &[
+    "--attr-timeout",
+    "60",
+    "--entry-timeout",
+    "60",
+    "--early-creates-over-us",
+    "0",
+];
 
 /// The mount's count of creates answered early.
 fn early_creates(metrics: &str) -> u64 {
@@ -283,6 +290,14 @@ fn sync_creates_waits_for_the_server() {
     }
     let metrics = free_loopback_addr();
     let (_s, _srv, _m, d) = mounted_dir("creates-sync", &["--sync-creates", "--metrics", &metrics]);
+    for i in 0..20 {
+        make(&d, i).unwrap();
+    }
+    assert_eq!(early_creates(&metrics), 0);
+    // Nor while the server answers faster than the bound.
+    let metrics = free_loopback_addr();
+    let over = ["--early-creates-over-us", "10000000", "--metrics", &metrics];
+    let (_s, _srv, _m, d) = mounted_dir("creates-quick", &over);
     for i in 0..20 {
         make(&d, i).unwrap();
     }

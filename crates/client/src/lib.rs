@@ -125,6 +125,8 @@ struct Inner {
     locks: Arc<locks::LockBook>,
     /// Unlinks answered before their replies came (behind.rs).
     behind: Arc<behind::Queue>,
+    /// The replies' recent round trip, ns (0: none measured yet).
+    round_trip: AtomicU64,
     /// Calls no longer wait for a server out of reach ([`Client::give_up`]).
     given_up: std::sync::atomic::AtomicBool,
     /// A thread reconnects while files are open for writing (api.rs).
@@ -212,6 +214,7 @@ impl Client {
                 user,
                 locks,
                 behind: Default::default(),
+                round_trip: AtomicU64::new(0),
                 given_up: Default::default(),
                 writers_kept: Default::default(),
                 revoked: Default::default(),
@@ -441,6 +444,22 @@ impl Client {
         self.submit_on(self.lane_for(ops), ops)
     }
 
+    /// How long a request's reply takes to come, lately (an average over
+    /// the last calls that waited for theirs); `None` before any did.
+    pub fn round_trip(&self) -> Option<Duration> {
+        match self.inner.round_trip.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+
+    fn note_round_trip(&self, took: Duration) {
+        let ns = (took.as_nanos() as u64).max(1);
+        let old = self.inner.round_trip.load(Ordering::Relaxed);
+        let new = if old == 0 { ns } else { (old * 7 + ns) / 8 };
+        self.inner.round_trip.store(new.max(1), Ordering::Relaxed);
+    }
+
     /// Requests sent to the server so far (retries of one count once).
     pub fn requests_sent(&self) -> u64 {
         self.inner.next_id.load(Ordering::Relaxed) - 1
@@ -481,6 +500,7 @@ impl Client {
                         .map(|r| r.result.map_err(ClientError::Errno))
                         .collect(),
                 ),
+                sent: None,
             });
         }
         let deadline = std::time::Instant::now() + self.inner.opts.retry;
@@ -531,6 +551,7 @@ impl Client {
             lost: sent.is_err(),
             deadline,
             ready: None,
+            sent: (!queue_only && !again).then(std::time::Instant::now),
         })
     }
 }
@@ -549,6 +570,9 @@ pub struct Ticket {
     deadline: std::time::Instant,
     /// The results, already there (in-process server).
     ready: Option<Vec<Result<Body>>>,
+    /// When it was written, if its wait measures a round trip
+    /// ([`Client::round_trip`]): not for requests queued to go out later.
+    sent: Option<std::time::Instant>,
 }
 
 impl Ticket {
@@ -583,6 +607,9 @@ impl Ticket {
             }
         }
         if !self.lost {
+            if let Some(t) = self.sent {
+                self.client.note_round_trip(t.elapsed());
+            }
             return Ok(out);
         }
         if let Some(c) = &self.conn {

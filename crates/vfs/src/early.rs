@@ -36,7 +36,9 @@
 //!   reply replaces the one made here. A refusal is logged, the file's
 //!   attributes are forgotten, and the next `fsync` of the file reports it.
 //!
-//! A create goes the same way when this mount knows the name is absent (a
+//! A create goes the same way, while the server's replies are slow enough
+//! for it to pay (`Options::early_create_rtt`), when this mount knows the
+//! name is absent (a
 //! directory it made that no other mount touched, or a miss kept under the
 //! current watch) and holds the directory's attributes under the current
 //! watch, the directory is not set-group-ID and the new mode has no
@@ -271,7 +273,12 @@ impl Vfs {
         flags: i32,
     ) -> Option<(u64, Attr)> {
         let setid = libc::S_ISUID | libc::S_ISGID;
+        let quick = self
+            .client
+            .round_trip()
+            .is_some_and(|t| t < self.opts.early_create_rtt);
         if !self.opts.early_creates
+            || quick
             || !self.client.answers_early()
             || flags & libc::O_APPEND != 0
             || mode & setid != 0
@@ -287,9 +294,16 @@ impl Vfs {
         if !absent {
             return None;
         }
-        let mut dir = self.settled_attrs(parent, |d| {
-            d.mode & libc::S_IFMT == libc::S_IFDIR && d.mode & libc::S_ISGID == 0
-        })?;
+        // (Under the current watch; the notices were handled just above.
+        // Not `settled_attrs`: the replies of this mount's own creates in
+        // the directory, coming in meanwhile, change its version, and a
+        // create not answered early waits for all of them.)
+        let watch = self.coh.watch();
+        let mut dir = self
+            .attrs
+            .watched(parent, watch)
+            .filter(|d| watch != 0 && d.mode & libc::S_IFMT == libc::S_IFDIR)
+            .filter(|d| d.mode & libc::S_ISGID == 0)?;
         let access = Access::from_open_flags(flags);
         let (attrs, coh, failed) = (self.attrs.clone(), self.coh.clone(), self.failed.clone());
         let smalls = self.smalls.clone();

@@ -101,6 +101,12 @@ pub struct Options {
     /// for it, and the server runs requests as sent (early.rs); false:
     /// every create waits for the server (`--sync-creates`).
     pub early_creates: bool,
+    /// ... and only while the server's replies take at least this long
+    /// ([`DEFAULT_EARLY_CREATE_RTT`]; zero: always): against a server that
+    /// answers in tens of microseconds, the bookkeeping of a create
+    /// answered early and the thread that takes its reply cost a
+    /// sequential program more than the wait (`--early-creates-over-us`).
+    pub early_create_rtt: Duration,
     /// Most attributes (and most names) kept ([`DEFAULT_CACHE_ENTRIES`]);
     /// a front end without a cache of its own (the Python package) keeps
     /// more.
@@ -115,6 +121,9 @@ pub const DEFAULT_CACHE_ENTRIES: usize = cache::SWEEP_AT;
 /// server tells the client of other clients' changes, so this only bounds
 /// how long a missed notice (a reconnect) can matter.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// [`Options::early_create_rtt`] unless told otherwise.
+pub const DEFAULT_EARLY_CREATE_RTT: Duration = Duration::from_micros(150);
 
 /// `--small-cache` unless told otherwise.
 pub const DEFAULT_SMALL_CACHE: u64 = 64 << 20;
@@ -135,6 +144,7 @@ impl Default for Options {
             early_unlink: true,
             early_attrs: true,
             early_creates: true,
+            early_create_rtt: DEFAULT_EARLY_CREATE_RTT,
             cache_entries: DEFAULT_CACHE_ENTRIES,
         }
     }
