@@ -303,3 +303,124 @@ fn sync_creates_waits_for_the_server() {
     }
     assert_eq!(early_creates(&metrics), 0);
 }
+
+/// Writes `ops` (request id, op) as user `cred` in one frame on `s` and
+/// returns their results, by id.
+fn raw_calls(
+    s: &mut std::net::TcpStream,
+    cred: &Cred,
+    ops: Vec<(u64, solofs_proto::Op)>,
+) -> Vec<(u64, Result<solofs_proto::Body, i32>)> {
+    let n = ops.len();
+    let reqs: Vec<solofs_proto::Request> = ops
+        .into_iter()
+        .map(|(id, op)| solofs_proto::Request {
+            id,
+            cred: cred.clone(),
+            op,
+        })
+        .collect();
+    let mut out = Vec::new();
+    solofs_proto::encode_requests(&reqs, &mut out);
+    std::io::Write::write_all(s, &out).unwrap();
+    let mut got = Vec::new();
+    while got.len() < n {
+        let (ty, p) = read_frame(s);
+        if ty == solofs_proto::FrameType::Replies {
+            let reps = solofs_proto::decode_replies(&p).unwrap();
+            got.extend(reps.into_iter().map(|r| (r.id, r.result)));
+        }
+    }
+    got.sort_by_key(|r| r.0);
+    got
+}
+
+#[test]
+fn granted_numbers_are_used_once_and_a_retried_create_holds_its_open() {
+    use solofs_proto::{Body, Op, RETRY};
+    let s = Scratch::without_trash("creates-grant");
+    let srv = ServerProc::start(&s.path);
+    let root = Cred::root();
+    let u = Cred::user(1000, 1000);
+    let c = Client::connect(&srv.addr, &s.secret()).unwrap();
+    let all = solofs_meta::SetAttr {
+        mode: Some(0o777),
+        ..Default::default()
+    };
+    c.setattr(
+        &root,
+        solofs_client::Target::Ino(solofs_meta::ROOT_INO),
+        all,
+    )
+    .unwrap();
+    let me = [7u8; 16];
+    let mut a = raw_handshake(&srv.addr, &s.secret(), Some(me));
+    let got = raw_calls(&mut a, &u, vec![(1, Op::Inos { count: 4 })]);
+    let Ok(Body::Bytes(b)) = &got[0].1 else {
+        panic!("{got:?}")
+    };
+    let start = u64::from_le_bytes(b[..8].try_into().unwrap());
+    let end = u64::from_le_bytes(b[8..].try_into().unwrap());
+    assert_eq!(end - start, 4);
+    let create = |name: &[u8], ino| Op::CreateOpen {
+        loc: solofs_client::at(solofs_meta::ROOT_INO, name),
+        mode: 0o444,
+        ino,
+        access: solofs_meta::Access::Write,
+    };
+    // A read-only file created with a granted number, for writing.
+    let got = raw_calls(&mut a, &u, vec![(10, create(b"r", start))]);
+    assert!(
+        matches!(&got[0].1, Ok(Body::Created(f, _)) if f.ino == start),
+        "{got:?}"
+    );
+    // Sent again on a new connection of the same client (its reply
+    // lost): answered from the reply record, and the open is this
+    // connection's, so its commit needs no write permission.
+    let mut b2 = raw_handshake(&srv.addr, &s.secret(), Some(me));
+    let commit = Op::WriteCommit {
+        ino: start,
+        size: 5,
+        mtime: 1,
+        stored: Default::default(),
+        set: Default::default(),
+    };
+    let got = raw_calls(
+        &mut b2,
+        &u,
+        vec![(10 | RETRY, create(b"r", start)), (11, commit)],
+    );
+    assert!(
+        matches!(&got[0].1, Ok(Body::Attr(f)) if f.ino == start),
+        "{got:?}"
+    );
+    assert!(
+        matches!(&got[1].1, Ok(Body::Attr(f)) if f.size == 5),
+        "{got:?}"
+    );
+    // A number is used once, only in order, only from this client's grant.
+    let einval = Err(solofs_meta::errno::EINVAL);
+    let got = raw_calls(
+        &mut a,
+        &u,
+        vec![
+            (12, create(b"again", start)),
+            (13, create(b"past", end)),
+            (14, create(b"zero-is-the-servers", 0)),
+        ],
+    );
+    assert_eq!(got[0].1, einval, "a number used before");
+    assert_eq!(got[1].1, einval, "past the grant");
+    assert!(matches!(&got[2].1, Ok(Body::Created(f, _)) if !(start..end).contains(&f.ino)));
+    let mut other = raw_handshake(&srv.addr, &s.secret(), Some([8u8; 16]));
+    let got = raw_calls(&mut other, &u, vec![(1, create(b"theirs", start + 1))]);
+    assert_eq!(got[0].1, einval, "another client's grant");
+    let got = raw_calls(&mut a, &u, vec![(15, create(b"next", start + 2))]);
+    assert!(
+        matches!(&got[0].1, Ok(Body::Created(f, _)) if f.ino == start + 2),
+        "{got:?}"
+    );
+    drop((a, b2, other, c));
+    srv.stop();
+    assert_fsck_clean(&s.path);
+}

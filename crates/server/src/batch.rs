@@ -31,6 +31,12 @@ pub(crate) fn run_batch(
     let first = replies.len();
     let before = shared.watch.before(me, &shared.engine, reqs);
     let record = shared.replies.as_ref().zip(client);
+    // The files made and counted as open while the batch ran.
+    let held = std::cell::RefCell::new(Vec::new());
+    let hold = |ino, writes| {
+        opens.acquire(ino, writes);
+        held.borrow_mut().push(ino);
+    };
     let side = Side {
         grants: record,
         writing: &|ino| opens.writing(ino),
@@ -38,7 +44,7 @@ pub(crate) fn run_batch(
         trash: Some(&shared.trash),
         sums: shared.sums.as_deref(),
         opened: &|ino| shared.opens.is_open(ino),
-        hold: &|ino, writes| opens.acquire(ino, writes),
+        hold: &hold,
         status: Some(&|| crate::status::render(shared)),
         gc: Some(&|start, dry| {
             if start && !dry {
@@ -63,7 +69,7 @@ pub(crate) fn run_batch(
     if let Some((r, slot)) = record {
         record_replies(r, slot, reqs, done);
     }
-    register(opens, reqs, done);
+    register(opens, reqs, done, &held.borrow());
     let told = notify(shared, me, before, reqs, done);
     count(m, t0, reqs, done);
     told
@@ -130,7 +136,8 @@ fn record_replies(r: &crate::replies::Replies, slot: u64, reqs: &[Request], done
 
 /// The connection's open files: opens that succeeded registered, those
 /// that failed let go, releases ended, anonymous files marked.
-fn register(opens: &ConnOpens, reqs: &[Request], done: &[Reply]) {
+/// (`held`: the files made by the batch, already counted.)
+fn register(opens: &ConnOpens, reqs: &[Request], done: &[Reply], held: &[u64]) {
     for (q, rep) in reqs.iter().zip(done) {
         let ok = rep.result.is_ok();
         match &q.op {
@@ -143,8 +150,12 @@ fn register(opens: &ConnOpens, reqs: &[Request], done: &[Reply]) {
                 }
             }
             Op::CreateOpen { access, .. } | Op::Tmpfile { access, .. } => {
-                // (Counted when it was made: exec.rs, `Side::hold`.)
+                // Counted when it was made (exec.rs, `Side::hold`), unless
+                // a retry was answered from the reply record.
                 if let Ok(Body::Attr(a) | Body::Created(a, _)) = &rep.result {
+                    if !held.contains(&a.ino) {
+                        opens.acquire(a.ino, access.writes());
+                    }
                     opens.opened(a.ino, access.writes());
                     if matches!(q.op, Op::Tmpfile { .. }) {
                         opens.anonymous(a.ino, true);
@@ -272,11 +283,33 @@ pub(crate) fn run_again(
         c.fetch_add(1, Ordering::Relaxed);
     }
     match kept {
-        Some(result) => Reply { id: q.id, result },
+        Some(result) => {
+            let rep = Reply { id: q.id, result };
+            hold_made(side, q, &rep);
+            rep
+        }
         None => {
             let rep = crate::exec::execute_with(&shared.engine, q, side);
-            crate::exec::resolve_retry(&shared.engine, q, rep)
+            let ran = rep.result.is_ok();
+            let rep = crate::exec::resolve_retry(&shared.engine, q, rep);
+            if !ran {
+                hold_made(side, q, &rep);
+            }
+            rep
         }
+    }
+}
+
+/// A retried create (or tmpfile) answered without running again: its
+/// open is counted now, as a run would have (a request after it in the
+/// batch, a commit through that open, finds it).
+fn hold_made(side: &Side, q: &Request, rep: &Reply) {
+    if let (
+        Op::CreateOpen { access, .. } | Op::Tmpfile { access, .. },
+        Ok(Body::Attr(a) | Body::Created(a, _)),
+    ) = (&q.op, &rep.result)
+    {
+        (side.hold)(a.ino, access.writes());
     }
 }
 
