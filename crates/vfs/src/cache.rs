@@ -15,12 +15,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Entries beyond which stale ones are swept out, unless told otherwise
-/// ([`crate::Options::cache_entries`]).
-pub(crate) const SWEEP_AT: usize = 1 << 16;
+/// ([`crate::Options::cache_entries`]): as many inodes as the server
+/// watches for a connection (`--watch-cap`), about 40 MiB of attributes
+/// and 10 MiB of names at most.
+pub(crate) const SWEEP_AT: usize = 1 << 18;
 
 pub(crate) struct AttrCache {
     /// Entries (attributes; names) beyond which stale ones are swept out,
-    /// and all of them if none is stale.
+    /// then the older half of the rest (directories stay).
     limit: usize,
     kept: Mutex<Kept>,
     /// Which inode a name held (0: none), as this mount last saw it
@@ -91,7 +93,15 @@ impl AttrCache {
             let gen = k.gen;
             k.map.retain(|_, e| live(e, gen, now));
             if k.map.len() >= self.limit {
-                k.map.clear();
+                // The older half goes, directories stay (`rm -r` of a
+                // directory larger than the cache needs the directory's
+                // attributes for every unlink; they used to go with all
+                // the rest, and no unlink was answered early).
+                let cut = older_half(k.map.values().map(|e| e.1));
+                k.map.retain(|_, e| e.1 > cut || kind(&e.0) == 1);
+                if k.map.len() >= self.limit {
+                    k.map.clear();
+                }
             }
         }
         let gen = k.gen[kind(a)];
@@ -248,8 +258,20 @@ fn make_room<V>(m: &mut HashMap<u64, V>, limit: usize, until: impl Fn(&V) -> Ins
         let now = Instant::now();
         m.retain(|_, v| until(v) > now);
         if m.len() >= limit {
-            m.clear();
+            let cut = older_half(m.values().map(&until));
+            m.retain(|_, v| until(v) > cut);
         }
+    }
+}
+
+/// The median of `times`: entries kept until then or earlier (put
+/// earlier, their timeouts being alike) are the older half.
+fn older_half(times: impl Iterator<Item = Instant>) -> Instant {
+    let mut v: Vec<Instant> = times.collect();
+    let mid = v.len() / 2;
+    match v.is_empty() {
+        true => Instant::now(),
+        false => *v.select_nth_unstable(mid).1,
     }
 }
 
@@ -320,6 +342,33 @@ mod tests {
             None,
             "a zero timeout caches nothing, and drops what was"
         );
+    }
+
+    #[test]
+    fn a_full_cache_lets_the_older_half_go_and_keeps_directories() {
+        let c = AttrCache::new(100);
+        let ttl = Duration::from_secs(60);
+        let dir = Attr {
+            mode: solofs_types::S_IFDIR | 0o755,
+            ..attr(1, 0)
+        };
+        c.put(&dir, ttl, 0);
+        for ino in 2..=101 {
+            std::thread::sleep(Duration::from_micros(20));
+            if ino <= 100 {
+                c.put(&attr(ino, 0), ttl, 0);
+            }
+            c.name(1, format!("f{ino}").as_bytes(), ino, ttl);
+        }
+        // The 101st of each: the older half goes, not everything.
+        c.put(&attr(101, 0), ttl, 0);
+        c.name(1, b"f102", 102, ttl);
+        assert!(c.get(1).is_some(), "the directory stays");
+        assert!(c.get(2).is_none() && c.get(40).is_none(), "the oldest go");
+        assert!(c.get(60).is_some() && c.get(100).is_some() && c.get(101).is_some());
+        assert_eq!(c.peek_name(1, b"f2"), None);
+        assert_eq!(c.peek_name(1, b"f100"), Some(100));
+        assert_eq!(c.peek_name(1, b"f102"), Some(102));
     }
 
     #[test]
