@@ -279,3 +279,40 @@ fn sync_attrs_waits_for_the_server() {
     assert_eq!(on_server(&c, "/d/f").0, 0o600);
     drop(m);
 }
+
+/// A ctime in ns.
+fn ctime_ns(p: &Path) -> i128 {
+    let m = std::fs::symlink_metadata(p).unwrap();
+    m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128
+}
+
+#[test]
+fn a_change_answered_early_never_takes_a_ctime_back() {
+    if !is_root() {
+        eprintln!("skipped: needs root for FUSE");
+        return;
+    }
+    // Right after its start the server's clock runs ahead of this host's
+    // (it starts above every timestamp it may have handed out before):
+    // a ctime made up from this host's clock would go back.
+    let (_s, _srv, m, d) = mounted_dir("attrs-ctime", LONG);
+    for i in 0..20 {
+        let f = d.join(format!("f{i}"));
+        std::fs::write(&f, "x").unwrap();
+        let before = ctime_ns(&f);
+        let dir_before = ctime_ns(&d);
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let after = ctime_ns(&f);
+        assert!(
+            after > before,
+            "f{i}: a chmod took its ctime from {before} to {after}"
+        );
+        std::fs::remove_file(&f).unwrap();
+        let dir_after = ctime_ns(&d);
+        assert!(
+            dir_after > dir_before,
+            "f{i}: an unlink took the directory's ctime from {dir_before} to {dir_after}"
+        );
+    }
+    drop(m);
+}

@@ -83,7 +83,7 @@ impl Vfs {
         if file.kind() == FileType::Directory {
             return None;
         }
-        let now = now_ns();
+        let now = after(&[&dir, &file]);
         dir.mtime = now;
         dir.ctime = now;
         dir.size = dir.size.saturating_sub(1);
@@ -211,7 +211,7 @@ impl Vfs {
         if (cur.mode | mode) & setid != 0 || !any {
             return None;
         }
-        let now = now_ns();
+        let now = after(&[&cur]);
         let at = |t: TimeSet| match t {
             TimeSet::Now => TimeSet::At(now),
             t => t,
@@ -323,7 +323,7 @@ impl Vfs {
             })
             .ok()?;
         self.stats.early_creates.fetch_add(1, Ordering::Relaxed);
-        let now = now_ns();
+        let now = after(&[&dir]);
         let a = Attr {
             ino,
             mode: libc::S_IFREG | (mode & 0o7777),
@@ -359,6 +359,17 @@ impl Vfs {
         }
         Some((fh, a))
     }
+}
+
+/// The time a change answered here gives: now, but never before the
+/// ctime of what it changes (the server's clock may run ahead of this
+/// host's for a while after it starts: its timestamps only grow, across
+/// restarts too, so it starts above all it may have handed out before);
+/// a change must not take a ctime back.
+pub(crate) fn after(changed: &[&Attr]) -> i64 {
+    changed
+        .iter()
+        .fold(now_ns(), |t, a| t.max(a.ctime.saturating_add(1)))
 }
 
 /// Runs `f` under the gate as the request that began at `begun` would:

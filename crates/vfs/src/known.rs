@@ -4,7 +4,7 @@
 //! and the commit that sends a file's size, mtime and held-back changes in
 //! one request (docs/protocol.md §7).
 
-use crate::convert::{data_errno, errno, now_ns};
+use crate::convert::{data_errno, errno};
 use crate::file::{version, OpenFile};
 use crate::{Res, Vfs};
 use solofs_client::{ClientError, Made, Removed, Target};
@@ -342,7 +342,7 @@ impl Vfs {
         if !cred.is_root() && (nu, ng) != (cur.uid, cur.gid) {
             return None;
         }
-        let now = now_ns();
+        let now = crate::early::after(&[&cur]);
         let at = |t: TimeSet| match t {
             TimeSet::Now => TimeSet::At(now),
             t => t,
