@@ -31,12 +31,6 @@ pub(crate) fn run_batch(
     let first = replies.len();
     let before = shared.watch.before(me, &shared.engine, reqs);
     let record = shared.replies.as_ref().zip(client);
-    // The files made and counted as open while the batch ran.
-    let held = std::cell::RefCell::new(Vec::new());
-    let hold = |ino, writes| {
-        opens.acquire(ino, writes);
-        held.borrow_mut().push(ino);
-    };
     let side = Side {
         grants: record,
         writing: &|ino| opens.writing(ino),
@@ -44,7 +38,7 @@ pub(crate) fn run_batch(
         trash: Some(&shared.trash),
         sums: shared.sums.as_deref(),
         opened: &|ino| shared.opens.is_open(ino),
-        hold: &hold,
+        hold: &|ino, writes| opens.acquire(ino, writes),
         status: Some(&|| crate::status::render(shared)),
         gc: Some(&|start, dry| {
             if start && !dry {
@@ -69,7 +63,7 @@ pub(crate) fn run_batch(
     if let Some((r, slot)) = record {
         record_replies(r, slot, reqs, done);
     }
-    register(opens, reqs, done, &held.borrow());
+    register(opens, reqs, done);
     let told = notify(shared, me, before, reqs, done);
     count(m, t0, reqs, done);
     told
@@ -136,8 +130,7 @@ fn record_replies(r: &crate::replies::Replies, slot: u64, reqs: &[Request], done
 
 /// The connection's open files: opens that succeeded registered, those
 /// that failed let go, releases ended, anonymous files marked.
-/// (`held`: the files made by the batch, already counted.)
-fn register(opens: &ConnOpens, reqs: &[Request], done: &[Reply], held: &[u64]) {
+fn register(opens: &ConnOpens, reqs: &[Request], done: &[Reply]) {
     for (q, rep) in reqs.iter().zip(done) {
         let ok = rep.result.is_ok();
         match &q.op {
@@ -150,12 +143,9 @@ fn register(opens: &ConnOpens, reqs: &[Request], done: &[Reply], held: &[u64]) {
                 }
             }
             Op::CreateOpen { access, .. } | Op::Tmpfile { access, .. } => {
-                // Counted when it was made (exec.rs, `Side::hold`), unless
-                // a retry was answered from the reply record.
+                // Counted when it was made (exec.rs, `Side::hold`), or when
+                // its retry was answered without running (`hold_made`).
                 if let Ok(Body::Attr(a) | Body::Created(a, _)) = &rep.result {
-                    if !held.contains(&a.ino) {
-                        opens.acquire(a.ino, access.writes());
-                    }
                     opens.opened(a.ino, access.writes());
                     if matches!(q.op, Op::Tmpfile { .. }) {
                         opens.anonymous(a.ino, true);
