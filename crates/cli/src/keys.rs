@@ -79,7 +79,7 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
             )?;
             keys.push(key);
             save(&file, &keys)?;
-            println!(
+            crate::say!(
                 "key {name} added; its key file is {} (mount with --secret-file {0})",
                 out.display()
             );
@@ -87,7 +87,7 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
         ["list"] => {
             for k in &keys {
                 let flags = k.flags();
-                println!(
+                crate::say!(
                     "{}{}",
                     k.name,
                     if flags.is_empty() {
@@ -109,7 +109,7 @@ pub fn main(args: Vec<OsString>) -> Result<()> {
             // `key add` of the same name writes a new one.
             let kf = data.join(format!("{name}.key"));
             let gone = std::fs::remove_file(&kf).is_ok();
-            println!(
+            crate::say!(
                 "key {name} revoked; a running server closes its connections within a second{}",
                 if gone {
                     format!(" ({} removed)", kf.display())

@@ -92,14 +92,14 @@ pub fn info(args: Vec<OsString>) -> Result<()> {
         let size = read(summary::RSIZE)?;
         let files = read(summary::RFILES)?;
         let dirs = read(summary::RSUBDIRS)?;
-        println!("{p}:");
-        println!("  size:        {}", bytes(size));
-        println!("  files:       {files}");
-        println!("  directories: {dirs}");
+        crate::say!("{p}:");
+        crate::say!("  size:        {}", bytes(size));
+        crate::say!("  files:       {files}");
+        crate::say!("  directories: {dirs}");
         if let Some(c) = &client {
             if let Ok(v) = c.getxattr(&Cred::root(), path_target(p), summary::QUOTA) {
                 if let Some(line) = quota_line(&v) {
-                    println!("  quota:       {line}");
+                    crate::say!("  quota:       {line}");
                 }
             }
         }
@@ -182,8 +182,8 @@ pub fn quota(args: Vec<OsString>) -> Result<()> {
     let shown = |c: &Client| -> Result<()> {
         let p = &label;
         match c.getxattr(&root, target(), &shown_as) {
-            Ok(v) => println!("{p}: {}", quota_line(&v).unwrap_or_default()),
-            Err(e) if e.errno() == solofs_meta::errno::ENODATA => println!("{p}: no quota"),
+            Ok(v) => crate::say!("{p}: {}", quota_line(&v).unwrap_or_default()),
+            Err(e) if e.errno() == solofs_meta::errno::ENODATA => crate::say!("{p}: no quota"),
             Err(e) => return Err(e).with_context(|| format!("{p}: reading its quota")),
         }
         Ok(())
@@ -209,11 +209,11 @@ pub fn quota(args: Vec<OsString>) -> Result<()> {
                 .context("listing the quotas")?;
             let text = String::from_utf8_lossy(&v);
             if text.trim().is_empty() {
-                println!("no quotas");
+                crate::say!("no quotas");
             }
             for l in text.lines() {
                 let (p, rest) = l.split_once('\t').unwrap_or((l, ""));
-                println!("{p}: {}", quota_line(rest.as_bytes()).unwrap_or_default());
+                crate::say!("{p}: {}", quota_line(rest.as_bytes()).unwrap_or_default());
             }
         }
     }

@@ -25,7 +25,7 @@ pub fn replicas(args: Vec<std::ffi::OsString>) -> Result<()> {
             Long("data") => secret = Some(crate::serve::secret_path(&PathBuf::from(p.value()?))),
             Long("secret-file") => secret = Some(p.value()?.into()),
             Long("help") | Short('h') => {
-                println!("{HELP}");
+                crate::say!("{HELP}");
                 return Ok(());
             }
             Value(v) if what.is_none() => what = Some(v.string()?),
@@ -57,9 +57,9 @@ pub fn replicas(args: Vec<std::ffi::OsString>) -> Result<()> {
         match solofs_replica::query_status(peers[&id], id, &secret) {
             Ok(text) => {
                 reached += 1;
-                println!("{text}");
+                crate::say!("{text}");
             }
-            Err(e) => println!("member {id} ({}): unreachable: {e}", peers[&id]),
+            Err(e) => crate::say!("member {id} ({}): unreachable: {e}", peers[&id]),
         }
     }
     if reached == 0 {
@@ -93,7 +93,7 @@ fn change_members(
     };
     for c in steps {
         let conf = ask_leader(peers, secret, c)?;
-        println!("{}: done; {conf}", c.to_text());
+        crate::say!("{}: done; {conf}", c.to_text());
     }
     Ok(())
 }
@@ -143,7 +143,7 @@ fn ask_leader(
                 }
                 since = Instant::now();
                 if said.elapsed() >= Duration::from_secs(5) {
-                    println!("waiting for the new member to catch up: {rest} entries behind");
+                    crate::say!("waiting for the new member to catch up: {rest} entries behind");
                     said = Instant::now();
                 }
                 std::thread::sleep(Duration::from_millis(200));

@@ -49,7 +49,7 @@ pub fn restore(args: Vec<std::ffi::OsString>) -> Result<()> {
             Long("storage") => storage = Some(p.value()?.parse()?),
             Long("durability") => durability = crate::dump::durability_value(&mut p)?,
             Long("help") | Short('h') => {
-                println!("{USAGE}");
+                crate::say!("{USAGE}");
                 return Ok(());
             }
             _ => return Err(a.unexpected().into()),
@@ -122,13 +122,13 @@ pub fn restore(args: Vec<std::ffi::OsString>) -> Result<()> {
     let _ = std::fs::remove_file(&pool);
     let (inodes, names) = r?;
     let moment = chain.last().map_or(base.ms, |p| p.ms);
-    println!(
+    crate::say!(
         "restored volume {volume} as of {} (journal position {}): {inodes} inodes, {names} names in {}",
         archive::utc_text(moment),
         chain.last().map_or(base.pos, |p| p.to),
         data.display()
     );
-    println!(
+    crate::say!(
         "image and {} bytes of journal fetched and replayed in {rebuilt:.1} s, loaded in {:.1} s",
         chain
             .iter()
@@ -174,9 +174,9 @@ fn span(l: &Listing) -> (Option<u64>, Option<u64>) {
 }
 
 fn print_listing(volume: &str, l: &Listing) {
-    println!("archive of volume {volume}");
+    crate::say!("archive of volume {volume}");
     for b in &l.bases {
-        println!(
+        crate::say!(
             "image at journal position {} taken {} ({} bytes of pool)",
             b.pos,
             archive::utc_text(b.ms),
@@ -184,9 +184,9 @@ fn print_listing(volume: &str, l: &Listing) {
         );
     }
     let bytes: u64 = l.pieces.iter().map(|p| p.to - p.from).sum();
-    println!("{} journal pieces, {bytes} bytes", l.pieces.len());
+    crate::say!("{} journal pieces, {bytes} bytes", l.pieces.len());
     let (first, last) = span(l);
-    println!(
+    crate::say!(
         "restores from {} to {}",
         first.map_or("—".into(), archive::utc_text),
         last.map_or("—".into(), archive::utc_text)

@@ -59,11 +59,11 @@ pub fn gc(args: Vec<OsString>) -> Result<()> {
     }
     for l in report.lines().skip(1) {
         if !l.starts_with("directory summaries:") {
-            println!("{l}");
+            crate::say!("{l}");
         }
     }
     for l in summaries {
-        println!("{l}");
+        crate::say!("{l}");
     }
     Ok(())
 }

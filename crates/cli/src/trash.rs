@@ -67,7 +67,7 @@ impl Conn {
                     continue;
                 }
                 Long("help") | Short('h') => {
-                    println!("{help}");
+                    crate::say!("{help}");
                     return Ok(None);
                 }
                 Long(k) => Other::Long(k.to_string()),
@@ -215,7 +215,7 @@ pub fn trash(args: Vec<OsString>) -> Result<()> {
     let c = conn.connect(&format!("trash {what}"))?;
     let Some(trash) = trash_dir(&c)? else {
         if what == "list" {
-            println!(
+            crate::say!(
                 "this volume has no trash (solofs config --trash-days N makes one)\n0 entries"
             );
             return Ok(());
@@ -226,7 +226,7 @@ pub fn trash(args: Vec<OsString>) -> Result<()> {
     match what.as_str() {
         "list" => {
             for e in &sel {
-                println!(
+                crate::say!(
                     "{}/{}\t{}\t{} bytes\tuid {}",
                     e.hour,
                     String::from_utf8_lossy(&e.name),
@@ -235,12 +235,12 @@ pub fn trash(args: Vec<OsString>) -> Result<()> {
                     e.attr.uid
                 );
             }
-            println!("{} entries", sel.len());
+            crate::say!("{} entries", sel.len());
         }
         "restore" => restore(&c, sel)?,
         _ => {
             let n = purge(&c, trash, sel, paths.is_empty())?;
-            println!("freed {n} entries");
+            crate::say!("freed {n} entries");
         }
     }
     Ok(())
@@ -289,7 +289,7 @@ fn restore(c: &Client, sel: Vec<Entry>) -> Result<()> {
                 Ok(()) => {
                     now_at.insert(was, e.attr.ino);
                     let _ = c.removexattr(&root(), Target::Ino(e.attr.ino), NAME_XATTR);
-                    println!(
+                    crate::say!(
                         "restored {shown} (inode {}) as {} in directory inode {parent}",
                         e.attr.ino,
                         String::from_utf8_lossy(&name)
@@ -311,7 +311,7 @@ fn restore(c: &Client, sel: Vec<Entry>) -> Result<()> {
         }
         left = later;
     }
-    println!("{done} restored, {failed} left in the trash");
+    crate::say!("{done} restored, {failed} left in the trash");
     if failed > 0 {
         bail!("{failed} entries could not be restored");
     }
@@ -394,9 +394,9 @@ pub fn config(args: Vec<OsString>) -> Result<()> {
         None => "0".into(),
     };
     let v = c.volume();
-    println!("trash-days: {days}");
-    println!("block-size: {}", v.block_size);
-    println!("inline-max: {}", v.inline_max);
-    println!("storage: {}", v.storage);
+    crate::say!("trash-days: {days}");
+    crate::say!("block-size: {}", v.block_size);
+    crate::say!("inline-max: {}", v.inline_max);
+    crate::say!("storage: {}", v.storage);
     Ok(())
 }

@@ -171,6 +171,51 @@ fn setattr_xattr_reopen() {
     assert!(e.fsck(false).unwrap().is_clean());
 }
 
+/// Wall-clock nanoseconds.
+fn wall() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64
+}
+
+#[test]
+fn times_after_a_quick_reopen_follow_the_ones_before_and_the_wall_clock() {
+    let d = Scratch::new("clock");
+    let p = d.pool();
+    let r = Cred::root();
+    let mut last = 0;
+    // Rounds 1 and 2 start after a clean stop, round 3 after a stop
+    // without `close` (as a crash: the lease starts the clock).
+    for round in 0..4 {
+        let e = if round == 0 {
+            Engine::format(&p, &Config::default()).unwrap()
+        } else {
+            Engine::open(&p).unwrap()
+        };
+        for i in 0..200 {
+            let name = format!("f{round}-{i}");
+            let before = wall();
+            let a = e.create(&r, ROOT_INO, name.as_bytes(), 0o644).unwrap();
+            assert!(a.ctime > last, "round {round}: a time went back");
+            // The lease (100 ms) is all a start may run ahead of the wall
+            // clock; 2 s before session 42 (a chmod right after a start
+            // showed a ctime before the create's of a second earlier).
+            assert!(
+                a.ctime < before + 150_000_000,
+                "round {round}, create {i}: ctime {} ms ahead of the wall clock",
+                (a.ctime - before) / 1_000_000
+            );
+            last = a.ctime;
+        }
+        if round == 2 {
+            drop(e);
+        } else {
+            e.close().unwrap();
+        }
+    }
+}
+
 #[test]
 fn pmem_mode_flushes_and_reopens() {
     let d = Scratch::new("pmem");

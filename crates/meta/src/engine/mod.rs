@@ -483,6 +483,7 @@ impl Engine {
             // as after a power cut (docs/replication.md).
             return self.pool.stop_sync();
         }
+        self.clock.settle(&self.pool);
         self.pool.header().clean().set(1)?;
         self.pool.header().clean().persist();
         self.pool.sync_all()?;
