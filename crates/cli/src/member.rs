@@ -81,8 +81,7 @@ struct Image {
     img: ImageFile,
     path: PathBuf,
     /// The image of the server's reply record (`meta.replies.image`).
-    aux: File,
-    aux_path: PathBuf,
+    aux: AuxImage,
     state: PathBuf,
     index: u64,
     pos: u64,
@@ -134,23 +133,11 @@ impl Image {
         };
         let img = ImageFile::open(&path)
             .with_context(|| format!("opening the image {}", path.display()))?;
-        let aux_path = pool.with_extension("replies.image");
-        let aux = {
-            use std::os::unix::fs::OpenOptionsExt;
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .mode(0o600)
-                .open(&aux_path)
-                .with_context(|| format!("opening {}", aux_path.display()))?
-        };
+        let aux = AuxImage::open(pool.with_extension("replies.image"))?;
         Ok(Image {
             img,
             path,
             aux,
-            aux_path,
             state,
             index,
             pos,
@@ -176,11 +163,9 @@ impl Image {
                 self.pos
             );
         }
-        let (img, aux) = (&mut self.img, &self.aux);
+        let (img, aux) = (&mut self.img, &mut self.aux);
         let end = wal::scan_bytes(start, &data[8..], |r| match r {
-            wal::Rec::Aux(off, b) => aux
-                .write_all_at(b, off)
-                .map_err(|e| solofs_meta::Error::io("apply to the reply record".into(), e)),
+            wal::Rec::Aux(off, b) => aux.write(off, b),
             r => img.apply(r),
         })?;
         self.index = index;
@@ -195,9 +180,7 @@ impl Image {
     fn sync(&mut self) -> Result<()> {
         if self.dirty > 0 {
             self.img.sync()?;
-            self.aux
-                .sync_data()
-                .with_context(|| format!("fdatasync {}", self.aux_path.display()))?;
+            self.aux.sync()?;
             write_state(&self.state, self.index, self.pos)?;
             self.durable_index
                 .store(self.index, std::sync::atomic::Ordering::Release);
@@ -235,23 +218,20 @@ impl Image {
     /// Writes the image as applied so far: a header `{magic, entry index,
     /// journal position, image bytes, reply-record bytes}` and both files.
     fn write_snapshot(&self, out: &mut dyn std::io::Write) -> Result<()> {
-        let (il, al) = (
-            self.img.file().metadata()?.len(),
-            self.aux.metadata()?.len(),
-        );
+        let f = self.img.file();
+        let (il, al) = (f.metadata()?.len(), self.aux.bytes.len() as u64);
         for w in [SNAP_MAGIC, self.index, self.pos, il, al] {
             out.write_all(&w.to_le_bytes())?;
         }
-        for (f, len) in [(self.img.file(), il), (&self.aux, al)] {
-            let mut b = vec![0u8; 1 << 20];
-            let mut at = 0;
-            while at < len {
-                let n = (len - at).min(b.len() as u64) as usize;
-                f.read_exact_at(&mut b[..n], at)?;
-                out.write_all(&b[..n])?;
-                at += n as u64;
-            }
+        let mut b = vec![0u8; 1 << 20];
+        let mut at = 0;
+        while at < il {
+            let n = (il - at).min(b.len() as u64) as usize;
+            f.read_exact_at(&mut b[..n], at)?;
+            out.write_all(&b[..n])?;
+            at += n as u64;
         }
+        out.write_all(&self.aux.bytes)?;
         Ok(())
     }
 
@@ -265,7 +245,10 @@ impl Image {
             bail!("another member's state does not start as one should");
         }
         let (index, pos, il, al) = (w(1), w(2), w(3), w(4));
-        for (path, len) in [(&self.path, il), (&self.aux_path, al)] {
+        if al > solofs_server::REPLY_RECORD_SIZE {
+            bail!("another member's reply record is {al} bytes, more than a record holds");
+        }
+        for (path, len) in [(&self.path, il), (&self.aux.path, al)] {
             let tmp = path.with_extension("new");
             let mut f = File::create(&tmp)?;
             let copied = std::io::copy(&mut std::io::Read::take(&mut *input, len), &mut f)?;
@@ -275,14 +258,93 @@ impl Image {
             f.sync_all()?;
             std::fs::rename(&tmp, path)?;
         }
-        let open = |p: &Path| OpenOptions::new().read(true).write(true).open(p);
         self.img = ImageFile::open(&self.path)?;
-        self.aux = open(&self.aux_path)?;
+        self.aux = AuxImage::open(self.aux.path.clone())?;
         write_state(&self.state, index, pos)?;
         (self.index, self.pos, self.dirty) = (index, pos, 0);
         self.durable_index
             .store(index, std::sync::atomic::Ordering::Release);
         Ok(index)
+    }
+}
+
+/// The image of the reply record, kept in memory and written out, page by
+/// changed page, when the image is made durable. Its records (one per
+/// change a leader answered) land on a few slots again and again: a
+/// `pwrite` each took a third of the image applier's time.
+struct AuxImage {
+    file: File,
+    path: PathBuf,
+    bytes: Vec<u8>,
+    /// Pages ([`AUX_PAGE`]) changed since the last write-out.
+    dirty: std::collections::BTreeSet<u64>,
+}
+
+const AUX_PAGE: u64 = 4096;
+
+impl AuxImage {
+    fn open(path: PathBuf) -> Result<AuxImage> {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .with_context(|| format!("reading {}", path.display()))?;
+        Ok(AuxImage {
+            file,
+            path,
+            bytes,
+            dirty: Default::default(),
+        })
+    }
+
+    /// One `AUX` record: `b` at `off` of the reply record.
+    fn write(&mut self, off: u64, b: &[u8]) -> solofs_meta::Result<()> {
+        let end = off
+            .checked_add(b.len() as u64)
+            .filter(|&e| e <= solofs_server::REPLY_RECORD_SIZE)
+            .ok_or_else(|| {
+                solofs_meta::Error::Corrupt(format!(
+                    "a reply-record change at {off} ({} bytes) lies beyond the record",
+                    b.len()
+                ))
+            })?;
+        if end as usize > self.bytes.len() {
+            self.bytes.resize(end as usize, 0);
+        }
+        self.bytes[off as usize..end as usize].copy_from_slice(b);
+        if !b.is_empty() {
+            self.dirty.extend(off / AUX_PAGE..=(end - 1) / AUX_PAGE);
+        }
+        Ok(())
+    }
+
+    /// Writes the changed pages out and `fdatasync`s the file.
+    fn sync(&mut self) -> Result<()> {
+        let len = self.bytes.len() as u64;
+        let pages = std::mem::take(&mut self.dirty);
+        let mut pages = pages.into_iter().peekable();
+        while let Some(first) = pages.next() {
+            let mut last = first;
+            while pages.peek() == Some(&(last + 1)) {
+                last += 1;
+                pages.next();
+            }
+            let (a, b) = (first * AUX_PAGE, ((last + 1) * AUX_PAGE).min(len));
+            self.file
+                .write_all_at(&self.bytes[a as usize..b as usize], a)
+                .with_context(|| format!("writing {}", self.path.display()))?;
+        }
+        self.file
+            .sync_data()
+            .with_context(|| format!("fdatasync {}", self.path.display()))
     }
 }
 
@@ -595,7 +657,7 @@ pub fn run(
             // The reply record as the log left it: retries of changes the
             // last leader applied are answered as it answered them.
             let record = pool.with_extension("replies");
-            std::fs::copy(&img.aux_path, &record)
+            std::fs::write(&record, &img.aux.bytes)
                 .with_context(|| format!("rebuilding {}", record.display()))?;
             // Parts never written are zeros: the file is the record's size.
             let rf = OpenOptions::new().write(true).open(&record)?;
