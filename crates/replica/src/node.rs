@@ -120,6 +120,8 @@ pub(crate) enum Input {
     StepDown,
     Propose(Vec<u8>, Answer),
     Change(Change, Answer),
+    /// A background fetch of another member's state ended.
+    Fetched(crate::catchup::Fetched),
     Stop,
 }
 
@@ -265,7 +267,10 @@ impl Replica {
                 }
             }));
         }
-        let run = Run {
+        let base = store.base().0;
+        let mut run = Run {
+            driver: Arc::downgrade(&driver),
+            fetch: None,
             node,
             store,
             apply,
@@ -286,6 +291,13 @@ impl Replica {
             dir: cfg.dir.clone(),
             book,
         };
+        if base > crate::store::INIT && done < base {
+            // The log starts after what the server holds (a stop while
+            // fetching a state): the state comes from another member.
+            // (A first configuration's log starts at INIT, before any
+            // entry.)
+            run.start_fetch(base);
+        }
         driver.install(run);
         let tick = cfg.tick;
         let d = Arc::downgrade(&driver);
@@ -405,6 +417,10 @@ impl Drop for Replica {
 
 /// The Raft thread's state.
 pub(crate) struct Run {
+    /// The driver (for inputs from threads the node starts).
+    pub(crate) driver: std::sync::Weak<Driver>,
+    /// A state being fetched from another member (catchup.rs).
+    pub(crate) fetch: Option<crate::catchup::Fetch>,
     pub(crate) node: RawNode<LogStore>,
     pub(crate) store: LogStore,
     pub(crate) apply: Box<dyn Apply>,
@@ -441,6 +457,14 @@ impl Run {
     pub(crate) fn after_inputs(&mut self) {
         if let Err(e) = self.ready() {
             self.failed = Some(e.to_string());
+        }
+        if self.fetching()
+            && self.node.raft.state == StateRole::Leader
+            && self.node.raft.lead_transferee.is_none()
+        {
+            // Elected while its state is still on the way: it could not
+            // serve for a while, another member can.
+            self.hand_over();
         }
         if self.compacted_at.elapsed() >= Duration::from_secs(1) {
             self.compacted_at = Instant::now();
@@ -495,6 +519,7 @@ impl Run {
                 let _ = self.node.step(m);
             }
             Input::Link(Incoming::Unreachable(id)) => self.node.report_unreachable(id),
+            Input::Fetched(r) => self.fetched(r),
             Input::Change(c, answer) => match self.propose_change(c) {
                 Ok(()) => {
                     let idx = self.node.raft.raft_log.last_index();
@@ -509,8 +534,9 @@ impl Run {
                 // it takes nothing more.
                 if self.node.raft.state != StateRole::Leader {
                     answer.send(Err(Error::NotLeader(self.leader())));
-                } else if !self.lease_held() {
-                    // Still Raft's leader, but no longer sure of it.
+                } else if !self.lease_held() || self.fetching() {
+                    // Still Raft's leader, but no longer sure of it (or
+                    // without its state yet: it hands the office over).
                     answer.send(Err(Error::NotLeader(None)));
                 } else {
                     match self.node.propose(Vec::new(), data) {
@@ -551,12 +577,22 @@ impl Run {
         let mut rd = self.node.ready();
         self.send(rd.take_messages());
         if rd.snapshot().get_metadata().index != 0 {
-            // This member is behind the leader's log: fetch a state at the
-            // snapshot's point or later, from the leader or any member.
+            // This member is behind the leader's log: a voter's log starts
+            // at the snapshot's point now, and a state at that point or
+            // later is fetched in the background (from the leader or any
+            // member), so it goes on voting and answering; committed
+            // entries are applied once the state is in (catchup.rs).
             let m = rd.snapshot().get_metadata().clone();
-            self.done = self.fetch_state(m.index)?;
-            self.store
-                .apply_snapshot(m.index, m.term, m.get_conf_state().clone())?;
+            let me = self.node.raft.id;
+            let cs = m.get_conf_state().clone();
+            if self.node.raft.prs().conf().voters().contains(me) {
+                self.store.apply_snapshot(m.index, m.term, cs)?;
+                self.start_fetch(m.index);
+            } else {
+                // A learner: state first, then the log's new start.
+                self.fetch_now(m.index)?;
+                self.store.apply_snapshot(m.index, m.term, cs)?;
+            }
         }
         self.committed(rd.take_committed_entries())?;
         self.store.append(rd.entries())?;
@@ -585,7 +621,9 @@ impl Run {
             }
             match e.get_entry_type() {
                 EntryType::EntryNormal => {
-                    if !e.data.is_empty() {
+                    // (While a state is fetched, the entry waits in the
+                    // log: catchup.rs applies it after the state.)
+                    if !e.data.is_empty() && !self.fetching() {
                         self.apply.apply(e.index, &e.data)?;
                     }
                 }
@@ -698,6 +736,7 @@ impl Run {
             // may commit later: serving before it does would start the
             // journal again behind it).
             s.current = role == Role::Leader
+                && self.fetch.is_none()
                 && r.raft_log.term(r.raft_log.committed).ok() == Some(r.term)
                 && r.raft_log.applied == r.raft_log.committed
                 && r.raft_log.last_index() == r.raft_log.committed;

@@ -9,6 +9,7 @@ use solofs_replica::{Apply, Commit, Config, Replica, Role, Snapshots};
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,8 +20,9 @@ type Seen = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
 /// Snapshots installed (only the snapshot test compacts its logs).
 static INSTALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// Records what it is handed.
-struct Record(Seen);
+/// Records what it is handed; its snapshots are written after the
+/// milliseconds in the second field (a state that takes long to stream).
+struct Record(Seen, Arc<AtomicU64>);
 
 impl Apply for Record {
     fn applied(&self) -> u64 {
@@ -50,7 +52,9 @@ impl Apply for Record {
 
 impl Snapshots for Record {
     fn write_snapshot(&self, out: &mut dyn std::io::Write) -> solofs_replica::Result<()> {
-        for (idx, d) in self.0.lock().iter() {
+        let list = self.0.lock().clone();
+        std::thread::sleep(Duration::from_millis(self.1.load(Ordering::SeqCst)));
+        for (idx, d) in list.iter() {
             out.write_all(&idx.to_le_bytes()).unwrap();
             out.write_all(&(d.len() as u32).to_le_bytes()).unwrap();
             out.write_all(d).unwrap();
@@ -66,6 +70,8 @@ struct Set {
     seen: HashMap<u64, Seen>,
     commit: Commit,
     keep: u64,
+    /// How long the members' snapshots take to start streaming (ms).
+    slow: Arc<AtomicU64>,
 }
 
 impl Set {
@@ -86,6 +92,7 @@ impl Set {
             seen: HashMap::new(),
             commit,
             keep: 10_000,
+            slow: Default::default(),
         };
         (set, ls)
     }
@@ -103,8 +110,8 @@ impl Set {
         let r = Replica::start(
             cfg,
             l,
-            Box::new(Record(seen.clone())),
-            std::sync::Arc::new(Record(seen)),
+            Box::new(Record(seen.clone(), self.slow.clone())),
+            std::sync::Arc::new(Record(seen, self.slow.clone())),
         )
         .unwrap();
         self.members.insert(id, r);
@@ -244,12 +251,11 @@ fn a_member_link_without_the_secret_is_closed() {
     std::fs::remove_dir_all(&set.dir).unwrap();
 }
 
-/// A member stopped while the others compact their logs comes back behind
-/// the leader's first entry: it fetches the leader's state (a snapshot)
-/// and goes on from there with the same entries as the others.
-#[test]
-fn a_member_behind_the_compacted_log_catches_up_from_a_snapshot() {
-    let (mut set, ls) = Set::new("snapshot", Commit::Sync);
+/// Three members keeping 20 entries of log; 50 entries applied by all,
+/// then a follower stopped (returned: the set, the leader, the stopped
+/// one) and 200 more entries, the others' logs compacted past them.
+fn one_behind(name: &str) -> (Set, u64, u64) {
+    let (mut set, ls) = Set::new(name, Commit::Sync);
     set.keep = 20;
     for (id, l) in ls {
         set.start(id, l);
@@ -262,16 +268,28 @@ fn a_member_behind_the_compacted_log_catches_up_from_a_snapshot() {
     propose_many(&set.members[&first], 50, 200);
     // The logs are compacted once a second to 20 entries behind.
     std::thread::sleep(Duration::from_millis(2500));
-    propose_many(&set.members[&first], 250, 10);
-    set.restart(gone);
-    let lists = set.settle(260);
-    let want: Vec<Vec<u8>> = (0..260)
-        .map(|i| format!("entry {i}").into_bytes())
-        .collect();
+    (set, first, gone)
+}
+
+/// Every running member applied "entry 0" … "entry n-1", in order, once.
+fn all_hold_entries(set: &Set, n: u32) {
+    let lists = set.settle(n as usize);
+    let want: Vec<Vec<u8>> = (0..n).map(|i| format!("entry {i}").into_bytes()).collect();
     for l in &lists {
         let got: Vec<Vec<u8>> = l.iter().map(|e| e.1.clone()).collect();
         assert_eq!(got, want);
     }
+}
+
+/// A member stopped while the others compact their logs comes back behind
+/// the leader's first entry: it fetches the leader's state (a snapshot)
+/// and goes on from there with the same entries as the others.
+#[test]
+fn a_member_behind_the_compacted_log_catches_up_from_a_snapshot() {
+    let (mut set, first, gone) = one_behind("snapshot");
+    propose_many(&set.members[&first], 250, 10);
+    set.restart(gone);
+    all_hold_entries(&set, 260);
     // The leader learns the others' positions with their next answers.
     let t = Instant::now();
     let caught_up = || {
@@ -286,6 +304,62 @@ fn a_member_behind_the_compacted_log_catches_up_from_a_snapshot() {
         INSTALLS.load(std::sync::atomic::Ordering::SeqCst) >= 1,
         "the member caught up without a snapshot"
     );
+    for (_, r) in set.members.drain() {
+        r.stop();
+    }
+    std::fs::remove_dir_all(&set.dir).unwrap();
+}
+
+/// A member fetching a state that takes seconds to arrive goes on taking
+/// part: its log follows the leader's meanwhile, and when the leader goes
+/// it votes, so the other member is elected as fast as ever (before
+/// session 42 the fetch held its node: no leader until the state was in).
+#[test]
+fn a_member_fetching_a_state_still_votes() {
+    let (mut set, first, gone) = one_behind("slow-snapshot");
+    let third = (1..=3).find(|&i| i != first && i != gone).unwrap();
+    set.slow.store(4000, Ordering::SeqCst);
+    set.restart(gone);
+    propose_many(&set.members[&first], 250, 10);
+    // Its log holds the leader's last entry while the state streams.
+    let last = set.members[&first].status().last_index;
+    assert!(
+        until(Duration::from_secs(2), || set.members[&gone]
+            .status()
+            .last_index
+            >= last),
+        "the member's log did not follow while it fetched: {}",
+        set.members[&gone].status()
+    );
+    // (An installed state would replace the 50 entries it applied.)
+    assert_eq!(
+        set.seen[&gone].lock().len(),
+        50,
+        "the state came before its time, or entries were applied before it"
+    );
+    // The leader goes: the third member is elected with the fetching
+    // member's vote and takes proposals within the usual time.
+    // (Its stop waits for its links' threads, one of them streaming the
+    // slow state: the stop runs beside the proposals.)
+    let t = Instant::now();
+    let old = set.members.remove(&first).unwrap();
+    let stopping = std::thread::spawn(move || old.stop());
+    let mut took = None;
+    while t.elapsed() < Duration::from_secs(6) {
+        if set.members[&third].propose(b"entry 260".to_vec()).is_ok() {
+            took = Some(t.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let took = took.expect("no leader while a member fetched its state");
+    eprintln!("a new leader took a proposal {took:?} after the last one stopped");
+    assert!(took < Duration::from_secs(3), "failover took {took:?}");
+    stopping.join().unwrap();
+    // The state arrives (from the new leader, slowly) and the member
+    // applies what was committed meanwhile after it, each entry once.
+    set.slow.store(0, Ordering::SeqCst);
+    all_hold_entries(&set, 261);
     for (_, r) in set.members.drain() {
         r.stop();
     }
@@ -353,8 +427,8 @@ fn a_member_joins_from_nothing_and_members_leave() {
     let r4 = Replica::start(
         cfg,
         l4,
-        Box::new(Record(seen4.clone())),
-        Arc::new(Record(seen4.clone())),
+        Box::new(Record(seen4.clone(), Default::default())),
+        Arc::new(Record(seen4.clone(), Default::default())),
     )
     .unwrap();
     // Outside the configuration, it never campaigns.
