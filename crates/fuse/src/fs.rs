@@ -113,6 +113,9 @@ impl Filesystem for SoloFs {
         if self.io_uring {
             let _ = config.add_capabilities(InitFlags::FUSE_OVER_IO_URING);
         }
+        // Set-ID bits are cleared here on a chown, a truncate and a write
+        // (the kernel says when): no GETATTR before each chown.
+        let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
         let _ = config.set_max_write(1 << 20);
         let _ = config.set_max_readahead(1 << 20);
         Ok(())
@@ -156,11 +159,12 @@ impl Filesystem for SoloFs {
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
         _flags: Option<fuser::BsdFileFlags>,
+        kill_suidgid: bool,
         reply: ReplyAttr,
     ) {
         self.counts.add(Type::setattr);
         let ctx = self.ctx(req);
-        let sa = SetAttr {
+        let mut sa = SetAttr {
             mode,
             uid,
             gid,
@@ -169,6 +173,26 @@ impl Filesystem for SoloFs {
             mtime: time_set(mtime),
             via_open: false,
         };
+        if kill_suidgid && sa.mode.is_none() {
+            // A chown, or a truncate by a caller without CAP_FSETID
+            // (FUSE_HANDLE_KILLPRIV_V2): set-user-ID goes, and
+            // set-group-ID where group execute is set, as the kernel did
+            // itself before, after a GETATTR of its own (the attributes
+            // here come from the mount's cache when it holds them).
+            match self.vfs.getattr(&ctx, ino.0).map(|a| a.value.mode) {
+                Ok(mode) if mode & libc::S_IFMT != libc::S_IFDIR => {
+                    let mut kill = mode & libc::S_ISUID;
+                    if mode & 0o010 != 0 {
+                        kill |= mode & libc::S_ISGID;
+                    }
+                    if kill != 0 {
+                        sa.mode = Some(mode & 0o7777 & !kill);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => return reply.error(errno(e)),
+            }
+        }
         attr(reply, self.vfs.setattr(&ctx, ino.0, sa, fh.map(|h| h.0)));
     }
 

@@ -472,6 +472,12 @@ mod op {
             #[cfg(not(target_os = "macos"))]
             None
         }
+        /// The kernel asks the file system to clear set-user-ID and
+        /// set-group-ID (a chown, or a truncate by a caller without
+        /// `CAP_FSETID`; FUSE_HANDLE_KILLPRIV_V2).
+        pub(crate) fn kill_suidgid(&self) -> bool {
+            self.valid().contains(FattrFlags::FATTR_KILL_SUIDGID)
+        }
         pub(crate) fn flags(&self) -> Option<BsdFileFlags> {
             #[cfg(target_os = "macos")]
             if self.valid().contains(FattrFlags::FATTR_FLAGS) {
