@@ -359,6 +359,21 @@ impl Replica {
         self.driver.combine();
     }
 
+    /// As [`Replica::submit_then`], but only queues the proposal (in
+    /// order with others queued), for a caller that holds a lock its
+    /// `done` takes: [`Replica::kick`] then handles it. From inside a
+    /// `done` no kick is needed (the node's thread finds it).
+    pub fn queue_then(&self, data: Vec<u8>, done: Box<dyn FnOnce(Result<u64>) + Send>) {
+        self.driver
+            .enqueue(Input::Propose(data, Answer::Call(done)));
+    }
+
+    /// Handles what is queued, if the node is free (see
+    /// [`Replica::queue_then`]).
+    pub fn kick(&self) {
+        self.driver.combine();
+    }
+
     /// Changes the replica set's membership (this member must lead);
     /// what the configuration is after it.
     pub fn change(&self, c: Change) -> Result<String> {
