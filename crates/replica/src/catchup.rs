@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 /// How long a member tries to fetch a state before it stops taking part.
 const FETCH_FOR: Duration = Duration::from_secs(60);
 
+/// A fetching member's election priority (the others' is 0).
+const FETCHING_PRIORITY: i64 = -1;
+
 /// A state being fetched.
 pub(crate) struct Fetch {
     /// The state must stand at this entry or later.
@@ -73,6 +76,10 @@ impl Run {
                     attempts: 0,
                     last: String::new(),
                 });
+                // Others refuse it as a candidate unless its log is longer
+                // than theirs (raft-rs priorities): elected now, it could
+                // only hand the office over.
+                self.node.raft.set_priority(FETCHING_PRIORITY);
                 self.attempt(Duration::ZERO);
             }
         }
@@ -201,6 +208,7 @@ impl Run {
     /// was away are linked, and the entries committed since are applied.
     fn installed(&mut self, at: u64, book: HashMap<u64, SocketAddr>) -> Result<()> {
         self.fetch = None;
+        self.node.raft.set_priority(0);
         let me = self.node.raft.id;
         let mut learned = false;
         for (id, addr) in book {
