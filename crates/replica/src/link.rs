@@ -523,30 +523,58 @@ fn write_waiting(mut s: &TcpStream, b: &[u8]) -> std::io::Result<()> {
 
 /// Reads `u32 length ‖ bytes` frames from a socket with a read timeout,
 /// keeping a partial frame across timeouts.
-#[derive(Default)]
 struct FrameReader {
+    /// Bytes read; `start..end` not yet taken. Zeroed once, as it grows.
     buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl Default for FrameReader {
+    fn default() -> FrameReader {
+        FrameReader {
+            buf: vec![0; 64 << 10],
+            start: 0,
+            end: 0,
+        }
+    }
 }
 
 impl FrameReader {
     /// The next whole frame; `None` if the timeout came first.
     fn next(&mut self, s: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
         loop {
-            if self.buf.len() >= 4 {
-                let n = u32::from_le_bytes(self.buf[..4].try_into().unwrap_or_default()) as usize;
+            let mut need = 4;
+            if self.end - self.start >= 4 {
+                let at = self.start;
+                let n = u32::from_le_bytes(self.buf[at..at + 4].try_into().unwrap_or_default())
+                    as usize;
                 if n > MAX_MESSAGE {
                     return Err(std::io::Error::other("member message too large"));
                 }
-                if self.buf.len() >= 4 + n {
-                    let rest = self.buf.split_off(4 + n);
-                    let frame = std::mem::replace(&mut self.buf, rest);
-                    return Ok(Some(frame[4..].to_vec()));
+                if self.end - at >= 4 + n {
+                    let frame = self.buf[at + 4..at + 4 + n].to_vec();
+                    self.start += 4 + n;
+                    if self.start == self.end {
+                        (self.start, self.end) = (0, 0);
+                    }
+                    return Ok(Some(frame));
+                }
+                need = 4 + n;
+            }
+            // Room for the whole frame after `start`: move what is left to
+            // the front, or grow.
+            if self.buf.len() - self.start < need || self.end == self.buf.len() {
+                self.buf.copy_within(self.start..self.end, 0);
+                (self.start, self.end) = (0, self.end - self.start);
+                if self.buf.len() < need || self.end == self.buf.len() {
+                    let len = need.max(self.buf.len() * 2);
+                    self.buf.resize(len, 0);
                 }
             }
-            let mut chunk = [0u8; 64 << 10];
-            match s.read(&mut chunk) {
+            match s.read(&mut self.buf[self.end..]) {
                 Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-                Ok(k) => self.buf.extend_from_slice(&chunk[..k]),
+                Ok(k) => self.end += k,
                 Err(e)
                     if e.kind() == std::io::ErrorKind::WouldBlock
                         || e.kind() == std::io::ErrorKind::TimedOut =>
@@ -562,4 +590,74 @@ impl FrameReader {
 /// Fills `b` from the kernel's random source.
 fn fill_random(b: &mut [u8]) -> std::io::Result<()> {
     std::fs::File::open("/dev/urandom")?.read_exact(b)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// Frames of many sizes, written in odd pieces with pauses (so reads
+    /// end mid-length and mid-frame, and time out between), come back
+    /// whole and in order.
+    #[test]
+    fn frames_come_back_whole_across_pieces_and_timeouts() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let sizes: Vec<usize> = vec![
+            0,
+            1,
+            3,
+            4,
+            5,
+            1000,
+            65_532,
+            65_536,
+            70_000,
+            3 << 20,
+            7,
+            0,
+            200_000,
+        ];
+        let frames: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (0..n).map(|k| (k * 31 + i) as u8).collect())
+            .collect();
+        let mut wire = Vec::new();
+        for f in &frames {
+            wire.extend_from_slice(&(f.len() as u32).to_le_bytes());
+            wire.extend_from_slice(f);
+        }
+        let writer = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            let mut at = 0;
+            let mut piece = 1;
+            while at < wire.len() {
+                let n = piece.min(wire.len() - at);
+                s.write_all(&wire[at..at + n]).unwrap();
+                at += n;
+                piece = piece * 3 + 1;
+                if piece > 300_000 {
+                    piece = 2;
+                }
+                std::thread::sleep(Duration::from_millis(3));
+            }
+        });
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
+        let mut r = FrameReader::default();
+        let mut got = Vec::new();
+        let t = std::time::Instant::now();
+        while got.len() < frames.len() && t.elapsed() < Duration::from_secs(20) {
+            if let Some(f) = r.next(&mut s).unwrap() {
+                got.push(f);
+            }
+        }
+        writer.join().unwrap();
+        assert_eq!(got.len(), frames.len());
+        for (i, (g, f)) in got.iter().zip(&frames).enumerate() {
+            assert!(g == f, "frame {i} ({} bytes) differs", f.len());
+        }
+    }
 }
