@@ -693,8 +693,32 @@ pub fn write_blocks(
 
 /// A loopback address with a port nothing listens on now.
 pub fn free_loopback_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
+    format!("127.0.0.1:{}", unused_port())
+}
+
+/// A loopback port nothing listens on now, for a process started later:
+/// below the kernel's ephemeral range (32768–60999 here), so no outgoing
+/// connection and no `bind` to port 0 takes it meanwhile (a replica-set
+/// member started seconds after its port was picked once found it held
+/// by another test's connection). Each call of this process gives
+/// another port.
+pub fn unused_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    let seed = std::process::id().wrapping_mul(7919)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+    let _ = NEXT.compare_exchange(0, seed % SPAN + 1, Ordering::AcqRel, Ordering::Acquire);
+    loop {
+        let port = (LOW + NEXT.fetch_add(1, Ordering::AcqRel) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// Runs `solofs ARGS… --server ADDR --secret-file SECRET` (an admin
