@@ -564,10 +564,18 @@ fn replica_error(why: impl ToString) -> solofs_meta::Error {
 #[derive(Default)]
 struct Joined {
     in_flight: usize,
-    /// The journal position the waiting frames start at.
-    start: u64,
-    bytes: Vec<u8>,
+    /// The next entry's data: the journal position its frames start at,
+    /// then the frames (empty: nothing waits).
+    data: Vec<u8>,
     dones: Vec<wal::Done>,
+}
+
+/// An entry's data: the journal position `start`, then `bytes`.
+fn entry_data(start: u64, bytes: &[u8]) -> Vec<u8> {
+    let mut data = Vec::with_capacity(8 + bytes.len());
+    data.extend_from_slice(&start.to_le_bytes());
+    data.extend_from_slice(bytes);
+    data
 }
 
 impl ToLog {
@@ -578,19 +586,15 @@ impl ToLog {
         }
     }
 
-    /// Queues an entry of the frames at `start` (under `joined`'s lock,
+    /// Queues an entry of `data` ([`entry_data`]; under `joined`'s lock,
     /// so entries keep the journal's order); `dones` are told how it
     /// ended, then whatever waited goes.
     fn propose(
         replica: &Arc<Replica>,
         joined: &Arc<Mutex<Joined>>,
-        start: u64,
-        bytes: &[u8],
+        data: Vec<u8>,
         dones: Vec<wal::Done>,
     ) {
-        let mut data = Vec::with_capacity(8 + bytes.len());
-        data.extend_from_slice(&start.to_le_bytes());
-        data.extend_from_slice(bytes);
         let (weak, joined) = (Arc::downgrade(replica), joined.clone());
         let done = Box::new(move |r: solofs_replica::Result<u64>| {
             for d in dones {
@@ -605,7 +609,7 @@ impl ToLog {
             if r.is_err() || rep.is_none() {
                 // Nothing after a failed entry may be acknowledged.
                 let dones = std::mem::take(&mut j.dones);
-                j.bytes.clear();
+                j.data.clear();
                 drop(j);
                 for d in dones {
                     d(Err(replica_error("an earlier entry did not commit")));
@@ -613,13 +617,9 @@ impl ToLog {
                 return;
             }
             if let (Some(rep), false) = (rep, j.dones.is_empty()) {
-                let (start, bytes, dones) = (
-                    j.start,
-                    std::mem::take(&mut j.bytes),
-                    std::mem::take(&mut j.dones),
-                );
+                let (data, dones) = (std::mem::take(&mut j.data), std::mem::take(&mut j.dones));
                 j.in_flight += 1;
-                ToLog::propose(&rep, &joined, start, &bytes, dones);
+                ToLog::propose(&rep, &joined, data, dones);
             }
         });
         QUEUEING.set(true);
@@ -653,12 +653,14 @@ impl wal::Replicate for ToLog {
             };
             if j.in_flight < IN_FLIGHT && j.dones.is_empty() {
                 j.in_flight += 1;
-                ToLog::propose(&self.replica, &self.joined, start, bytes, vec![done]);
+                let data = entry_data(start, bytes);
+                ToLog::propose(&self.replica, &self.joined, data, vec![done]);
             } else {
                 if j.dones.is_empty() {
-                    j.start = start;
+                    j.data = entry_data(start, bytes);
+                } else {
+                    j.data.extend_from_slice(bytes);
                 }
-                j.bytes.extend_from_slice(bytes);
                 j.dones.push(done);
                 return;
             }

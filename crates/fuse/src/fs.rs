@@ -181,13 +181,7 @@ impl Filesystem for SoloFs {
             // here come from the mount's cache when it holds them).
             match self.vfs.getattr(&ctx, ino.0).map(|a| a.value.mode) {
                 Ok(mode) if mode & libc::S_IFMT != libc::S_IFDIR => {
-                    let mut kill = mode & libc::S_ISUID;
-                    if mode & 0o010 != 0 {
-                        kill |= mode & libc::S_ISGID;
-                    }
-                    if kill != 0 {
-                        sa.mode = Some(mode & 0o7777 & !kill);
-                    }
+                    sa.mode = solofs_vfs::without_set_id(mode);
                 }
                 Ok(_) => {}
                 Err(e) => return reply.error(errno(e)),

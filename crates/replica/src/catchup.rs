@@ -57,7 +57,23 @@ impl Fetched {
     }
 }
 
+impl Fetch {
+    fn new(index: u64) -> Fetch {
+        Fetch {
+            index,
+            since: Instant::now(),
+            attempts: 0,
+            last: String::new(),
+        }
+    }
+}
+
 impl Run {
+    /// Where a fetched state is written before the node installs it.
+    fn fetch_path(&self) -> PathBuf {
+        self.dir.join("state.fetch")
+    }
+
     /// Is a state being fetched? (Committed entries wait for it.)
     pub(crate) fn fetching(&self) -> bool {
         self.fetch.is_some()
@@ -70,12 +86,7 @@ impl Run {
         match &mut self.fetch {
             Some(f) => f.index = f.index.max(index),
             None => {
-                self.fetch = Some(Fetch {
-                    index,
-                    since: Instant::now(),
-                    attempts: 0,
-                    last: String::new(),
-                });
+                self.fetch = Some(Fetch::new(index));
                 // Others refuse it as a candidate unless its log is longer
                 // than theirs (raft-rs priorities): elected now, it could
                 // only hand the office over.
@@ -89,16 +100,11 @@ impl Run {
     /// it answers the leader only once the state is in, so it is made a
     /// voter only then. Tries for a minute.
     pub(crate) fn fetch_now(&mut self, index: u64) -> Result<()> {
-        self.fetch = Some(Fetch {
-            index,
-            since: Instant::now(),
-            attempts: 0,
-            last: String::new(),
-        });
+        self.fetch = Some(Fetch::new(index));
         while self.fetching() && self.failed.is_none() {
             let from = self.sources();
             let live = || true;
-            let r = fetch_any(&self.links, &from, &self.dir.join("state.fetch"), &live);
+            let r = fetch_any(&self.links, &from, &self.fetch_path(), &live);
             let failed = matches!(r, Fetched::Failed(_));
             self.fetched_then(r, false);
             if failed && self.fetching() {
@@ -141,7 +147,7 @@ impl Run {
         let from = self.sources();
         let links = std::sync::Arc::clone(&self.links);
         let driver = self.driver.clone();
-        let path = self.dir.join("state.fetch");
+        let path = self.fetch_path();
         let spawned = std::thread::Builder::new()
             .name(format!("solofs-fetch-{me}"))
             .spawn(move || {

@@ -131,7 +131,7 @@ pub(crate) enum Answer {
     /// A thread waiting on a channel ([`Proposal::wait`]).
     Wait(Sender<Result<u64>>),
     /// A callback, run in the thread that handles the node then
-    /// ([`Replica::submit_then`]).
+    /// ([`Replica::queue_then`]).
     Call(Box<dyn FnOnce(Result<u64>) + Send>),
 }
 
@@ -348,21 +348,12 @@ impl Replica {
         Ok(Proposal(rx, Arc::clone(&self.driver)))
     }
 
-    /// Proposes `data` and returns once it is handed to the node (this
-    /// thread handles it if the node is free): `done` is told how it ended,
-    /// as [`Replica::propose`] would answer, in the thread that handles
-    /// the node then (the one whose input committed it), so it must be
-    /// quick and must not call this member. No thread waits for it.
-    pub fn submit_then(&self, data: Vec<u8>, done: Box<dyn FnOnce(Result<u64>) + Send>) {
-        self.driver
-            .enqueue(Input::Propose(data, Answer::Call(done)));
-        self.driver.combine();
-    }
-
-    /// As [`Replica::submit_then`], but only queues the proposal (in
-    /// order with others queued), for a caller that holds a lock its
-    /// `done` takes: [`Replica::kick`] then handles it. From inside a
-    /// `done` no kick is needed (the node's thread finds it).
+    /// Queues a proposal of `data` (in order with others queued) and
+    /// returns: `done` is told how it ended, as [`Replica::propose`] would
+    /// answer, in the thread that handles the node then (the one whose
+    /// input committed it), so it must be quick; it may queue another
+    /// proposal (the node's thread finds it), nothing more of this member.
+    /// No thread waits for it. [`Replica::kick`] has the queue handled.
     pub fn queue_then(&self, data: Vec<u8>, done: Box<dyn FnOnce(Result<u64>) + Send>) {
         self.driver
             .enqueue(Input::Propose(data, Answer::Call(done)));

@@ -47,7 +47,7 @@ pub use convert::{now_ns, ns_of, time_of};
 pub use error::{Error, Res};
 pub use helpers::lock_req;
 pub use locking::LockDone;
-pub use ops::{Opened, StatFs};
+pub use ops::{without_set_id, Opened, StatFs};
 pub use solofs_client::{LockKind, LockReq};
 pub use solofs_types::{Attr, FileType, SetAttr, TimeSet};
 

@@ -299,13 +299,9 @@ impl Vfs {
         }
         if kill_suid {
             let mode = f.lock().attr.mode;
-            let mut kill = mode & libc::S_ISUID;
-            if mode & 0o010 != 0 {
-                kill |= mode & libc::S_ISGID;
-            }
-            if kill != 0 {
+            if let Some(bits) = without_set_id(mode) {
                 let sa = SetAttr {
-                    mode: Some(mode & 0o7777 & !kill),
+                    mode: Some(bits),
                     via_open: true,
                     ..Default::default()
                 };
@@ -469,4 +465,16 @@ impl Vfs {
         }
         self.coh.stop();
     }
+}
+
+/// The permission bits of a file of `mode` once what a write, a chown or a
+/// truncate by an unprivileged process takes away is gone: set-user-ID,
+/// and set-group-ID where group execute is set (as the kernel does); `None`
+/// if nothing goes.
+pub fn without_set_id(mode: u32) -> Option<u32> {
+    let mut kill = mode & libc::S_ISUID;
+    if mode & 0o010 != 0 {
+        kill |= mode & libc::S_ISGID;
+    }
+    (kill != 0).then_some(mode & 0o7777 & !kill)
 }
