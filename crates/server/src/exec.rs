@@ -681,11 +681,19 @@ impl Serve for Exec<'_> {
         let a = match *ino {
             0 => self.e.create(self.c, p, &n, *mode)?,
             i => {
-                let granted = self.side.grants.is_some_and(|(r, slot)| r.take(slot, i));
-                if !granted {
-                    return Err(Error::Invalid("an inode number not granted to this client").into());
+                let create = || self.e.with_ino(i, || self.e.create(self.c, p, &n, *mode));
+                match self
+                    .side
+                    .grants
+                    .and_then(|(r, slot)| r.use_granted(slot, i, create))
+                {
+                    Some(a) => a?,
+                    None => {
+                        return Err(
+                            Error::Invalid("an inode number not granted to this client").into()
+                        )
+                    }
                 }
-                self.e.with_ino(i, || self.e.create(self.c, p, &n, *mode))?
             }
         };
         (self.side.hold)(a.ino, access.writes());

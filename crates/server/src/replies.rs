@@ -46,7 +46,9 @@ const ATTR: u64 = 1 << 62;
 /// The mapped record file.
 pub struct Replies {
     pool: Pool,
-    slots: parking_lot::Mutex<()>,
+    /// Held while slots are picked and grants change; holds the numbers
+    /// of grants being used (client slot, number).
+    slots: parking_lot::Mutex<std::collections::HashSet<(u64, u64)>>,
     /// A replica set's leader journals every change of the record with
     /// the pool's (docs/replication.md): a new leader answers retries.
     journal: Option<std::sync::Arc<solofs_meta::Engine>>,
@@ -92,7 +94,7 @@ impl Replies {
         };
         Ok(Replies {
             pool,
-            slots: parking_lot::Mutex::new(()),
+            slots: Default::default(),
             journal: None,
         })
     }
@@ -110,20 +112,38 @@ impl Replies {
         Ok(())
     }
 
-    /// Takes `ino` from the grant of the client at `slot`: true if it is
-    /// in the grant and above every number taken before (they are then
-    /// used up).
-    pub fn take(&self, slot: u64, ino: u64) -> bool {
+    /// Runs `create` with `ino` of the grant of the client at `slot`, if
+    /// `ino` is in the grant and above every number used before (None
+    /// if not); the number is used up (with those below it) only once
+    /// `create` succeeded. A server killed between the two so leaves the
+    /// number free: the client's retry finds its file made (EEXIST) or
+    /// makes it now. A number is run by one call at a time.
+    pub fn use_granted<T, E>(
+        &self,
+        slot: u64,
+        ino: u64,
+        create: impl FnOnce() -> Result<T, E>,
+    ) -> Option<Result<T, E>> {
         let g = slot + SLOT - GRANT;
-        let _g = self.slots.lock();
-        let (Ok(next), Ok(end)) = (self.pool.ld(g), self.pool.ld(g + 8)) else {
-            return false;
-        };
-        if ino < next || ino >= end || self.pool.st(g, ino + 1).is_err() {
-            return false;
+        {
+            let mut running = self.slots.lock();
+            let (Ok(next), Ok(end)) = (self.pool.ld(g), self.pool.ld(g + 8)) else {
+                return None;
+            };
+            if ino < next || ino >= end || !running.insert((slot, ino)) {
+                return None;
+            }
         }
-        self.journal(g, 8);
-        true
+        let r = create();
+        let mut running = self.slots.lock();
+        running.remove(&(slot, ino));
+        let used = r.is_ok()
+            && self.pool.ld(g).is_ok_and(|next| next <= ino)
+            && self.pool.st(g, ino + 1).is_ok();
+        if used {
+            self.journal(g, 8);
+        }
+        Some(r)
     }
 
     /// Journals the record's changes with `engine`'s (a replica set's
@@ -312,20 +332,31 @@ mod tests {
         assert!(r.find(s, 13).is_none());
         assert!(r.find(s, 10 + RING).is_none(), "a different id in the slot");
         // A grant: numbers taken in increasing order, each once.
-        assert!(!r.take(s, 500), "nothing granted yet");
+        let take = |r: &Replies, s, i| r.use_granted(s, i, || Ok::<(), ()>(())).is_some();
+        assert!(!take(&r, s, 500), "nothing granted yet");
         r.grant(s, 500, 510).unwrap();
-        assert!(r.take(s, 500));
-        assert!(!r.take(s, 500), "a number is used once");
-        assert!(r.take(s, 505), "numbers may be skipped");
-        assert!(!r.take(s, 503), "but not gone back to");
-        assert!(!r.take(s, 510), "past the grant");
+        // A create that fails (or never ends: a kill) leaves its number.
+        assert_eq!(r.use_granted(s, 500, || Err::<(), _>(17)), Some(Err(17)));
+        // A number being used is not run by a second call meanwhile.
+        let inner = r.use_granted(s, 500, || Ok::<_, ()>(take(&r, s, 500)));
+        assert_eq!(inner, Some(Ok(false)));
+        assert!(!take(&r, s, 500), "a number is used once");
+        r.grant(s, 500, 510).unwrap();
+        assert!(take(&r, s, 500));
+        assert!(!take(&r, s, 500), "a number is used once");
+        assert!(take(&r, s, 505), "numbers may be skipped");
+        assert!(!take(&r, s, 503), "but not gone back to");
+        assert!(!take(&r, s, 510), "past the grant");
         drop(r);
         let r = Replies::open(&p).unwrap();
         let s = r.slot([1; 16]).unwrap();
-        assert!(r.take(s, 509), "the grant outlives a reopen");
-        assert!(!r.take(s, 506));
+        assert!(take(&r, s, 509), "the grant outlives a reopen");
+        assert!(!take(&r, s, 506));
         let s2 = r.slot([2; 16]).unwrap();
-        assert!(!r.take(s2, 509), "another client's grant is not this one's");
+        assert!(
+            !take(&r, s2, 509),
+            "another client's grant is not this one's"
+        );
         let _ = std::fs::remove_file(&p);
     }
 }
