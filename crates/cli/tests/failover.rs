@@ -29,16 +29,22 @@ fn opts() -> Options {
     }
 }
 
+/// A writer's call that took a second or more: when it started, how
+/// long, what.
+type Slow = (Instant, Duration, String);
+
 /// Stops the writers and checks them: no error, the model's namespace.
+/// Their steps, longest call and slow calls.
 fn finish(
     set: &Set,
     stop: &AtomicBool,
     writers: Vec<JoinHandle<Wrote>>,
     dirs: &[u64],
-) -> (u64, Duration) {
+) -> (u64, Duration, Vec<Slow>) {
     stop.store(true, Ordering::SeqCst);
     let mut steps = Vec::new();
     let mut longest = Duration::ZERO;
+    let mut slow = Vec::new();
     for w in writers {
         let wrote = w.join().unwrap();
         assert!(
@@ -49,12 +55,13 @@ fn finish(
         assert!(wrote.steps > 10, "a writer made only {} steps", wrote.steps);
         steps.push(wrote.steps);
         longest = longest.max(wrote.longest);
+        slow.extend(wrote.slow);
     }
     let c = Client::connect_with(&set.addrs(), &set.secret(), opts()).unwrap();
     for (w, &d) in dirs.iter().enumerate() {
         assert_writer_model(&c, d, steps[w]);
     }
-    (steps.iter().sum(), longest)
+    (steps.iter().sum(), longest, slow)
 }
 
 /// A replica set serving (its members keep `keep` entries behind their
@@ -122,7 +129,7 @@ fn kills(name: &str, commit: &'static str, kills: usize) {
         set.wait_caught_up(old);
     }
     std::thread::sleep(Duration::from_millis(300));
-    let (steps, longest) = finish(&set, &stop, writers, &dirs);
+    let (steps, longest, _) = finish(&set, &stop, writers, &dirs);
     eprintln!("{name}: {steps} steps, failovers {failovers:?}, longest call {longest:?}");
     for f in &failovers {
         assert!(*f < Duration::from_secs(3), "a failover took {f:?}");
@@ -190,7 +197,7 @@ fn a_leader_cut_off_stops_serving_before_another_leads() {
         );
     }
     std::thread::sleep(Duration::from_millis(300));
-    let (steps, longest) = finish(&set, &stop, writers, &dirs);
+    let (steps, longest, _) = finish(&set, &stop, writers, &dirs);
     eprintln!(
         "partition: {steps} steps, (old stopped, new serving) {rounds:?}, longest call {longest:?}"
     );
@@ -238,7 +245,7 @@ fn a_member_behind_the_compacted_log_catches_up_from_the_leaders_image() {
         std::thread::sleep(Duration::from_millis(500));
     }
     std::thread::sleep(Duration::from_millis(300));
-    let (steps, _) = finish(&set, &stop, writers, &dirs);
+    let (steps, _, _) = finish(&set, &stop, writers, &dirs);
     eprintln!("snapshot: {steps} steps");
     std::thread::sleep(Duration::from_millis(1500));
     set.stop_all();
@@ -291,7 +298,7 @@ fn a_member_joins_from_an_empty_directory_and_the_leader_leaves() {
     let (_, took) = set.next_leader(now, t);
     set.start(now);
     std::thread::sleep(Duration::from_millis(500));
-    let (steps, longest) = finish(&set, &stop, writers, &dirs);
+    let (steps, longest, _) = finish(&set, &stop, writers, &dirs);
     eprintln!("join: {steps} steps, failover {took:?}, longest call {longest:?}");
     std::thread::sleep(Duration::from_millis(1500));
     set.stop_all();
@@ -313,6 +320,7 @@ fn mount_writer(dir: PathBuf, stop: Arc<AtomicBool>) -> Wrote {
         steps: 0,
         errors: Vec::new(),
         longest: Duration::ZERO,
+        slow: Vec::new(),
     };
     while !stop.load(Ordering::SeqCst) {
         let i = w.steps;
@@ -438,22 +446,34 @@ fn random_kills_partitions_and_restarts() {
     let mut rng = common::Rng(seed | 1);
     let (mut kills, mut leader_kills, mut cuts) = (0, 0, 0);
     let t = Instant::now();
+    // What was done when (printed with the writers' slow calls).
+    let mut events: Vec<(Duration, String)> = Vec::new();
     while t.elapsed() < Duration::from_secs(secs) {
         std::thread::sleep(Duration::from_millis(500 + rng.below(1000)));
         let who = rng.below(3) as usize;
+        let leader = set.leader();
+        let role = if leader == Some(who) {
+            "leader"
+        } else {
+            "member"
+        };
         match rng.below(3) {
             0 => {
-                if set.leader() == Some(who) {
+                if leader == Some(who) {
                     leader_kills += 1;
                 }
+                events.push((t.elapsed(), format!("kill {role} {}", who + 1)));
                 set.kill(who);
                 std::thread::sleep(Duration::from_millis(rng.below(1500)));
+                events.push((t.elapsed(), format!("start {}", who + 1)));
                 set.start(who);
                 kills += 1;
             }
             1 => {
+                events.push((t.elapsed(), format!("cut {role} {}", who + 1)));
                 set.partition(who);
                 std::thread::sleep(Duration::from_millis(300 + rng.below(2000)));
+                events.push((t.elapsed(), format!("heal {}", who + 1)));
                 set.heal();
                 cuts += 1;
             }
@@ -464,7 +484,15 @@ fn random_kills_partitions_and_restarts() {
         }
     }
     std::thread::sleep(Duration::from_millis(2000));
-    let (steps, longest) = finish(&set, &stop, writers, &dirs);
+    let (steps, longest, slow) = finish(&set, &stop, writers, &dirs);
+    for (at, took, what) in slow {
+        let at = at.saturating_duration_since(t);
+        events.push((at, format!("a writer's {what} took {took:.2?}")));
+    }
+    events.sort();
+    for (at, what) in &events {
+        eprintln!("{:8.3} s  {what}", at.as_secs_f64());
+    }
     eprintln!(
         "random ({secs} s, seed {seed}): {kills} kills ({leader_kills} of the leader), {cuts} cuts; {steps} writer steps checked (about {} changes), longest call {longest:?}",
         steps * 3
@@ -553,7 +581,7 @@ fn a_member_whose_disk_fills_stops_and_the_others_go_on() {
     remount(256 << 20);
     set.start(2);
     std::thread::sleep(Duration::from_millis(2000));
-    let (steps, _) = finish(&set, &stop, writers, &dirs);
+    let (steps, _, _) = finish(&set, &stop, writers, &dirs);
     eprintln!("disk full: {steps} steps");
     std::thread::sleep(Duration::from_millis(1500));
     set.stop_all();

@@ -137,6 +137,16 @@ struct Inner {
     revoked: Arc<std::sync::atomic::AtomicBool>,
 }
 
+/// The longest pause between a client's attempts to reach a server that
+/// went away (a restart takes milliseconds to seconds).
+const MAX_PAUSE: Duration = Duration::from_millis(500);
+
+/// The same for a replica set: a new leader serves 0.5 – 1.5 s after the
+/// old one was lost, and an attempt costs one refused connection per
+/// member; with 500 ms between attempts a client found the new leader up
+/// to half a second after it served (docs/replication.md).
+const MAX_PAUSE_SET: Duration = Duration::from_millis(100);
+
 /// What the server says about its volume when a client connects: id, root
 /// inode, block size, storage URL.
 pub type Volume = solofs_proto::Welcome;
@@ -278,14 +288,19 @@ impl Client {
     }
 
     /// [`Client::conn`], retrying until `deadline` while the server cannot
-    /// be reached.
+    /// be reached: after 20 ms, then twice as long each time, up to
+    /// [`MAX_PAUSE`] (a replica set: [`MAX_PAUSE_SET`]).
     fn conn_until(&self, lane: usize, deadline: std::time::Instant) -> Result<Arc<Conn>> {
+        let most = match self.inner.addr.contains(',') {
+            true => MAX_PAUSE_SET,
+            false => MAX_PAUSE,
+        };
         let mut pause = Duration::from_millis(20);
         loop {
             match self.conn(lane) {
                 Err(e) if retryable(&e) && self.may_retry(deadline) => {
                     std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(500));
+                    pause = (pause * 2).min(most);
                 }
                 r => return r,
             }

@@ -560,11 +560,13 @@ pub fn signal(pid: u32, sig: &str) {
 pub const WRITER_KEEP: u64 = 3;
 
 /// What a rename writer did: steps, errors its calls returned, its
-/// longest call.
+/// longest call, and its calls that took a second or more (when each
+/// started, how long, what).
 pub struct Wrote {
     pub steps: u64,
     pub errors: Vec<String>,
     pub longest: std::time::Duration,
+    pub slow: Vec<(std::time::Instant, std::time::Duration, String)>,
 }
 
 /// Creates f{i}, renames it to g{i}, unlinks g{i-WRITER_KEEP}, until
@@ -580,15 +582,20 @@ pub fn rename_writer(
         steps: 0,
         errors: Vec::new(),
         longest: std::time::Duration::ZERO,
+        slow: Vec::new(),
     };
     let timed = |w: &mut Wrote,
                  what: String,
                  res: Result<(), solofs_client::ClientError>,
                  t: std::time::Instant| {
+        let took = t.elapsed();
+        if took >= std::time::Duration::from_secs(1) {
+            w.slow.push((t, took, what.clone()));
+        }
         if let Err(e) = res {
             w.errors.push(format!("{what}: {e}"));
         }
-        w.longest = w.longest.max(t.elapsed());
+        w.longest = w.longest.max(took);
     };
     while !stop.load(std::sync::atomic::Ordering::SeqCst) {
         let i = w.steps;
