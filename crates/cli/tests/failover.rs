@@ -121,10 +121,28 @@ fn kills(name: &str, commit: &'static str, kills: usize) {
     for k in 0..kills {
         std::thread::sleep(Duration::from_millis(400 + 97 * k as u64 % 300));
         let old = set.leader().expect("a leader before the kill");
+        let led = |set: &Set, i| -> Vec<String> {
+            let said = set.said(i).into_iter();
+            said.filter(|l| l.contains(" leads (term ")).collect()
+        };
+        let before: Vec<usize> = (0..3).map(|i| led(&set, i).len()).collect();
         let t = Instant::now();
         set.kill(old);
-        let (_, took) = set.next_leader(old, t);
+        let (new, took) = set.next_leader(old, t);
         failovers.push(took);
+        // Its pool was the warm copy it kept, not a copy of its image
+        // made now (seconds at millions of files).
+        let t = Instant::now();
+        while led(&set, new).len() == before[new] {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "member {} said nothing",
+                new + 1
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let said = led(&set, new).pop().unwrap();
+        assert!(said.contains("taken from the warm copy"), "{said}");
         set.start(old);
         set.wait_caught_up(old);
     }

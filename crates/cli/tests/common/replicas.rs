@@ -99,6 +99,8 @@ pub struct Set {
     commit: &'static str,
     /// `SOLOFS_REPLICA_KEEP` for the members (None: their default).
     pub keep: Option<u64>,
+    /// What each member printed (every run of it).
+    said: Vec<std::sync::Arc<std::sync::Mutex<Vec<String>>>>,
 }
 
 impl Set {
@@ -182,7 +184,13 @@ impl Set {
             procs: (0..slots).map(|_| None).collect(),
             commit,
             keep: None,
+            said: (0..slots).map(|_| Default::default()).collect(),
         }
+    }
+
+    /// The lines member `i` printed so far.
+    pub fn said(&self, i: usize) -> Vec<String> {
+        self.said[i].lock().unwrap().clone()
     }
 
     pub fn data(&self, i: usize) -> PathBuf {
@@ -214,9 +222,11 @@ impl Set {
                 .args(["--listen", &self.clients[i], "--commit", self.commit])
                 .args(["--metrics", &self.metrics[i]]),
         );
+        let said = self.said[i].clone();
         std::thread::spawn(move || {
             for l in lines.map_while(Result::ok) {
                 eprintln!("[member] {l}");
+                said.lock().unwrap().push(l);
             }
         });
         self.procs[i] = Some(child);

@@ -55,6 +55,7 @@ const K_GROW: u64 = 3;
 const K_AUX: u64 = 4;
 
 /// One decoded record, as `scan` and [`scan_bytes`] hand it on.
+#[derive(Clone, Copy)]
 pub enum Rec<'a> {
     /// These bytes at this offset.
     Bytes(u64, &'a [u8]),
