@@ -202,6 +202,24 @@ impl<'a> Rd<'a> {
 /// its checkpoint and journal, any other is asked of the server, which
 /// takes it with changing operations held (docs/dump.md).
 fn open_for_dump(data: &Path) -> Result<(Engine, Option<PathBuf>)> {
+    if crate::member::is_member(data) {
+        // A replica set's member: its state is its image (the replica
+        // set's journal applied), not the pool it last led with, which
+        // may be old or hold changes never committed.
+        let (img, copy, at) = crate::member::image_copy(data, "dump-copy")?;
+        eprintln!(
+            "{} is a replica set member: dumping its image {} as of entry {at} or later",
+            data.display(),
+            img.display()
+        );
+        return match Engine::open_copy(&copy).context("opening the image's copy") {
+            Ok(e) => Ok((e, Some(copy))),
+            Err(e) => {
+                let _ = std::fs::remove_file(&copy);
+                Err(e)
+            }
+        };
+    }
     let pool = data.join("meta.pool");
     match Engine::open(&pool) {
         Ok(e) => Ok((e, None)),

@@ -339,9 +339,9 @@ fn fsck(args: Vec<std::ffi::OsString>) -> Result<()> {
             if repair {
                 bail!("{} is a replica set member's: its image is the replica set's journal applied, not to be repaired in place; replace the member (`solofs replicas remove`, then `add` a new one)", d.display());
             }
-            let (img, c, at) = member::image_copy(d)?;
+            let (img, c, at) = member::image_copy(d, "fsck-copy")?;
             say!(
-                "{} is a replica set member: checking its image {} as of entry {at} (stop the member first, or the copy may be torn)",
+                "{} is a replica set member: checking its image {} as of entry {at} or later",
                 d.display(),
                 img.display()
             );

@@ -277,14 +277,19 @@ pub fn is_member(data: &Path) -> bool {
 
 /// A copy of member `data`'s image to check (`solofs fsck`): the image's
 /// path, the copy's, and the entry the image was last made durable at.
-pub fn image_copy(data: &Path) -> Result<(PathBuf, PathBuf, u64)> {
+pub fn image_copy(data: &Path, name: &str) -> Result<(PathBuf, PathBuf, u64)> {
     let pool = crate::serve::pool_path(data);
     let state = pool.with_extension("pool.applied");
+    // Read first: the image holds this entry or a later one.
     let (index, _) = read_state(&std::fs::read(&state)?)
         .with_context(|| format!("{} is damaged", state.display()))?;
     let img = checkpoint::image_path(&pool);
-    let copy = pool.with_extension("pool.fsck-copy");
-    std::fs::copy(&img, &copy).with_context(|| format!("copying {}", img.display()))?;
+    let copy = pool.with_extension(format!("pool.{name}"));
+    // A running member's applier writes whole batches of entries under
+    // the exclusive lock: a copy under the shared one is never torn.
+    let mut from = solofs_meta::pool::image::open_locked(&img)?;
+    let mut to = File::create(&copy).with_context(|| format!("creating {}", copy.display()))?;
+    std::io::copy(&mut from, &mut to).with_context(|| format!("copying {}", img.display()))?;
     Ok((img, copy, index))
 }
 
@@ -518,10 +523,16 @@ impl Feed {
                 .lock()
                 .map_err(|_| anyhow::anyhow!("image lock"))
                 .and_then(|mut img| {
-                    for (i, d) in &batch {
+                    // Readers copying the image (`solofs dump`, `fsck` of a
+                    // running member, image_copy) see whole batches.
+                    let held = img.img.hold()?;
+                    let r = batch.iter().try_for_each(|(i, d)| {
                         img.apply(*i, d)?;
                         last = Some(*i);
-                    }
+                        anyhow::Ok(())
+                    });
+                    drop(held);
+                    r?;
                     img.warm_up();
                     Ok(())
                 });

@@ -51,6 +51,14 @@ pub fn require_volume(data: &Path) -> Result<()> {
 /// server holds it.
 pub fn open_volume(data: &Path, what: &str) -> Result<Engine> {
     require_volume(data)?;
+    if crate::member::is_member(data) {
+        // Its pool is the one it last led with (old, or holding changes
+        // never committed): the replica set's state is its image.
+        bail!(
+            "{} is a replica set member's directory: {what} would open the pool it last led with, not the replica set's state; start it as a member (`solofs serve --data {0} --peers … --id N`), or, to make what it holds a volume of its own (two of three members lost), stop it and run `solofs dump --data {0} | solofs load --data NEWDIR` (docs/replication.md)",
+            data.display()
+        );
+    }
     let pool = pool_path(data);
     match Engine::open(&pool) {
         Ok(e) => Ok(e),

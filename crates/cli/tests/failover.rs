@@ -155,8 +155,114 @@ fn kills(name: &str, commit: &'static str, kills: usize) {
     // Every member caught up (heartbeats carry the last commit), then the
     // images are the same namespace and fsck-clean.
     std::thread::sleep(Duration::from_millis(1500));
+    if commit == "sync" {
+        // `solofs dump` of a running member is its image, on every one.
+        let dumped: Vec<String> = (0..3).map(|i| dump_member(&set, i)).collect();
+        assert!(dumped.iter().all(|d| d == &dumped[0]), "{dumped:?}");
+    }
     set.stop_all();
     check_members_agree(&set);
+    if commit == "sync" {
+        survivor_becomes_a_volume(&set, &dirs_steps(&set, &dirs));
+    }
+}
+
+/// What `solofs dump --data` of member `i` said it dumped (inodes and
+/// names), checked to be its image's.
+fn dump_member(set: &Set, i: usize) -> String {
+    let out = std::process::Command::new(common::BIN)
+        .args(["dump", "-o", "/dev/null", "--data"])
+        .arg(set.data(i))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "dump of member {}: {said}", i + 1);
+    assert!(
+        said.contains("is a replica set member: dumping its image"),
+        "{said}"
+    );
+    said.lines()
+        .find(|l| l.starts_with("dumped "))
+        .unwrap_or_else(|| panic!("{said}"))
+        .to_string()
+}
+
+/// Each writer's directory's name and the names in it now (read from
+/// the images: the members agree).
+fn dirs_steps(set: &Set, dirs: &[u64]) -> Vec<(String, Vec<String>)> {
+    let copy = set.root.join("names.pool");
+    std::fs::copy(set.data(0).join("meta.pool.ckpt"), &copy).unwrap();
+    let e = solofs_meta::Engine::open_copy(&copy).unwrap();
+    let r = solofs_meta::Cred::root();
+    let mut out = Vec::new();
+    for (w, &d) in dirs.iter().enumerate() {
+        let mut names: Vec<String> = e
+            .readdir(&r, d, 0, 100_000)
+            .unwrap()
+            .into_iter()
+            .map(|x| String::from_utf8_lossy(&x.name).into_owned())
+            .filter(|n| n != "." && n != "..")
+            .collect();
+        names.sort();
+        out.push((format!("w{w}"), names));
+    }
+    drop(e);
+    let _ = std::fs::remove_file(&copy);
+    out
+}
+
+/// Two of three members lost: the survivor (stopped) is no volume to
+/// serve by itself (`serve` without `--peers` refuses it, saying what to
+/// do), but `solofs dump | solofs load` makes what it holds a volume a
+/// single server serves, with the writers' names.
+fn survivor_becomes_a_volume(set: &Set, want: &[(String, Vec<String>)]) {
+    let out = std::process::Command::new(common::BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(set.data(0))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("replica set member's directory") && said.contains("solofs dump --data"),
+        "{said}"
+    );
+    let new = set.root.join("survivor");
+    let mut dump = std::process::Command::new(common::BIN)
+        .args(["dump", "--data"])
+        .arg(set.data(0))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let load = std::process::Command::new(common::BIN)
+        .args(["load", "--data"])
+        .arg(&new)
+        .stdin(dump.stdout.take().unwrap())
+        .output()
+        .unwrap();
+    assert!(dump.wait().unwrap().success());
+    assert!(load.status.success(), "{load:?}");
+    let srv = common::ServerProc::start_at(&new, "127.0.0.1:0");
+    let secret = std::fs::read_to_string(new.join("secret")).unwrap();
+    let c = Client::connect(&srv.addr, secret.trim().as_bytes()).unwrap();
+    let r = solofs_meta::Cred::root();
+    for (dir, names) in want {
+        let d = c
+            .lookup(&r, solofs_client::at(solofs_meta::ROOT_INO, dir.as_bytes()))
+            .unwrap();
+        let mut got: Vec<String> = c
+            .readdir(&r, solofs_client::Target::Ino(d.ino), 0, 100_000)
+            .unwrap()
+            .into_iter()
+            .map(|x| String::from_utf8_lossy(&x.name).into_owned())
+            .filter(|n| n != "." && n != "..")
+            .collect();
+        got.sort();
+        assert_eq!(&got, names, "{dir} in the volume made of the survivor");
+        assert!(!names.is_empty());
+    }
+    drop(c);
+    srv.stop();
 }
 
 /// `SOLOFS_FAILOVER_KILLS=N` runs N kills instead (a longer run by

@@ -129,12 +129,47 @@ impl ImageFile {
         Ok(())
     }
 
+    /// Holds the image's file lock (`flock`) exclusively until the value
+    /// is dropped: records applied meanwhile are never seen half by a
+    /// reader copying the file under [`open_locked`].
+    pub fn hold(&self) -> Result<Held> {
+        let fd = self.file.as_raw_fd();
+        flock(fd, libc::LOCK_EX).map_err(|e| io("lock", &self.path, e))?;
+        Ok(Held(fd))
+    }
+
     /// Makes what was applied durable.
     pub fn sync(&self) -> Result<()> {
         self.file
             .sync_data()
             .map_err(|e| io("fdatasync", &self.path, e))
     }
+}
+
+/// The image's file lock, held by [`ImageFile::hold`].
+pub struct Held(std::os::fd::RawFd);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let _ = flock(self.0, libc::LOCK_UN);
+    }
+}
+
+fn flock(fd: std::os::fd::RawFd, how: libc::c_int) -> std::io::Result<()> {
+    // SAFETY: flock on a descriptor of an open file (the caller's).
+    match unsafe { libc::flock(fd, how) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// Opens the image at `path` for reading, holding its file lock shared
+/// (released when the file is closed): a member applying records to it
+/// waits meanwhile ([`ImageFile::hold`]), so a copy read from it is whole.
+pub fn open_locked(path: &Path) -> Result<File> {
+    let f = File::open(path).map_err(|e| io("open", path, e))?;
+    flock(f.as_raw_fd(), libc::LOCK_SH).map_err(|e| io("lock", path, e))?;
+    Ok(f)
 }
 
 impl Drop for ImageFile {
@@ -167,6 +202,21 @@ mod tests {
         assert!(b[100..150].iter().all(|&x| x == 0));
         assert_eq!(b[150], 7);
         assert_eq!(&b[8000..8005], b"later");
+        // A reader's shared lock waits for a held image.
+        let img = ImageFile::open(&p).unwrap();
+        let held = img.hold().unwrap();
+        let got = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (g, q) = (got.clone(), p.clone());
+        let reader = std::thread::spawn(move || {
+            let f = open_locked(&q).unwrap();
+            g.store(true, std::sync::atomic::Ordering::SeqCst);
+            f.metadata().unwrap().len()
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!got.load(std::sync::atomic::Ordering::SeqCst), "read while held");
+        drop(held);
+        assert_eq!(reader.join().unwrap(), 8192);
+        drop(img);
         // An empty image (a joining member's, before its first state).
         std::fs::write(&p, b"").unwrap();
         let mut img = ImageFile::open(&p).unwrap();
