@@ -196,14 +196,12 @@ fn dirs_steps(set: &Set, dirs: &[u64]) -> Vec<(String, Vec<String>)> {
     let r = solofs_meta::Cred::root();
     let mut out = Vec::new();
     for (w, &d) in dirs.iter().enumerate() {
-        let mut names: Vec<String> = e
-            .readdir(&r, d, 0, 100_000)
-            .unwrap()
-            .into_iter()
-            .map(|x| String::from_utf8_lossy(&x.name).into_owned())
-            .filter(|n| n != "." && n != "..")
-            .collect();
-        names.sort();
+        let names = common::sorted_names(
+            e.readdir(&r, d, 0, 100_000)
+                .unwrap()
+                .into_iter()
+                .map(|x| x.name),
+        );
         out.push((format!("w{w}"), names));
     }
     drop(e);
@@ -250,14 +248,7 @@ fn survivor_becomes_a_volume(set: &Set, want: &[(String, Vec<String>)]) {
         let d = c
             .lookup(&r, solofs_client::at(solofs_meta::ROOT_INO, dir.as_bytes()))
             .unwrap();
-        let mut got: Vec<String> = c
-            .readdir(&r, solofs_client::Target::Ino(d.ino), 0, 100_000)
-            .unwrap()
-            .into_iter()
-            .map(|x| String::from_utf8_lossy(&x.name).into_owned())
-            .filter(|n| n != "." && n != "..")
-            .collect();
-        got.sort();
+        let got = common::dir_names(&c, d.ino);
         assert_eq!(&got, names, "{dir} in the volume made of the survivor");
         assert!(!names.is_empty());
     }

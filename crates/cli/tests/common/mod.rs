@@ -617,22 +617,29 @@ pub fn rename_writer(
     w
 }
 
+/// Names as text, sorted, without `.` and `..`.
+pub fn sorted_names<N: AsRef<[u8]>>(names: impl IntoIterator<Item = N>) -> Vec<String> {
+    let mut v: Vec<String> = names
+        .into_iter()
+        .map(|n| String::from_utf8_lossy(n.as_ref()).into_owned())
+        .filter(|n| n != "." && n != "..")
+        .collect();
+    v.sort();
+    v
+}
+
+/// The names in directory `dir` (up to 100 000), sorted, without `.`
+/// and `..`.
+pub fn dir_names(c: &solofs_client::Client, dir: u64) -> Vec<String> {
+    let r = solofs_meta::Cred::root();
+    let all = c.readdir(&r, solofs_client::Target::Ino(dir), 0, 100_000);
+    sorted_names(all.unwrap().into_iter().map(|e| e.name))
+}
+
 /// The directory of a rename writer that made `steps` steps holds exactly
 /// the names its model says.
 pub fn assert_writer_model(c: &solofs_client::Client, dir: u64, steps: u64) {
-    let mut names: Vec<String> = c
-        .readdir(
-            &solofs_meta::Cred::root(),
-            solofs_client::Target::Ino(dir),
-            0,
-            100_000,
-        )
-        .unwrap()
-        .into_iter()
-        .map(|e| String::from_utf8_lossy(&e.name).into_owned())
-        .filter(|n| n != "." && n != "..")
-        .collect();
-    names.sort();
+    let names = dir_names(c, dir);
     let mut want: Vec<String> = (steps.saturating_sub(WRITER_KEEP)..steps)
         .map(|i| format!("g{i}"))
         .collect();

@@ -213,7 +213,10 @@ mod tests {
             f.metadata().unwrap().len()
         });
         std::thread::sleep(std::time::Duration::from_millis(100));
-        assert!(!got.load(std::sync::atomic::Ordering::SeqCst), "read while held");
+        assert!(
+            !got.load(std::sync::atomic::Ordering::SeqCst),
+            "read while held"
+        );
         drop(held);
         assert_eq!(reader.join().unwrap(), 8192);
         drop(img);
