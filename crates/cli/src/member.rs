@@ -99,6 +99,9 @@ struct Image {
     /// leading, until the applier has made it, and after it failed.
     warm: Option<ImageFile>,
     warm_path: PathBuf,
+    /// The pool (`meta.pool`): the one this member last led with, of no
+    /// use while it follows.
+    pool: PathBuf,
     /// From when on a missing warm pool is made (None: not while leading).
     warm_from: Option<Instant>,
 }
@@ -159,6 +162,7 @@ impl Image {
             durable_index: Arc::new(std::sync::atomic::AtomicU64::new(index)),
             warm: None,
             warm_path: pool.with_extension("pool.warm"),
+            pool: pool.to_path_buf(),
             warm_from: Some(Instant::now()),
         })
     }
@@ -179,8 +183,28 @@ impl Image {
             .map_err(anyhow::Error::from)
             .and_then(|_| Ok(ImageFile::open(&self.warm_path)?));
         match made {
-            Ok(w) => self.warm = Some(w),
+            Ok(w) => {
+                self.warm = Some(w);
+                self.empty_pool();
+            }
             Err(e) => self.warm_failed(e),
+        }
+    }
+
+    /// Puts an empty file in the place of the pool this member last led
+    /// with (or was made with): a new leader takes the warm pool, so the
+    /// old one only held space. (Renamed over it: an engine still stopping
+    /// keeps its mapping of the old file.) The file stays, empty, because
+    /// a volume's directory has a `meta.pool`.
+    fn empty_pool(&self) {
+        let tmp = self.pool.with_extension("pool.empty");
+        let r = File::create(&tmp).and_then(|_| std::fs::rename(&tmp, &self.pool));
+        if let Err(e) = r {
+            let _ = std::fs::remove_file(&tmp);
+            eprintln!(
+                "solofs: member: cannot give back the space of {} ({e})",
+                self.pool.display()
+            );
         }
     }
 

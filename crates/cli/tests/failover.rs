@@ -162,6 +162,17 @@ fn kills(name: &str, commit: &'static str, kills: usize) {
     }
     set.stop_all();
     check_members_agree(&set);
+    // The followers gave back the space of the pools they last led with
+    // (or were made with): an empty `meta.pool` beside the warm pool.
+    let empty = (0..3)
+        .filter(|&i| {
+            std::fs::metadata(set.data(i).join("meta.pool"))
+                .unwrap()
+                .len()
+                == 0
+        })
+        .count();
+    assert!(empty >= 2, "{empty} members emptied their pools");
     if commit == "sync" {
         survivor_becomes_a_volume(&set, &dirs_steps(&set, &dirs));
     }

@@ -221,7 +221,12 @@ impl Replica {
             ..Default::default()
         };
         rc.validate()?;
-        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        // raft-rs's own log, to stderr with `SOLOFS_RAFT_LOG=1` (for
+        // finding out why an election took long); dropped otherwise.
+        let logger = match std::env::var_os("SOLOFS_RAFT_LOG").is_some() {
+            true => slog::Logger::root(RaftLog(cfg.id, Instant::now()), slog::o!()),
+            false => slog::Logger::root(slog::Discard, slog::o!()),
+        };
         let node = RawNode::new(&rc, store.clone(), &logger)?;
         let driver = Arc::new(Driver::new());
         // The links hand what they receive straight to the node (the
@@ -759,5 +764,23 @@ impl Run {
             // reaches this member.
             self.fail_pending();
         }
+    }
+}
+
+/// Prints raft-rs's messages (not their key-value pairs) with the member
+/// and the time since its start.
+struct RaftLog(u64, Instant);
+
+impl slog::Drain for RaftLog {
+    type Ok = ();
+    type Err = slog::Never;
+    fn log(&self, r: &slog::Record, _: &slog::OwnedKVList) -> std::result::Result<(), slog::Never> {
+        eprintln!(
+            "raft[{}] {:.3} {}",
+            self.0,
+            self.1.elapsed().as_secs_f64(),
+            r.msg()
+        );
+        Ok(())
     }
 }
