@@ -58,6 +58,16 @@ impl Fetched {
 }
 
 impl Fetch {
+    /// What the status shows of it.
+    pub(crate) fn shown(&self) -> crate::status::Fetching {
+        crate::status::Fetching {
+            index: self.index,
+            since: self.since.elapsed(),
+            attempts: self.attempts,
+            last: self.last.clone(),
+        }
+    }
+
     fn new(index: u64) -> Fetch {
         Fetch {
             index,

@@ -22,7 +22,7 @@ pub mod store;
 pub use link::{admin_request, query_status};
 pub use members::Change;
 pub use node::{Apply, Commit, Config, Proposal, Replica, Snapshots};
-pub use status::{Peer, Role, Status};
+pub use status::{Fetching, Peer, Role, Status};
 
 /// What can go wrong in a replica set's plumbing.
 #[derive(Debug, thiserror::Error)]

@@ -251,6 +251,7 @@ impl Replica {
             voters: Vec::new(),
             learners: Vec::new(),
             current: false,
+            fetching: None,
         }));
         let lease = Arc::new(AtomicU64::new(0));
         let epoch = Instant::now();
@@ -746,6 +747,7 @@ impl Run {
             // (a proposal failed when its lease lapsed stays in the log and
             // may commit later: serving before it does would start the
             // journal again behind it).
+            s.fetching = self.fetch.as_ref().map(|f| f.shown());
             s.current = role == Role::Leader
                 && self.fetch.is_none()
                 && r.raft_log.term(r.raft_log.committed).ok() == Some(r.term)

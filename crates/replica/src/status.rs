@@ -54,6 +54,22 @@ pub struct Status {
     /// every earlier one is), its whole log is committed and every
     /// committed entry is applied here.
     pub current: bool,
+    /// A state this member fetches from another (it was behind the
+    /// leader's compacted log; committed entries wait for it).
+    pub fetching: Option<Fetching>,
+}
+
+/// A state being fetched, as [`Status`] shows it.
+#[derive(Clone, Debug)]
+pub struct Fetching {
+    /// The state must stand at this entry or later.
+    pub index: u64,
+    /// Since when it is fetched.
+    pub since: Duration,
+    /// Attempts started (each from another member).
+    pub attempts: usize,
+    /// Why the last attempt failed ("" if none did).
+    pub last: String,
 }
 
 impl Status {
@@ -69,6 +85,11 @@ impl Status {
         let id = self.id;
         let _ = writeln!(s, "# HELP solofs_replica_role This member's role: 0 follower, 1 leader, 2 candidate.\n# TYPE solofs_replica_role gauge\nsolofs_replica_role{{member=\"{id}\"}} {role}");
         let _ = writeln!(s, "# HELP solofs_replica_term The replica set's current term.\n# TYPE solofs_replica_term gauge\nsolofs_replica_term{{member=\"{id}\"}} {}", self.term);
+        let f = self
+            .fetching
+            .as_ref()
+            .map_or(0.0, |f| f.since.as_secs_f64());
+        let _ = writeln!(s, "# HELP solofs_replica_fetching_seconds How long this member has been fetching another's state (0: it is not).\n# TYPE solofs_replica_fetching_seconds gauge\nsolofs_replica_fetching_seconds{{member=\"{id}\"}} {f}");
         for (n, h, v) in [
             (
                 "solofs_replica_last_index",
@@ -143,6 +164,18 @@ impl std::fmt::Display for Status {
         write!(f, ", voters {}", list(&self.voters))?;
         if !self.learners.is_empty() {
             write!(f, ", learners {}", list(&self.learners))?;
+        }
+        if let Some(x) = &self.fetching {
+            write!(
+                f,
+                "\n  fetching another member's state (entry {} or later) for {:.1} s, attempt {}",
+                x.index,
+                x.since.as_secs_f64(),
+                x.attempts
+            )?;
+            if !x.last.is_empty() {
+                write!(f, "; the last failed: {}", x.last)?;
+            }
         }
         for p in &self.peers {
             write!(

@@ -337,6 +337,14 @@ fn a_member_fetching_a_state_still_votes() {
         50,
         "the state came before its time, or entries were applied before it"
     );
+    // Its status says so (`solofs replicas status`, the metrics).
+    let st = set.members[&gone].status();
+    let shown = st.to_string();
+    assert!(shown.contains("fetching another member's state"), "{shown}");
+    assert!(
+        st.prometheus().contains("solofs_replica_fetching_seconds") && st.fetching.is_some(),
+        "{shown}"
+    );
     // The leader goes: the third member is elected with the fetching
     // member's vote and takes proposals within the usual time.
     // (Its stop waits for its links' threads, one of them streaming the
@@ -360,6 +368,8 @@ fn a_member_fetching_a_state_still_votes() {
     // applies what was committed meanwhile after it, each entry once.
     set.slow.store(0, Ordering::SeqCst);
     all_hold_entries(&set, 261);
+    let st = set.members[&gone].status();
+    assert!(st.fetching.is_none(), "{st}");
     for (_, r) in set.members.drain() {
         r.stop();
     }
