@@ -98,12 +98,29 @@ struct Image {
     /// (seconds at millions of files, in every failover). None while
     /// leading, until the applier has made it, and after it failed.
     warm: Option<ImageFile>,
+    /// How far the warm pool is made: its bytes below this are the
+    /// image's (records land there as they land in the image); the rest
+    /// is copied a chunk at a time between the applier's batches.
+    warm_at: u64,
     warm_path: PathBuf,
     /// The pool (`meta.pool`): the one this member last led with, of no
     /// use while it follows.
     pool: PathBuf,
     /// From when on a missing warm pool is made (None: not while leading).
     warm_from: Option<Instant>,
+}
+
+/// Bytes of the image copied to the warm pool at a time
+/// (`SOLOFS_WARM_CHUNK` changes it, for tests).
+fn warm_chunk() -> u64 {
+    static CHUNK: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *CHUNK.get_or_init(|| {
+        std::env::var("SOLOFS_WARM_CHUNK")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(16 << 20)
+    })
 }
 
 /// How long a member whose warm pool failed (a full disk, say) waits
@@ -161,33 +178,99 @@ impl Image {
             synced_at: Instant::now(),
             durable_index: Arc::new(std::sync::atomic::AtomicU64::new(index)),
             warm: None,
+            warm_at: 0,
             warm_path: pool.with_extension("pool.warm"),
             pool: pool.to_path_buf(),
             warm_from: Some(Instant::now()),
         })
     }
 
-    /// Makes the warm pool if it is missing and wanted: a copy of the
-    /// image as applied now (the image's lock is held meanwhile). A
-    /// failure is said and tried again after [`WARM_AGAIN`].
-    fn warm_up(&mut self) {
+    /// Makes the warm pool if it is missing and wanted, one chunk
+    /// ([`warm_chunk`]) of the image's copy per call (the applier calls
+    /// between batches, so it never stands still for a whole copy); true
+    /// if more is to copy. A failure is said and tried again after
+    /// [`WARM_AGAIN`].
+    fn warm_up(&mut self) -> bool {
         let due = self.warm_from.is_some_and(|t| Instant::now() >= t);
-        if self.warm.is_some() || !due {
-            return;
+        if !due || self.warm_ready() {
+            return false;
         }
         // A joining member's image before its first state is empty.
-        if self.img.file().metadata().map(|m| m.len()).unwrap_or(0) == 0 {
-            return;
+        if self.img.is_empty() {
+            return false;
         }
-        let made = std::fs::copy(&self.path, &self.warm_path)
-            .map_err(anyhow::Error::from)
-            .and_then(|_| Ok(ImageFile::open(&self.warm_path)?));
-        match made {
-            Ok(w) => {
-                self.warm = Some(w);
-                self.empty_pool();
+        match self.warm_step() {
+            Ok(more) => {
+                if !more {
+                    self.empty_pool();
+                }
+                more
             }
-            Err(e) => self.warm_failed(e),
+            Err(e) => {
+                self.warm_failed(e);
+                false
+            }
+        }
+    }
+
+    /// Is the warm pool the image, whole?
+    fn warm_ready(&self) -> bool {
+        self.warm.is_some() && self.warm_at >= self.img.len()
+    }
+
+    /// Starts the warm pool (a file of the image's length, copied from
+    /// the start) or copies its next chunk; true if more is to copy.
+    fn warm_step(&mut self) -> Result<bool> {
+        self.warm_step_by(warm_chunk())
+    }
+
+    /// [`Image::warm_step`] with chunks of `chunk` bytes.
+    fn warm_step_by(&mut self, chunk: u64) -> Result<bool> {
+        let len = self.img.len();
+        if self.warm.is_none() {
+            let f = File::create(&self.warm_path)?;
+            f.set_len(len)?;
+            drop(f);
+            self.warm = Some(ImageFile::open(&self.warm_path)?);
+            self.warm_at = 0;
+        }
+        let Some(w) = self.warm.as_mut() else {
+            return Ok(false);
+        };
+        let n = chunk.min(len.saturating_sub(self.warm_at));
+        if n > 0 {
+            let mut b = vec![0u8; n as usize];
+            self.img.file().read_exact_at(&mut b, self.warm_at)?;
+            w.apply(wal::Rec::Bytes(self.warm_at, &b))?;
+            self.warm_at += n;
+        }
+        Ok(self.warm_at < len)
+    }
+
+    /// Applies record `r`, applied to the image, to the warm pool's part
+    /// already made (the rest is copied later, with it).
+    fn warm_apply(
+        w: &mut ImageFile,
+        warm_at: &mut u64,
+        img_len: u64,
+        r: wal::Rec,
+    ) -> solofs_meta::Result<()> {
+        let below = |off: u64, n: u64| n.min(warm_at.saturating_sub(off));
+        match r {
+            wal::Rec::Bytes(off, b) if off < *warm_at => {
+                let n = below(off, b.len() as u64) as usize;
+                w.apply(wal::Rec::Bytes(off, &b[..n]))
+            }
+            wal::Rec::Zero(off, n) if off < *warm_at => w.apply(wal::Rec::Zero(off, below(off, n))),
+            wal::Rec::Grow(len) => {
+                w.apply(r)?;
+                // Grown with zeros on both sides: a whole copy stays whole.
+                if *warm_at >= img_len {
+                    *warm_at = (*warm_at).max(len);
+                }
+                Ok(())
+            }
+            _ => Ok(()),
         }
     }
 
@@ -224,7 +307,8 @@ impl Image {
     /// Whether it was the warm pool.
     fn pool_to_lead(&mut self, pool: &Path) -> Result<bool> {
         self.warm_from = None;
-        if self.warm.take().is_some() && std::fs::rename(&self.warm_path, pool).is_ok() {
+        let ready = self.warm_ready();
+        if self.warm.take().is_some() && ready && std::fs::rename(&self.warm_path, pool).is_ok() {
             return Ok(true);
         }
         std::fs::copy(&self.path, pool)
@@ -255,11 +339,16 @@ impl Image {
             );
         }
         let (img, aux, warm) = (&mut self.img, &mut self.aux, &mut self.warm);
+        let warm_at = &mut self.warm_at;
         let mut warm_err = None;
         let end = wal::scan_bytes(start, &data[8..], |r| match r {
             wal::Rec::Aux(off, b) => aux.write(off, b),
             r => {
-                if let Some(Err(e)) = warm.as_mut().map(|w| w.apply(r)) {
+                let img_len = img.len();
+                if let Some(Err(e)) = warm
+                    .as_mut()
+                    .map(|w| Image::warm_apply(w, warm_at, img_len, r))
+                {
                     *warm = None;
                     warm_err = Some(e);
                 }
@@ -517,7 +606,12 @@ impl Feed {
                         drop(q);
                         if let Ok(mut img) = image.lock() {
                             let _ = img.sync();
-                            img.warm_up();
+                        }
+                        // The warm pool's copy, a chunk at a time, while
+                        // no entry waits.
+                        while image.lock().is_ok_and(|mut img| img.warm_up())
+                            && self.q.lock().is_ok_and(|q| q.entries.is_empty() && !q.stop)
+                        {
                         }
                         q = match self.q.lock() {
                             Ok(q) => q,
@@ -1006,5 +1100,84 @@ impl FollowerMetrics {
     fn stop(self) {
         self.stop.store(true, std::sync::atomic::Ordering::Release);
         let _ = self.thread.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The warm pool, copied a chunk at a time while records land on
+    /// the image (across the copy's cursor, below it, above it, and a
+    /// growth), ends byte for byte the image.
+    #[test]
+    fn a_warm_pool_copied_in_chunks_under_records_is_the_image() {
+        let d = std::env::temp_dir().join(format!("solofs-warm-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let pool = d.join("meta.pool");
+        let path = d.join("meta.pool.ckpt");
+        let mut x = 7u64;
+        let bytes: Vec<u8> = (0..65536)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (x >> 56) as u8
+            })
+            .collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let mut img = Image {
+            img: ImageFile::open(&path).unwrap(),
+            path: path.clone(),
+            aux: AuxImage::open(d.join("meta.replies.image")).unwrap(),
+            state: d.join("meta.pool.applied"),
+            index: 0,
+            pos: 0,
+            dirty: 0,
+            synced_at: Instant::now(),
+            durable_index: Default::default(),
+            warm: None,
+            warm_at: 0,
+            warm_path: d.join("meta.pool.warm"),
+            warm_from: Some(Instant::now()),
+            pool,
+        };
+        let record = |img: &mut Image, r: wal::Rec| {
+            let len = img.img.len();
+            if let Some(w) = img.warm.as_mut() {
+                Image::warm_apply(w, &mut img.warm_at, len, r).unwrap();
+            }
+            img.img.apply(r).unwrap();
+        };
+        for _ in 0..5 {
+            assert!(img.warm_step_by(4096).unwrap());
+        }
+        let at = img.warm_at;
+        assert_eq!(at, 5 * 4096);
+        record(&mut img, wal::Rec::Bytes(at - 100, &[1; 300]));
+        record(&mut img, wal::Rec::Bytes(10, &[2; 50]));
+        record(&mut img, wal::Rec::Bytes(at + 5000, &[3; 50]));
+        record(&mut img, wal::Rec::Zero(at - 7, 20));
+        assert!(img.warm_step_by(4096).unwrap());
+        record(&mut img, wal::Rec::Grow(81920));
+        record(&mut img, wal::Rec::Bytes(70000, &[4; 64]));
+        let mut steps = 0;
+        while img.warm_step_by(4096).unwrap() {
+            steps += 1;
+            if steps == 3 {
+                let at = img.warm_at;
+                record(&mut img, wal::Rec::Bytes(at - 1, &[5; 2]));
+            }
+        }
+        assert!(img.warm_ready());
+        // Whole now: records go to both in full, growth included.
+        record(&mut img, wal::Rec::Grow(90112));
+        record(&mut img, wal::Rec::Bytes(85000, &[6; 10]));
+        assert!(img.warm_ready());
+        let want = std::fs::read(&path).unwrap();
+        assert_eq!(want.len(), 90112);
+        assert!(std::fs::read(d.join("meta.pool.warm")).unwrap() == want);
+        drop(img);
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -215,6 +215,9 @@ impl Set {
         if let Some(k) = self.keep {
             cmd.env("SOLOFS_REPLICA_KEEP", k.to_string());
         }
+        // The warm pool copied in many chunks, records applied between
+        // them (a volume of millions of files has thousands).
+        cmd.env("SOLOFS_WARM_CHUNK", "262144");
         let (child, lines) = spawn_piped(
             cmd.args(["--workers", "2", "--data"])
                 .arg(self.data(i))

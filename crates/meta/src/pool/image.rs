@@ -52,6 +52,16 @@ impl ImageFile {
         &self.file
     }
 
+    /// Bytes of the image (the file's length when last mapped).
+    pub fn len(&self) -> u64 {
+        self.len as u64
+    }
+
+    /// Is the image empty?
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Maps the file as long as it is now.
     fn remap(&mut self) -> Result<()> {
         self.unmap();
