@@ -110,6 +110,27 @@ struct Image {
     warm_from: Option<Instant>,
 }
 
+/// Applies record `r` to the image `img` and to the part of the warm
+/// pool already made; a failure of the warm pool drops it (its error in
+/// `warm_err`), one of the image is returned.
+fn apply_both(
+    img: &mut ImageFile,
+    warm: &mut Option<ImageFile>,
+    warm_at: &mut u64,
+    warm_err: &mut Option<solofs_meta::Error>,
+    r: wal::Rec,
+) -> solofs_meta::Result<()> {
+    let img_len = img.len();
+    if let Some(Err(e)) = warm
+        .as_mut()
+        .map(|w| Image::warm_apply(w, warm_at, img_len, r))
+    {
+        *warm = None;
+        *warm_err = Some(e);
+    }
+    img.apply(r)
+}
+
 /// Bytes of the image copied to the warm pool at a time
 /// (`SOLOFS_WARM_CHUNK` changes it, for tests).
 fn warm_chunk() -> u64 {
@@ -343,17 +364,7 @@ impl Image {
         let mut warm_err = None;
         let end = wal::scan_bytes(start, &data[8..], |r| match r {
             wal::Rec::Aux(off, b) => aux.write(off, b),
-            r => {
-                let img_len = img.len();
-                if let Some(Err(e)) = warm
-                    .as_mut()
-                    .map(|w| Image::warm_apply(w, warm_at, img_len, r))
-                {
-                    *warm = None;
-                    warm_err = Some(e);
-                }
-                img.apply(r)
-            }
+            r => apply_both(img, warm, warm_at, &mut warm_err, r),
         })?;
         if let Some(e) = warm_err {
             self.warm_failed(e);
@@ -1143,11 +1154,9 @@ mod tests {
             pool,
         };
         let record = |img: &mut Image, r: wal::Rec| {
-            let len = img.img.len();
-            if let Some(w) = img.warm.as_mut() {
-                Image::warm_apply(w, &mut img.warm_at, len, r).unwrap();
-            }
-            img.img.apply(r).unwrap();
+            let mut err = None;
+            apply_both(&mut img.img, &mut img.warm, &mut img.warm_at, &mut err, r).unwrap();
+            assert!(err.is_none(), "{err:?}");
         };
         for _ in 0..5 {
             assert!(img.warm_step_by(4096).unwrap());
