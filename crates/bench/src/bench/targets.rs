@@ -317,12 +317,16 @@ impl Target for ServerTarget {
         true
     }
     fn setup_dirs(&mut self, names: &[String]) -> Result<Vec<u64>> {
+        // Directory i is thread i's (or, shared, the first thread's): made
+        // by that thread's client, not by a third one that would then be
+        // told of every change in it (a notice per create an application
+        // working alone in its directory does not cause).
         names
             .iter()
-            .map(|n| {
+            .enumerate()
+            .map(|(i, n)| {
                 let name = format!("{}-{n}", self.prefix);
-                Ok(self
-                    .c
+                Ok(self.cs[i % self.cs.len()]
                     .mkdir(
                         &self.cred,
                         solofs_client::at(ROOT_INO, name.as_bytes()),
