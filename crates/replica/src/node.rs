@@ -204,6 +204,9 @@ impl Replica {
             voters.clear();
         }
         let store = LogStore::open(&cfg.dir, &voters)?;
+        if cfg.commit == Commit::Sync {
+            store.zero_ahead()?;
+        }
         // Raft hands over entries after `applied`, which must be known
         // committed; entries the server applied past the stored commit
         // index (kept lazily) come again and are skipped here.
@@ -504,6 +507,7 @@ impl Run {
     /// made durable, the lease ends.
     pub(crate) fn finish(&mut self) {
         self.fail_pending();
+        self.store.stop_ahead();
         let _ = self.store.sync();
         self.lease.store(0, Ordering::Release);
         let mut s = self.status.lock();

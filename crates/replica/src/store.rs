@@ -75,6 +75,60 @@ struct Core {
     cache_bytes: usize,
     /// The number the next segment gets.
     next_seq: u64,
+    /// Zeros written ahead of the tail (under the `sync` rule).
+    ahead: Option<Arc<Ahead>>,
+}
+
+/// Bytes zero-filled ahead of the last segment's tail at a time.
+const AHEAD_CHUNK: u64 = 4 << 20;
+/// An append that leaves less zero-filled room than this ahead of the
+/// tail asks for the next chunk.
+const AHEAD_LOW: u64 = 2 << 20;
+
+/// Zeros written and synced ahead of the last segment's tail by a thread
+/// of their own (docs/replication.md, "The log store"). An append that
+/// lands on blocks already written makes its `fdatasync` write the data
+/// alone; one that makes the file longer also commits the file system's
+/// journal for the new size (ext4 here: 125–140 µs against 190–210 µs for
+/// a 14 KB append). Used under the `sync` rule, which syncs every append.
+struct Ahead {
+    st: parking_lot::Mutex<AheadState>,
+    cv: parking_lot::Condvar,
+}
+
+impl Ahead {
+    fn stop(&self) {
+        let mut st = self.st.lock();
+        st.stop = true;
+        self.cv.notify_all();
+        while st.filling.is_some() {
+            self.cv.wait(&mut st);
+        }
+    }
+}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        if let Some(a) = self.ahead.take() {
+            a.stop();
+        }
+    }
+}
+
+#[derive(Default)]
+struct AheadState {
+    /// The segment `zeroed` is about.
+    seq: u64,
+    /// Its bytes from the start known written (records, or zeros).
+    zeroed: u64,
+    /// A chunk being zero-filled: (segment, from, to). An append that
+    /// would write into it waits.
+    filling: Option<(u64, u64, u64)>,
+    /// An append asked for more room.
+    want: bool,
+    stop: bool,
+    /// Zero-filling failed (a full disk, say): appends go on without.
+    failed: bool,
 }
 
 /// A segment file: its number (in its name), the index of its first
@@ -178,6 +232,64 @@ fn decode(b: &[u8]) -> Option<(Entry, usize)> {
     e.context = b[REC_HEAD..REC_HEAD + cl].to_vec().into();
     e.data = b[REC_HEAD + cl..end].to_vec().into();
     Some((e, end.next_multiple_of(8)))
+}
+
+/// The zero-filling thread: whenever an append asks, writes the next
+/// [`AHEAD_CHUNK`] of zeros past what is already written of the last
+/// segment (not past its nominal size), and syncs them.
+fn fill_ahead(core: &std::sync::Weak<RwLock<Core>>, a: &Ahead) {
+    loop {
+        {
+            let mut st = a.st.lock();
+            while !st.want && !st.stop {
+                a.cv.wait(&mut st);
+            }
+            if st.stop {
+                return;
+            }
+            st.want = false;
+        }
+        let Some(core) = core.upgrade() else { return };
+        // The chunk is chosen under the log's lock, and claimed before it
+        // is let go: an append that would write into it waits.
+        let job = {
+            let c = core.read();
+            let mut st = a.st.lock();
+            c.segs.last().and_then(|s| {
+                if st.seq != s.seq {
+                    (st.seq, st.zeroed) = (s.seq, c.tail);
+                }
+                let from = st.zeroed.max(c.tail);
+                let to = (from + AHEAD_CHUNK).min(c.seg_bytes);
+                if from >= to || from >= c.tail + AHEAD_CHUNK {
+                    return None;
+                }
+                st.filling = Some((s.seq, from, to));
+                let f = s.file.try_clone().ok()?;
+                Some((s.seq, from, to, f, seg_path(&c.dir, s.seq)))
+            })
+        };
+        drop(core);
+        let Some((seq, from, to, f, p)) = job else {
+            continue;
+        };
+        let zeros = vec![0u8; (to - from) as usize];
+        let done = f.write_all_at(&zeros, from).and_then(|()| f.sync_data());
+        let mut st = a.st.lock();
+        st.filling = None;
+        match done {
+            Ok(()) if st.seq == seq => st.zeroed = st.zeroed.max(to),
+            Ok(()) => {}
+            Err(e) => {
+                eprintln!(
+                    "solofs: writing zeros ahead of the log in {} failed ({e}); appends go on without",
+                    p.display()
+                );
+                st.failed = true;
+            }
+        }
+        a.cv.notify_all();
+    }
 }
 
 impl Core {
@@ -321,6 +433,11 @@ impl Core {
             return Ok(());
         }
         if self.segs.is_empty() || self.tail >= self.seg_bytes {
+            if let (true, Some(s)) = (self.unsynced, self.segs.last()) {
+                // What is not yet durable of the full segment becomes so
+                // now: `sync` looks at the last segment only.
+                sync(&s.file, &seg_path(&self.dir, s.seq))?;
+            }
             let seq = self.next_seq.max(self.segs.last().map_or(0, |s| s.seq + 1));
             self.next_seq = seq + 1;
             let p = seg_path(&self.dir, seq);
@@ -345,6 +462,23 @@ impl Core {
             .segs
             .last_mut()
             .ok_or_else(|| Error::Corrupt("no segment".into()))?;
+        let end = self.tail + buf.len() as u64;
+        if let Some(a) = &self.ahead {
+            let mut st = a.st.lock();
+            while let Some((s, from, to)) = st.filling {
+                if s != seg.seq || end <= from || self.tail >= to {
+                    break;
+                }
+                a.cv.wait(&mut st);
+            }
+            if st.seq != seg.seq {
+                (st.seq, st.zeroed) = (seg.seq, self.tail);
+            }
+            if !st.failed && st.zeroed < end + AHEAD_LOW && st.zeroed < self.seg_bytes {
+                st.want = true;
+                a.cv.notify_all();
+            }
+        }
         // (The path is made only for an error: an append is hot.)
         seg.file
             .write_all_at(&buf, self.tail)
@@ -463,6 +597,7 @@ impl LogStore {
             seg_bytes,
             cache_bytes,
             next_seq: 0,
+            ahead: None,
         };
         if fresh {
             core.write_state()?;
@@ -527,6 +662,46 @@ impl LogStore {
     /// Durable after [`LogStore::sync`].
     pub fn append(&self, entries: &[Entry]) -> Result<()> {
         self.core.write().append(entries)
+    }
+
+    /// Starts writing zeros ahead of the log's tail in a thread of its own
+    /// (see [`Ahead`]); [`LogStore::stop_ahead`] ends it.
+    pub fn zero_ahead(&self) -> Result<()> {
+        let a = Arc::new(Ahead {
+            st: Default::default(),
+            cv: Default::default(),
+        });
+        {
+            let mut c = self.core.write();
+            if c.ahead.is_some() {
+                return Ok(());
+            }
+            // What follows the last segment's tail is zeros (`open`
+            // checked it, or cut a torn record off).
+            if let Some(s) = c.segs.last() {
+                let len = s.file.metadata().map(|m| m.len()).unwrap_or(0);
+                let mut st = a.st.lock();
+                (st.seq, st.zeroed) = (s.seq, len.max(c.tail));
+                st.want = true;
+            }
+            c.ahead = Some(a.clone());
+        }
+        let core = Arc::downgrade(&self.core);
+        std::thread::Builder::new()
+            .name("solofs-log-zero".into())
+            .spawn(move || fill_ahead(&core, &a))
+            .map_err(|e| Error::Io("start the log's zero-filling thread".into(), e))?;
+        Ok(())
+    }
+
+    /// Ends the thread [`LogStore::zero_ahead`] started, once the chunk
+    /// it is writing is written (a log opened again after must not see
+    /// zeros land on its appends).
+    pub fn stop_ahead(&self) {
+        let a = self.core.write().ahead.take();
+        if let Some(a) = a {
+            a.stop();
+        }
     }
 
     /// Makes every append so far durable.

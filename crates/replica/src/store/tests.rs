@@ -1,5 +1,6 @@
 use super::*;
 use raft::Storage;
+use std::time::Duration;
 
 fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("solofs-rlog-{name}-{}", std::process::id()));
@@ -202,4 +203,75 @@ fn a_member_of_the_first_configuration_starts_past_a_compacted_point() {
     assert!(s.conf_state().voters.is_empty());
     std::fs::remove_dir_all(&d).unwrap();
     std::fs::remove_dir_all(&j).unwrap();
+}
+
+#[test]
+fn zeros_written_ahead_of_the_tail_are_appended_over_and_end_the_log() {
+    let d = scratch("ahead");
+    let p = seg_path(&d, 0);
+    let len = || std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
+    // Records of 1 000 bytes of data: 1 040 bytes each on disk.
+    let rec = |i: u64| entry(i, 1, &[i as u8; 1000]);
+    let s = LogStore::open(&d, &[]).unwrap();
+    s.zero_ahead().unwrap();
+    for i in 1..=50u64 {
+        s.append(&[rec(i)]).unwrap();
+        s.sync().unwrap();
+    }
+    let t0 = std::time::Instant::now();
+    while len() < AHEAD_CHUNK && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(len() >= AHEAD_CHUNK, "{} bytes", len());
+    // Dropped while it may be writing zeros: a reopened log must not
+    // get them on its own appends.
+    drop(s);
+    let s = LogStore::open(&d, &[1]).unwrap();
+    assert_eq!(s.last(), (50, 1));
+    s.zero_ahead().unwrap();
+    for i in 51..=100u64 {
+        s.append(&[rec(i)]).unwrap();
+        s.sync().unwrap();
+    }
+    drop(s);
+    // Half a record written over the zeros: torn, it ends the log, and the
+    // appends after go on from there.
+    let mut torn = Vec::new();
+    encode(&rec(101), &mut torn);
+    let f = OpenOptions::new().write(true).open(&p).unwrap();
+    f.write_all_at(&torn[..torn.len() / 2], 100 * 1040).unwrap();
+    drop(f);
+    let s = LogStore::open(&d, &[1]).unwrap();
+    let want: Vec<_> = (1..=100u64).map(|i| (i, 1, vec![i as u8; 1000])).collect();
+    assert!(all(&s) == want, "{:?}", s.last());
+    s.zero_ahead().unwrap();
+    s.append(&[entry(101, 2, b"after")]).unwrap();
+    s.sync().unwrap();
+    drop(s);
+    let s = LogStore::open(&d, &[1]).unwrap();
+    assert_eq!(all(&s).len(), 101);
+    assert_eq!(all(&s).last().unwrap(), &(101, 2, b"after".to_vec()));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn zeros_ahead_stay_inside_small_segments_across_rollovers() {
+    let d = scratch("ahead-small");
+    let s = LogStore::open_sized(&d, &[], 4096, CACHE).unwrap();
+    s.zero_ahead().unwrap();
+    for i in 1..=60u64 {
+        s.append(&[entry(i, 1, &[i as u8; 300])]).unwrap();
+        s.sync().unwrap();
+    }
+    drop(s);
+    let s = LogStore::open_sized(&d, &[1], 4096, CACHE).unwrap();
+    let want: Vec<_> = (1..=60u64).map(|i| (i, 1, vec![i as u8; 300])).collect();
+    assert!(all(&s) == want, "{:?}", s.last());
+    // No segment was filled past its size plus the record that crossed it.
+    for e in std::fs::read_dir(&d).unwrap().flatten() {
+        if e.file_name().to_string_lossy().starts_with("log-") {
+            assert!(e.metadata().unwrap().len() <= 4096 + 400, "{:?}", e.path());
+        }
+    }
+    std::fs::remove_dir_all(&d).unwrap();
 }
