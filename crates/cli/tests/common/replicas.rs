@@ -3,11 +3,12 @@
 //! directories, each member's links to the others through a proxy the
 //! test can cut (a partition), and checks that the members agree.
 
-use super::{spawn_piped, BIN};
+use super::BIN;
 use solofs_meta::{Cred, Engine, ROOT_INO};
+use std::io::{BufRead, BufReader};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -101,6 +102,8 @@ pub struct Set {
     pub keep: Option<u64>,
     /// What each member printed (every run of it).
     said: Vec<std::sync::Arc<std::sync::Mutex<Vec<String>>>>,
+    /// Lines of the members' stderr that tell of a panic.
+    panics: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Set {
@@ -185,6 +188,7 @@ impl Set {
             commit,
             keep: None,
             said: (0..slots).map(|_| Default::default()).collect(),
+            panics: Default::default(),
         }
     }
 
@@ -218,13 +222,32 @@ impl Set {
         // The warm pool copied in many chunks, records applied between
         // them (a volume of millions of files has thousands).
         cmd.env("SOLOFS_WARM_CHUNK", "262144");
-        let (child, lines) = spawn_piped(
-            cmd.args(["--workers", "2", "--data"])
-                .arg(self.data(i))
-                .args(["--peers", &self.peers[i], "--id", &(i + 1).to_string()])
-                .args(["--listen", &self.clients[i], "--commit", self.commit])
-                .args(["--metrics", &self.metrics[i]]),
-        );
+        let mut child = cmd
+            .args(["--workers", "2", "--data"])
+            .arg(self.data(i))
+            .args(["--peers", &self.peers[i], "--id", &(i + 1).to_string()])
+            .args(["--listen", &self.clients[i], "--commit", self.commit])
+            .args(["--metrics", &self.metrics[i]])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        // A thread of a member that panics may leave the others going:
+        // [`Set::stop_all`] fails the test on it.
+        let err = BufReader::new(child.stderr.take().unwrap());
+        let panics = self.panics.clone();
+        std::thread::spawn(move || {
+            for l in err.lines().map_while(Result::ok) {
+                eprintln!("{l}");
+                if l.contains("panicked at") {
+                    panics
+                        .lock()
+                        .unwrap()
+                        .push(format!("member {}: {l}", i + 1));
+                }
+            }
+        });
         let said = self.said[i].clone();
         std::thread::spawn(move || {
             for l in lines.map_while(Result::ok) {
@@ -336,6 +359,8 @@ impl Set {
                 let _ = c.wait();
             }
         }
+        let panics = self.panics.lock().unwrap().clone();
+        assert!(panics.is_empty(), "members panicked: {panics:?}");
     }
 
     /// What `solofs replicas status` prints for the set.
