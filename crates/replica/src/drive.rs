@@ -140,7 +140,7 @@ fn refuse(i: Input) {
     match i {
         Input::Propose(_, answer) | Input::Change(_, answer) => answer.send(Err(Error::Stopped)),
         Input::Fetched(r) => r.discard(),
-        Input::Link(_) | Input::Tick | Input::StepDown | Input::Stop => {}
+        Input::Link(_) | Input::Tick | Input::StepDown | Input::Synced(_) | Input::Stop => {}
     }
 }
 

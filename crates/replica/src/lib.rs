@@ -16,6 +16,7 @@ mod drive;
 pub mod link;
 pub mod members;
 pub mod node;
+mod persist;
 pub mod status;
 pub mod store;
 

@@ -122,6 +122,8 @@ pub(crate) enum Input {
     Change(Change, Answer),
     /// A background fetch of another member's state ended.
     Fetched(crate::catchup::Fetched),
+    /// The log was synced (`sync` rule; persist.rs).
+    Synced(crate::persist::Synced),
     Stop,
 }
 
@@ -302,6 +304,7 @@ impl Replica {
             done,
             keep: cfg.keep,
             compacted_at: Instant::now(),
+            syncer: None,
             dir: cfg.dir.clone(),
             book,
         };
@@ -311,6 +314,12 @@ impl Replica {
             // (A first configuration's log starts at INIT, before any
             // entry.)
             run.start_fetch(base);
+        }
+        if cfg.commit == Commit::Sync {
+            run.syncer = Some(crate::persist::Syncer::start(
+                run.store.clone(),
+                Arc::downgrade(&driver),
+            )?);
         }
         driver.install(run);
         let tick = cfg.tick;
@@ -465,6 +474,8 @@ pub(crate) struct Run {
     /// See [`Config::keep`].
     pub(crate) keep: u64,
     pub(crate) compacted_at: Instant,
+    /// Syncs the log off this thread (`sync` rule), once started.
+    pub(crate) syncer: Option<Arc<crate::persist::Syncer>>,
     /// Where the log and the address book live.
     pub(crate) dir: PathBuf,
     /// Every member's peer address.
@@ -507,6 +518,9 @@ impl Run {
     /// made durable, the lease ends.
     pub(crate) fn finish(&mut self) {
         self.fail_pending();
+        if let Some(s) = self.syncer.take() {
+            s.stop();
+        }
         self.store.stop_ahead();
         let _ = self.store.sync();
         self.lease.store(0, Ordering::Release);
@@ -541,6 +555,11 @@ impl Run {
             }
             Input::Link(Incoming::Unreachable(id)) => self.node.report_unreachable(id),
             Input::Fetched(r) => self.fetched(r),
+            Input::Synced(Ok((number, msgs))) => {
+                self.send(msgs);
+                self.node.on_persist_ready(number);
+            }
+            Input::Synced(Err(why)) => self.failed = Some(why),
             Input::Change(c, answer) => match self.propose_change(c) {
                 Ok(()) => {
                     let idx = self.node.raft.raft_log.last_index();
@@ -596,8 +615,11 @@ impl Run {
             return Ok(());
         }
         let mut rd = self.node.ready();
+        // (A snapshot's point is applied at once: its `Ready` is synced
+        // here, not by the syncing thread.)
+        let snapshot = rd.snapshot().get_metadata().index != 0;
         self.send(rd.take_messages());
-        if rd.snapshot().get_metadata().index != 0 {
+        if snapshot {
             // This member is behind the leader's log: a voter's log starts
             // at the snapshot's point now, and a state at that point or
             // later is fetched in the background (from the leader or any
@@ -619,7 +641,21 @@ impl Run {
         if let Some(hs) = rd.hs() {
             self.store.set_hardstate(hs)?;
         }
+        if let (Some(syncer), false) = (&self.syncer, snapshot) {
+            // Raft reads the entries back from the log already; what must
+            // wait for them to be durable goes when the syncing thread
+            // says so (Input::Synced).
+            let (number, msgs) = (rd.number(), rd.take_persisted_messages());
+            let committed = rd.take_committed_entries();
+            self.node.advance_append_async(rd);
+            syncer.push(number, msgs);
+            self.committed(committed)?;
+            self.node.advance_apply();
+            return Ok(());
+        }
         if self.commit == Commit::Sync {
+            // Also what earlier `Ready`s left to the syncing thread: the
+            // advance below counts them durable.
             self.store.sync()?;
         }
         // The answer goes before this member applies what the leader said

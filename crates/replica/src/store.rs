@@ -67,8 +67,9 @@ struct Core {
     tail: u64,
     state: File,
     seq: u64,
-    /// Appends not yet `fdatasync`ed.
-    unsynced: bool,
+    /// Appends so far, and how many of them a `fdatasync` covers.
+    appends: u64,
+    synced: u64,
     /// Bytes after which a new segment starts.
     seg_bytes: u64,
     /// Bytes of entries kept in memory.
@@ -136,7 +137,8 @@ struct AheadState {
 struct Seg {
     seq: u64,
     first: Option<u64>,
-    file: File,
+    /// (Shared with a sync running without the log's lock.)
+    file: Arc<File>,
 }
 
 /// An entry of the log: its record's place, and the entry while recent.
@@ -433,7 +435,7 @@ impl Core {
             return Ok(());
         }
         if self.segs.is_empty() || self.tail >= self.seg_bytes {
-            if let (true, Some(s)) = (self.unsynced, self.segs.last()) {
+            if let (true, Some(s)) = (self.appends != self.synced, self.segs.last()) {
                 // What is not yet durable of the full segment becomes so
                 // now: `sync` looks at the last segment only.
                 sync(&s.file, &seg_path(&self.dir, s.seq))?;
@@ -447,7 +449,7 @@ impl Core {
             self.segs.push(Seg {
                 seq,
                 first: None,
-                file: f,
+                file: Arc::new(f),
             });
             self.tail = 0;
         }
@@ -489,7 +491,7 @@ impl Core {
         for (e, (at, size)) in entries.iter().zip(places) {
             self.place(e.clone(), seq, at, size)?;
         }
-        self.unsynced = true;
+        self.appends += 1;
         Ok(())
     }
 }
@@ -593,7 +595,8 @@ impl LogStore {
             tail: 0,
             state,
             seq,
-            unsynced: false,
+            appends: 0,
+            synced: 0,
             seg_bytes,
             cache_bytes,
             next_seq: 0,
@@ -647,7 +650,7 @@ impl LogStore {
             core.segs.push(Seg {
                 seq,
                 first,
-                file: f,
+                file: Arc::new(f),
             });
         }
         if core.hs.commit > core.last_index() {
@@ -704,17 +707,19 @@ impl LogStore {
         }
     }
 
-    /// Makes every append so far durable.
+    /// Makes every append so far durable. The `fdatasync` runs without
+    /// the log's lock: appends go on meanwhile (a later sync covers them).
     pub fn sync(&self) -> Result<()> {
-        let c = self.core.read();
-        if !c.unsynced {
-            return Ok(());
-        }
-        if let Some(s) = c.segs.last() {
-            sync(&s.file, &seg_path(&c.dir, s.seq))?;
-        }
-        drop(c);
-        self.core.write().unsynced = false;
+        let (f, p, upto) = {
+            let c = self.core.read();
+            let Some(s) = c.segs.last().filter(|_| c.appends != c.synced) else {
+                return Ok(());
+            };
+            (s.file.clone(), seg_path(&c.dir, s.seq), c.appends)
+        };
+        sync(&f, &p)?;
+        let mut c = self.core.write();
+        c.synced = c.synced.max(upto);
         Ok(())
     }
 
