@@ -668,7 +668,7 @@ impl LogStore {
     }
 
     /// Starts writing zeros ahead of the log's tail in a thread of its own
-    /// (see [`Ahead`]); [`LogStore::stop_ahead`] ends it.
+    /// (see `Ahead` in store.rs); [`LogStore::stop_ahead`] ends it.
     pub fn zero_ahead(&self) -> Result<()> {
         let a = Arc::new(Ahead {
             st: Default::default(),
