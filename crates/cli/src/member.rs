@@ -890,6 +890,27 @@ impl wal::Replicate for ToLog {
     }
 }
 
+/// Holds `data`, a member's directory, for this process (a `flock` on the
+/// directory, let go when the value is dropped or the process ends): a
+/// second process on it — a service started twice, a typo in `--peers`
+/// or `--id` — would write the same log and image.
+fn hold_directory(data: &Path) -> Result<std::fs::File> {
+    let d = std::fs::File::open(data).with_context(|| format!("opening {}", data.display()))?;
+    match rustix::fs::flock(&d, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(d),
+        Err(rustix::io::Errno::WOULDBLOCK) => {
+            let who = crate::serve::lock_holder(data)
+                .map_or(String::new(), |p| format!(" (process {p})"));
+            bail!(
+                "another process{who} runs the replica set member in {}: a member's directory takes one process; stop that one first",
+                data.display()
+            )
+        }
+        Err(e) => Err(anyhow::Error::new(std::io::Error::from(e))
+            .context(format!("locking {}", data.display()))),
+    }
+}
+
 /// Runs member `m` of a replica set on the volume in `data` until a
 /// signal.
 pub fn run(
@@ -899,6 +920,7 @@ pub fn run(
     m: Member,
     stop: &crate::serve::Stop,
 ) -> Result<()> {
+    let _held = hold_directory(data)?;
     let pool = crate::serve::pool_path(data);
     let image = Image::open(&pool, m.join)?;
     let durable_index = image.durable_index.clone();

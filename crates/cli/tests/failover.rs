@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::replicas::{check_agree, check_members_agree, Set};
+use common::replicas::{check_agree, check_members_agree, free_port, Set};
 use common::{assert_writer_model, start_writers, Wrote, WRITER_KEEP};
 use solofs_client::{Client, Options};
 use std::path::PathBuf;
@@ -714,4 +714,65 @@ fn a_member_whose_disk_fills_stops_and_the_others_go_on() {
     check_members_agree(&set);
     drop(set);
     drop(fs);
+}
+
+#[test]
+fn a_second_process_on_a_members_directory_is_refused() {
+    let mut set = Set::new("twice", "fast");
+    set.start_all();
+    let l = set.leader().unwrap();
+    // The leader's member again, on addresses of its own (a typo in
+    // --peers, or a service started twice by hand): it would write the
+    // same log and image.
+    let peers = (1..=3)
+        .map(|j| format!("{j}=127.0.0.1:{}", free_port()))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut second = std::process::Command::new(common::BIN)
+        .args(["serve", "--data"])
+        .arg(set.data(l))
+        .args(["--peers", &peers, "--id", &(l + 1).to_string()])
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let status = loop {
+        if let Some(st) = second.try_wait().unwrap() {
+            break st;
+        }
+        if t.elapsed() > Duration::from_secs(10) {
+            let _ = second.kill();
+            let _ = second.wait();
+            panic!("a second process ran on member {}'s directory", l + 1);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    use std::io::Read;
+    second
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(!status.success(), "{err}");
+    assert!(
+        err.contains("another process") && err.contains("runs the replica set member"),
+        "{err}"
+    );
+    // The set is untouched: the same leader serves, the members agree.
+    assert_eq!(set.leader(), Some(l));
+    let c = Client::connect(&set.addrs(), &set.secret()).unwrap();
+    c.mkdir(
+        &solofs_meta::Cred::root(),
+        solofs_client::at(solofs_meta::ROOT_INO, b"after"),
+        0o755,
+    )
+    .unwrap();
+    // (The followers learn of the commit with the next heartbeat.)
+    std::thread::sleep(Duration::from_millis(1500));
+    set.stop_all();
+    check_members_agree(&set);
 }
