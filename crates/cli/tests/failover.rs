@@ -568,7 +568,12 @@ fn random_kills_partitions_and_restarts() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0x005e_ed0f_fa11);
-    let (mut set, stop, writers, dirs) = running("random", "sync", Some(500));
+    // The commit rule: `sync` unless SOLOFS_FAILOVER_COMMIT=fast.
+    let commit = match std::env::var("SOLOFS_FAILOVER_COMMIT").as_deref() {
+        Ok("fast") => "fast",
+        _ => "sync",
+    };
+    let (mut set, stop, writers, dirs) = running("random", commit, Some(500));
     let mut rng = common::Rng(seed | 1);
     let (mut kills, mut leader_kills, mut cuts) = (0, 0, 0);
     let t = Instant::now();
@@ -620,7 +625,7 @@ fn random_kills_partitions_and_restarts() {
         eprintln!("{:8.3} s  {what}", at.as_secs_f64());
     }
     eprintln!(
-        "random ({secs} s, seed {seed}): {kills} kills ({leader_kills} of the leader), {cuts} cuts; {steps} writer steps checked (about {} changes), longest call {longest:?}",
+        "random ({secs} s, seed {seed}, {commit} rule): {kills} kills ({leader_kills} of the leader), {cuts} cuts; {steps} writer steps checked (about {} changes), longest call {longest:?}",
         steps * 3
     );
     std::thread::sleep(Duration::from_millis(1500));
