@@ -576,7 +576,7 @@ fn random_kills_partitions_and_restarts() {
     let (mut set, stop, writers, dirs) = running("random", commit, Some(500));
     let mut rng = common::Rng(seed | 1);
     let (mut kills, mut leader_kills, mut cuts) = (0, 0, 0);
-    let t = Instant::now();
+    let t = common::replicas::origin();
     // What was done when (printed with the writers' slow calls).
     let mut events: Vec<(Duration, String)> = Vec::new();
     while t.elapsed() < Duration::from_secs(secs) {

@@ -239,7 +239,8 @@ impl Set {
         let panics = self.panics.clone();
         std::thread::spawn(move || {
             for l in err.lines().map_while(Result::ok) {
-                eprintln!("{l}");
+                let at = origin().elapsed().as_secs_f64();
+                eprintln!("[+{at:.3}] m{} {l}", i + 1);
                 if l.contains("panicked at") {
                     panics
                         .lock()
@@ -480,4 +481,12 @@ pub fn check_agree(set: &Set, which: &[usize]) {
             None => seen = Some(n),
         }
     }
+}
+
+/// The clock of a test's replica-set output: each member's stderr line
+/// is printed as `[+seconds] mN line` from it, and the randomized run
+/// times its events from it too, so the two read side by side.
+pub fn origin() -> Instant {
+    static O: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *O.get_or_init(Instant::now)
 }
