@@ -252,7 +252,8 @@ impl Set {
         let said = self.said[i].clone();
         std::thread::spawn(move || {
             for l in lines.map_while(Result::ok) {
-                eprintln!("[member] {l}");
+                let at = origin().elapsed().as_secs_f64();
+                eprintln!("[+{at:.3}] m{} {l}", i + 1);
                 said.lock().unwrap().push(l);
             }
         });
@@ -483,8 +484,8 @@ pub fn check_agree(set: &Set, which: &[usize]) {
     }
 }
 
-/// The clock of a test's replica-set output: each member's stderr line
-/// is printed as `[+seconds] mN line` from it, and the randomized run
+/// The clock of a test's replica-set output: each line a member prints
+/// (stdout and stderr) is shown as `[+seconds] mN line` from it, and the randomized run
 /// times its events from it too, so the two read side by side.
 pub fn origin() -> Instant {
     static O: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
