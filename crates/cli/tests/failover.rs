@@ -781,3 +781,46 @@ fn a_second_process_on_a_members_directory_is_refused() {
     set.stop_all();
     check_members_agree(&set);
 }
+
+#[test]
+fn a_member_that_does_not_answer_at_all_costs_a_client_half_a_second() {
+    // An address whose connection requests go unanswered, as those to a
+    // machine that is gone: a listener whose accept queue is full
+    // (nothing accepts; the kernel drops further requests).
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = hole.local_addr().unwrap();
+    let mut queued = Vec::new();
+    let t = Instant::now();
+    let full = loop {
+        match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            Ok(s) => queued.push(s),
+            Err(_) => break true,
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            break false;
+        }
+    };
+    assert!(
+        full,
+        "{} connections and the queue still takes more",
+        queued.len()
+    );
+    let mut set = Set::new("silent", "fast");
+    set.start_all();
+    // The silent address first: a client tries the members in turn.
+    let list = format!("{addr},{}", set.addrs());
+    let t = Instant::now();
+    let c = Client::connect(&list, &set.secret()).unwrap();
+    c.mkdir(
+        &solofs_meta::Cred::root(),
+        solofs_client::at(solofs_meta::ROOT_INO, b"reached"),
+        0o755,
+    )
+    .unwrap();
+    let took = t.elapsed();
+    // (The whole connect timeout, 5 s, before.)
+    assert!(took < Duration::from_secs(3), "the client took {took:?}");
+    eprintln!("a client past a silent member: {took:?}");
+    drop(c);
+    set.stop_all();
+}

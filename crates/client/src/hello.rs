@@ -71,13 +71,17 @@ pub(crate) fn greet(inner: &Inner) -> Result<(TcpStream, Vec<u8>, Volume, u32)> 
         .filter(|a| !a.is_empty())
         .collect();
     if members.len() <= 1 {
-        return greet_one(inner, inner.addr.trim());
+        return greet_one(inner, inner.addr.trim(), inner.opts.connect_timeout);
     }
+    // A member whose machine is gone may not answer at all (no refusal):
+    // the next member is tried after MEMBER_CONNECT, not after the whole
+    // connect timeout (5 s by default, longer than a failover).
+    let wait = inner.opts.connect_timeout.min(MEMBER_CONNECT);
     let first = inner.member.load(Ordering::Relaxed);
     let mut last = None;
     for k in 0..members.len() {
         let i = (first + k) % members.len();
-        match greet_one(inner, members[i]) {
+        match greet_one(inner, members[i], wait) {
             Ok(r) => {
                 inner.member.store(i, Ordering::Relaxed);
                 return Ok(r);
@@ -88,15 +92,23 @@ pub(crate) fn greet(inner: &Inner) -> Result<(TcpStream, Vec<u8>, Volume, u32)> 
     Err(last.unwrap_or_else(|| ClientError::Io(io::ErrorKind::NotFound.into())))
 }
 
-/// [`greet`] with one server at `at`.
-fn greet_one(inner: &Inner, at: &str) -> Result<(TcpStream, Vec<u8>, Volume, u32)> {
+/// Longest wait for a replica set member's TCP connection to be made.
+const MEMBER_CONNECT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// [`greet`] with one server at `at`, waiting at most `wait` for the
+/// connection to be made.
+fn greet_one(
+    inner: &Inner,
+    at: &str,
+    wait: std::time::Duration,
+) -> Result<(TcpStream, Vec<u8>, Volume, u32)> {
     let addr = at.to_socket_addrs()?.next().ok_or_else(|| {
         ClientError::Io(io::Error::new(
             io::ErrorKind::NotFound,
             "address resolves to nothing",
         ))
     })?;
-    let mut s = TcpStream::connect_timeout(&addr, inner.opts.connect_timeout)?;
+    let mut s = TcpStream::connect_timeout(&addr, wait)?;
     s.set_nodelay(true)?;
     s.set_read_timeout(Some(inner.opts.connect_timeout))?;
     let mut out = Vec::new();
