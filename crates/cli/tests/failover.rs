@@ -824,3 +824,48 @@ fn a_member_that_does_not_answer_at_all_costs_a_client_half_a_second() {
     drop(c);
     set.stop_all();
 }
+
+#[test]
+fn a_leader_that_stands_still_is_left_by_a_waiting_call() {
+    // A leader that stops without closing anything — its machine gone, a
+    // kernel hang — looks to its clients like a server that does not
+    // answer. Here it is stopped (SIGSTOP): its connections stay open.
+    let mut set = Set::new("still", "fast");
+    set.start_all();
+    let l = set.leader().unwrap();
+    let c = Client::connect(&set.addrs(), &set.secret()).unwrap();
+    let cred = solofs_meta::Cred::root();
+    c.mkdir(
+        &cred,
+        solofs_client::at(solofs_meta::ROOT_INO, b"before"),
+        0o755,
+    )
+    .unwrap();
+    let signal = |sig: &str| {
+        let st = std::process::Command::new("kill")
+            .args([sig, &set.pid(l).to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    signal("-STOP");
+    let t = Instant::now();
+    let r = c.mkdir(
+        &cred,
+        solofs_client::at(solofs_meta::ROOT_INO, b"after"),
+        0o755,
+    );
+    let took = t.elapsed();
+    signal("-CONT");
+    r.unwrap();
+    // The others elect a leader within about a second; the call looks for
+    // one after a second without its reply (the 30 s call timeout and an
+    // error before).
+    assert!(took < Duration::from_secs(6), "the call took {took:?}");
+    eprintln!("a call past a leader standing still: {took:?}");
+    assert_ne!(set.leader(), Some(l));
+    drop(c);
+    std::thread::sleep(Duration::from_millis(1500));
+    set.stop_all();
+    check_members_agree(&set);
+}

@@ -254,8 +254,9 @@ impl Conn {
     }
 
     /// Waits until `deadline` for the reply to `id` (which must have been
-    /// [`Conn::expect`]ed), leading or following.
-    pub fn wait(&self, id: u64, deadline: Instant) -> Waited {
+    /// [`Conn::expect`]ed), leading or following. At the deadline the
+    /// reply is given up, unless `keep` (the caller waits again).
+    pub fn wait(&self, id: u64, deadline: Instant, keep: bool) -> Waited {
         let link = &*self.link;
         let mut st = lock(&link.st);
         // Following, poll a while for the reply before parking (the
@@ -277,8 +278,10 @@ impl Conn {
             }
             let now = Instant::now();
             if now >= deadline {
-                st.want.remove(&id);
                 st.parked.remove(&id);
+                if !keep {
+                    st.want.remove(&id);
+                }
                 return Waited::Timeout;
             }
             if !st.leader {

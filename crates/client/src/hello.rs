@@ -110,7 +110,10 @@ fn greet_one(
     })?;
     let mut s = TcpStream::connect_timeout(&addr, wait)?;
     s.set_nodelay(true)?;
-    s.set_read_timeout(Some(inner.opts.connect_timeout))?;
+    // (A member's greeting: twice the connection's wait, 1 s; a member
+    // whose process stands still would hold every reconnect for the
+    // whole connect timeout.)
+    s.set_read_timeout(Some(inner.opts.connect_timeout.min(wait * 2)))?;
     let mut out = Vec::new();
     solofs_proto::put_hello(&mut out);
     s.write_all(&out)?;

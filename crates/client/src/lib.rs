@@ -146,6 +146,11 @@ const MAX_PAUSE: Duration = Duration::from_millis(500);
 /// member; with 500 ms between attempts a client found the new leader up
 /// to half a second after it served (docs/replication.md).
 const MAX_PAUSE_SET: Duration = Duration::from_millis(100);
+/// How long a replica set's client waits for a reply before it looks for
+/// another member that leads ([`Client::wait_watching`]).
+const PROBE_AFTER: Duration = Duration::from_secs(1);
+/// How long that look waits for each member's connection.
+const PROBE_CONNECT: Duration = Duration::from_millis(300);
 
 /// What the server says about its volume when a client connects: id, root
 /// inode, block size, storage URL.
@@ -285,6 +290,45 @@ impl Client {
     /// May a call that lost the server still wait for it until `deadline`?
     fn may_retry(&self, deadline: std::time::Instant) -> bool {
         std::time::Instant::now() < deadline && !self.inner.given_up.load(Ordering::Acquire)
+    }
+
+    /// Waits for the reply to `id` on `c` until `until`. A replica set's
+    /// client looks every [`PROBE_AFTER`] without it for another member
+    /// that accepts clients (only a leader does): one that does means
+    /// this connection's member no longer leads — its machine may be
+    /// gone without closing anything — so the connection is dropped and
+    /// the call sent again there (answered once: the reply record).
+    fn wait_watching(&self, c: &Conn, id: u64, until: std::time::Instant) -> Waited {
+        if !self.inner.addr.contains(',') {
+            return c.wait(id, until, false);
+        }
+        loop {
+            let slice = (std::time::Instant::now() + PROBE_AFTER).min(until);
+            let last = slice >= until;
+            match c.wait(id, slice, !last) {
+                Waited::Timeout if !last => {
+                    if self.another_member_leads() {
+                        c.kill();
+                        return Waited::Lost;
+                    }
+                }
+                w => return w,
+            }
+        }
+    }
+
+    /// Does a member other than the one that answered last accept a
+    /// connection?
+    fn another_member_leads(&self) -> bool {
+        let now = self.inner.member.load(Ordering::Relaxed);
+        self.inner
+            .addr
+            .split(',')
+            .map(str::trim)
+            .enumerate()
+            .filter(|&(i, a)| i != now && !a.is_empty())
+            .filter_map(|(_, a)| std::net::ToSocketAddrs::to_socket_addrs(a).ok()?.next())
+            .any(|a| std::net::TcpStream::connect_timeout(&a, PROBE_CONNECT).is_ok())
     }
 
     /// [`Client::conn`], retrying until `deadline` while the server cannot
@@ -611,7 +655,7 @@ impl Ticket {
         if let (Some(c), false) = (&self.conn, self.lost) {
             for &id in &self.ids {
                 let until = std::time::Instant::now() + self.client.inner.opts.timeout;
-                match c.wait(id, until) {
+                match self.client.wait_watching(c, id, until) {
                     Waited::Reply(rep) => out.push(rep.result.map_err(ClientError::Errno)),
                     Waited::Timeout => return Err(ClientError::Timeout),
                     Waited::Lost => {

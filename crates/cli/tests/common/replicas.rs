@@ -281,6 +281,11 @@ impl Set {
             .is_ok()
     }
 
+    /// Member `i`'s process id (it runs).
+    pub fn pid(&self, i: usize) -> u32 {
+        self.procs[i].as_ref().unwrap().id()
+    }
+
     /// The member that accepts clients.
     pub fn leader(&self) -> Option<usize> {
         (0..self.procs.len()).find(|&i| self.serves(i))
