@@ -318,17 +318,25 @@ impl Client {
     }
 
     /// Does a member other than the one that answered last accept a
-    /// connection?
+    /// connection? If one does, it is the one the next connection tries
+    /// first.
     fn another_member_leads(&self) -> bool {
         let now = self.inner.member.load(Ordering::Relaxed);
-        self.inner
+        let found = self
+            .inner
             .addr
             .split(',')
             .map(str::trim)
             .enumerate()
             .filter(|&(i, a)| i != now && !a.is_empty())
-            .filter_map(|(_, a)| std::net::ToSocketAddrs::to_socket_addrs(a).ok()?.next())
-            .any(|a| std::net::TcpStream::connect_timeout(&a, PROBE_CONNECT).is_ok())
+            .filter_map(|(i, a)| {
+                Some((i, std::net::ToSocketAddrs::to_socket_addrs(a).ok()?.next()?))
+            })
+            .find(|(_, a)| std::net::TcpStream::connect_timeout(a, PROBE_CONNECT).is_ok());
+        if let Some((i, _)) = found {
+            self.inner.member.store(i, Ordering::Relaxed);
+        }
+        found.is_some()
     }
 
     /// [`Client::conn`], retrying until `deadline` while the server cannot
