@@ -64,12 +64,7 @@ pub(crate) fn greet(inner: &Inner) -> Result<(TcpStream, Vec<u8>, Volume, u32)> 
     // A replica set's members in turn: only its leader listens for
     // clients (a follower refuses the connection; a leader that lost its
     // office closes it).
-    let members: Vec<&str> = inner
-        .addr
-        .split(',')
-        .map(str::trim)
-        .filter(|a| !a.is_empty())
-        .collect();
+    let members = members(&inner.addr);
     if members.len() <= 1 {
         return greet_one(inner, inner.addr.trim(), inner.opts.connect_timeout);
     }
@@ -90,6 +85,15 @@ pub(crate) fn greet(inner: &Inner) -> Result<(TcpStream, Vec<u8>, Volume, u32)> 
         }
     }
     Err(last.unwrap_or_else(|| ClientError::Io(io::ErrorKind::NotFound.into())))
+}
+
+/// The servers in `addr`: one, or a replica set's members (`A,B,C`);
+/// [`Inner::member`] indexes this list.
+pub(crate) fn members(addr: &str) -> Vec<&str> {
+    addr.split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .collect()
 }
 
 /// Longest wait for a replica set member's TCP connection to be made.

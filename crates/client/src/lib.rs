@@ -99,6 +99,8 @@ struct Inner {
     addr: String,
     /// Which of `addr`'s members answered last.
     member: std::sync::atomic::AtomicUsize,
+    /// `addr` names several members (a replica set).
+    set: bool,
     secret: Vec<u8>,
     opts: Options,
     /// One connection slot per lane (`Options::lanes`).
@@ -174,7 +176,7 @@ impl Client {
         // A replica set may be between leaders (none accepts clients):
         // its members are tried again for the retry window, as a call
         // would be. One server that is not there is said at once.
-        let set = addr.contains(',');
+        let set = c.inner.set;
         let deadline = std::time::Instant::now() + c.inner.opts.retry;
         // All lanes at once, so the server's round robin puts them on
         // different workers.
@@ -215,6 +217,7 @@ impl Client {
             inner: Arc::new(Inner {
                 addr: addr.to_string(),
                 member: Default::default(),
+                set: hello::members(addr).len() > 1,
                 secret: secret.to_vec(),
                 opts,
                 lanes: (0..lanes).map(|_| Mutex::new(None)).collect(),
@@ -299,7 +302,7 @@ impl Client {
     /// gone without closing anything — so the connection is dropped and
     /// the call sent again there (answered once: the reply record).
     fn wait_watching(&self, c: &Conn, id: u64, until: std::time::Instant) -> Waited {
-        if !self.inner.addr.contains(',') {
+        if !self.inner.set {
             return c.wait(id, until, false);
         }
         loop {
@@ -322,13 +325,10 @@ impl Client {
     /// first.
     fn another_member_leads(&self) -> bool {
         let now = self.inner.member.load(Ordering::Relaxed);
-        let found = self
-            .inner
-            .addr
-            .split(',')
-            .map(str::trim)
+        let found = hello::members(&self.inner.addr)
+            .into_iter()
             .enumerate()
-            .filter(|&(i, a)| i != now && !a.is_empty())
+            .filter(|&(i, _)| i != now)
             .filter_map(|(i, a)| {
                 Some((i, std::net::ToSocketAddrs::to_socket_addrs(a).ok()?.next()?))
             })
@@ -343,7 +343,7 @@ impl Client {
     /// be reached: after 20 ms, then twice as long each time, up to
     /// [`MAX_PAUSE`] (a replica set: [`MAX_PAUSE_SET`]).
     fn conn_until(&self, lane: usize, deadline: std::time::Instant) -> Result<Arc<Conn>> {
-        let most = match self.inner.addr.contains(',') {
+        let most = match self.inner.set {
             true => MAX_PAUSE_SET,
             false => MAX_PAUSE,
         };

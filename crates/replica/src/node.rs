@@ -122,7 +122,7 @@ pub(crate) enum Input {
     Change(Change, Answer),
     /// A background fetch of another member's state ended.
     Fetched(crate::catchup::Fetched),
-    /// The log was synced (`sync` rule; persist.rs).
+    /// The log was synced (persist.rs).
     Synced(crate::persist::Synced),
     Stop,
 }
@@ -473,7 +473,8 @@ pub(crate) struct Run {
     /// See [`Config::keep`].
     pub(crate) keep: u64,
     pub(crate) compacted_at: Instant,
-    /// Syncs the log off this thread (`sync` rule), once started.
+    /// Syncs the log off this thread (every `Ready` under `sync`, every
+    /// FAST_SYNC under `fast`), once started.
     pub(crate) syncer: Option<Arc<crate::persist::Syncer>>,
     /// Where the log and the address book live.
     pub(crate) dir: PathBuf,

@@ -239,8 +239,7 @@ impl Set {
         let panics = self.panics.clone();
         std::thread::spawn(move || {
             for l in err.lines().map_while(Result::ok) {
-                let at = origin().elapsed().as_secs_f64();
-                eprintln!("[+{at:.3}] m{} {l}", i + 1);
+                show(i, &l);
                 if l.contains("panicked at") {
                     panics
                         .lock()
@@ -252,8 +251,7 @@ impl Set {
         let said = self.said[i].clone();
         std::thread::spawn(move || {
             for l in lines.map_while(Result::ok) {
-                let at = origin().elapsed().as_secs_f64();
-                eprintln!("[+{at:.3}] m{} {l}", i + 1);
+                show(i, &l);
                 said.lock().unwrap().push(l);
             }
         });
@@ -489,9 +487,16 @@ pub fn check_agree(set: &Set, which: &[usize]) {
     }
 }
 
+/// Shows a line member `i` printed, on the [`origin`] clock.
+fn show(i: usize, l: &str) {
+    let at = origin().elapsed().as_secs_f64();
+    eprintln!("[+{at:.3}] m{} {l}", i + 1);
+}
+
 /// The clock of a test's replica-set output: each line a member prints
-/// (stdout and stderr) is shown as `[+seconds] mN line` from it, and the randomized run
-/// times its events from it too, so the two read side by side.
+/// (stdout and stderr) is shown as `[+seconds] mN line` from it, and the
+/// randomized run times its events from it too, so the two read side by
+/// side.
 pub fn origin() -> Instant {
     static O: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
     *O.get_or_init(Instant::now)
