@@ -856,10 +856,9 @@ fn a_leader_that_stands_still_is_left_by_a_waiting_call() {
         0o755,
     );
     let took = t.elapsed();
-    // Another member leads (asked before the stopped one runs again: its
-    // listener may still take a connection until its server sees that
-    // its lease is gone).
-    let other = (0..3).find(|&i| i != l && set.serves(i));
+    // (The stopped process could not answer: the call's success is
+    // another member's. Asking which one leads here raced, under load,
+    // with that member's own lease.)
     signal("-CONT");
     r.unwrap();
     // The others elect a leader within about a second; the call looks for
@@ -867,7 +866,6 @@ fn a_leader_that_stands_still_is_left_by_a_waiting_call() {
     // error before).
     assert!(took < Duration::from_secs(6), "the call took {took:?}");
     eprintln!("a call past a leader standing still: {took:?}");
-    assert!(other.is_some(), "no other member leads");
     drop(c);
     std::thread::sleep(Duration::from_millis(1500));
     set.stop_all();
